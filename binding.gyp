@@ -1,0 +1,37 @@
+{
+  "targets": [
+    {
+      "target_name": "flannel_guard",
+      "sources": [
+        "native/netlink_parser.cc",
+        "native/netlink_builder.cc",
+        "native/netlink_socket.cc",
+        "native/monitor_core.cc",
+        "native/ethtool.cc",
+        "native/addon/addon.cc",
+        "native/addon/control_wrap.cc",
+        "native/addon/convert.cc",
+        "native/addon/errors.cc",
+        "native/addon/monitor_wrap.cc"
+      ],
+      "include_dirs": ["native"],
+      "defines": [
+        "NAPI_VERSION=8",
+        "NAPI_CPP_EXCEPTIONS",
+        "NODE_ADDON_API_DISABLE_DEPRECATED"
+      ],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc": [
+        "-isystem",
+        "<!(node -p \"require('path').resolve(require('node-addon-api').include_dir)\")",
+        "-std=c++17",
+        "-fexceptions",
+        "-Wall",
+        "-Wextra",
+        "-Wshadow",
+        "-Werror"
+      ]
+    }
+  ]
+}

@@ -1,0 +1,194 @@
+/**
+ * The native addon's raw surface, typed once. Nothing outside this file sees
+ * an untyped value from the addon; the public API in the other modules turns
+ * these records into friendlier shapes.
+ */
+import bindings from 'bindings';
+
+export interface RawVxlan {
+  vni?: number;
+  port?: number;
+  local?: string | null;
+  underlayIfindex?: number;
+  learning?: boolean;
+}
+
+export interface RawLink {
+  deleted: boolean;
+  ifindex: number;
+  name: string;
+  nameTooLong?: true;
+  mac: string | null;
+  macError?: string;
+  flags: number;
+  deviceType: number;
+  /** ifi_change: 0xffffffff when the kernel announces a new device. */
+  changeMask: number;
+  mtu?: number;
+  operstate?: number;
+  master?: number;
+  lowerIfindex?: number;
+  linkNetnsid?: number;
+  event?: number;
+  kind: string;
+  vxlan?: RawVxlan;
+}
+
+export interface RawNeighbour {
+  deleted: boolean;
+  family: number;
+  ifindex: number;
+  state: number;
+  flags: number;
+  type: number;
+  destination: string | null;
+  lladdr: string | null;
+  lladdrError?: string;
+  vni?: number;
+  master?: number;
+}
+
+export type RawMonitorItem =
+  | { kind: 'link'; fromDump: boolean; record: RawLink }
+  | { kind: 'neigh'; fromDump: boolean; portid: number; record: RawNeighbour }
+  | { kind: 'resync'; phase: 'begin'; reason: 'initial' | 'overrun' | 'requested' }
+  | { kind: 'resync'; phase: 'end'; consistent: boolean }
+  | { kind: 'overrun'; cause: 'ENOBUFS' | 'truncated' }
+  | { kind: 'warning'; code: string; message: string }
+  | { kind: 'fatal'; error: Error };
+
+export interface RawMonitorStats {
+  wakeups: number;
+  datagrams: number;
+  messages: number;
+  overruns: number;
+  resyncs: number;
+  dumpRetries: number;
+  inconsistentDumps: number;
+  foreignSenderDrops: number;
+  truncatedDrops: number;
+  malformed: number;
+  staleReplies: number;
+  receiveBuffer: number;
+}
+
+export interface RawNetnsOptions {
+  /** Path of the namespace file; omitted for the process's own. */
+  netns?: string;
+  /** How errors name the namespace. */
+  netnsLabel?: string;
+}
+
+export interface RawMonitorOptions extends RawNetnsOptions {
+  receiveBuffer?: number;
+  neighbours?: boolean;
+}
+
+export interface RawMonitor {
+  start(): void;
+  resync(): void;
+  ref(): void;
+  unref(): void;
+  stats(): RawMonitorStats;
+  close(): void;
+}
+
+export interface RawFeature {
+  name: string;
+  available: boolean;
+  requested: boolean;
+  active: boolean;
+  fixed: boolean;
+}
+
+export interface RawFeatureTable {
+  features: RawFeature[];
+  legacy: boolean;
+}
+
+export interface RawFeatureRequest {
+  name: string;
+  enable: boolean;
+}
+
+export interface RawSetFeaturesOutcome {
+  written: boolean;
+  legacy: boolean;
+  requested: RawFeatureRequest[];
+  active: RawFeatureRequest[];
+  sideEffects: { name: string; before: boolean; after: boolean }[];
+  notApplied: string[];
+}
+
+export interface RawDriverInfo {
+  driver: string;
+  version: string;
+  firmwareVersion: string;
+  busInfo: string;
+}
+
+export interface RawNeighbourEntry {
+  family: number;
+  ifindex: number;
+  /** 4 or 16 bytes; empty for an FDB entry without a destination. */
+  destination: Buffer;
+  lladdr: Buffer;
+  state: number;
+  flags: number;
+}
+
+/** Every method is synchronous, or runs on the thread pool when `async` is true. */
+export interface RawControl {
+  readonly netnsInode: number;
+  readonly ownNetns: boolean;
+  dumpLinks(async?: false): RawLink[];
+  dumpLinks(async: true): Promise<RawLink[]>;
+  dumpNeighbours(family: number, async?: false): RawNeighbour[];
+  dumpNeighbours(family: number, async: true): Promise<RawNeighbour[]>;
+  getLink(ifindex: number, async?: false): RawLink;
+  getLink(ifindex: number, async: true): Promise<RawLink>;
+  getLinkByName(name: string, async?: false): RawLink;
+  getLinkByName(name: string, async: true): Promise<RawLink>;
+  setLinkAddress(ifindex: number, mac: Buffer, interfaceName?: string, async?: false): void;
+  setLinkAddress(ifindex: number, mac: Buffer, interfaceName: string, async: true): Promise<void>;
+  replaceNeighbour(entry: RawNeighbourEntry, interfaceName?: string, async?: false): void;
+  replaceNeighbour(entry: RawNeighbourEntry, interfaceName: string, async: true): Promise<void>;
+  probeWriteAccess(async?: false): void;
+  probeWriteAccess(async: true): Promise<void>;
+  getFeatures(name: string, async?: false): RawFeatureTable;
+  getFeatures(name: string, async: true): Promise<RawFeatureTable>;
+  setFeatures(name: string, wanted: Record<string, boolean>, async?: false): RawSetFeaturesOutcome;
+  setFeatures(
+    name: string,
+    wanted: Record<string, boolean>,
+    async: true,
+  ): Promise<RawSetFeaturesOutcome>;
+  getDriverInfo(name: string, async?: false): RawDriverInfo;
+  getDriverInfo(name: string, async: true): Promise<RawDriverInfo>;
+  readAddrAssignType(name: string, ifindex: number, mac: string): number | null;
+  close(): void;
+}
+
+export interface RawParsedMessage {
+  type: number;
+  flags: number;
+  seq: number;
+  portid: number;
+  link?: RawLink;
+  neigh?: RawNeighbour;
+  ack?: { error: number; extack: string };
+  done?: { error: number };
+  malformed?: string;
+}
+
+export interface RawBinding {
+  Monitor: new (options: RawMonitorOptions, onBatch: (batch: RawMonitorItem[]) => void) => RawMonitor;
+  Control: new (options?: RawNetnsOptions) => RawControl;
+  parseDatagram(bytes: Buffer): {
+    messages: RawParsedMessage[];
+    error?: { offset: number; reason: string };
+  };
+  netnsInode(path?: string): number;
+}
+
+export const binding = bindings('flannel_guard') as RawBinding;

@@ -1,0 +1,41 @@
+export { LinkMonitor } from './monitor';
+export type {
+  ChangeSource,
+  LinkAddedEvent,
+  LinkChangedEvent,
+  LinkMonitorEvent,
+  LinkMonitorEvents,
+  LinkMonitorOptions,
+  LinkMonitorStats,
+  LinkRemovedEvent,
+  MonitorWarning,
+  NeighbourAddedEvent,
+  NeighbourChangedEvent,
+  NeighbourRemovalCause,
+  NeighbourRemovedEvent,
+  OverrunEvent,
+  ResyncEvent,
+} from './monitor';
+export {
+  getDriverInfo,
+  getFeatures,
+  getLink,
+  getLinks,
+  getNeighbours,
+  setFeatures,
+  setLinkMac,
+} from './oneshot';
+export type { FeatureTable, NeighbourQuery, NetnsOptions, SetLinkMacResult } from './oneshot';
+export type {
+  DriverInfo,
+  FeatureSetResult,
+  FeatureState,
+  LinkInfo,
+  NeighbourFamily,
+  NeighbourInfo,
+  VxlanInfo,
+} from './types';
+export type { OperState } from './constants';
+export { isSystemError } from './errors';
+export type { SystemError, SystemErrorFields } from './errors';
+export { compileInterfaceGlob, parseMac, validateInterfaceName } from './validate';

@@ -1,0 +1,532 @@
+/**
+ * LinkMonitor: the kernel's links and neighbour entries of one network
+ * namespace, kept current from rtnetlink notifications, with typed events for
+ * every change. The snapshot is rebuilt by a coalesced re-dump whenever the
+ * kernel reports lost notifications, so after a `resync` event it is exact.
+ */
+import { EventEmitter } from 'node:events';
+
+import {
+  binding,
+  type RawControl,
+  type RawLink,
+  type RawMonitor,
+  type RawMonitorItem,
+  type RawMonitorStats,
+  type RawNeighbour,
+} from './binding';
+import { CHANGE_MASK_NEW_DEVICE, IFF_UP } from './constants';
+import type { SystemError } from './errors';
+import { neighbourKey, toLinkInfo, toNeighbourInfo } from './records';
+import type { LinkInfo, NeighbourInfo } from './types';
+import { resolveNetnsPath } from './validate';
+
+export interface LinkMonitorOptions {
+  /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
+  netns?: string;
+  /** Socket receive buffer in bytes (the kernel doubles it); the kernel default when omitted. */
+  receiveBuffer?: number;
+  /** Also follow ARP/NDP neighbours and FDB entries (default true). */
+  neighbours?: boolean;
+  /** Read addr_assign_type from sysfs for new devices and MAC changes (default true; own namespace only). */
+  addrAssignType?: boolean;
+  /** Events buffered for an async iterator before it counts as an overrun (default 10 000). */
+  queueLimit?: number;
+}
+
+export type ChangeSource = 'event' | 'resync';
+
+export interface LinkAddedEvent {
+  link: LinkInfo;
+  source: ChangeSource;
+  /** The kernel announced the device's creation (not just first seen by us). */
+  created: boolean;
+}
+
+export interface LinkChangedEvent {
+  link: LinkInfo;
+  previous: LinkInfo;
+  source: ChangeSource;
+}
+
+export interface LinkRemovedEvent {
+  link: LinkInfo;
+  source: ChangeSource;
+}
+
+export interface NeighbourAddedEvent {
+  neighbour: NeighbourInfo;
+  source: ChangeSource;
+  /** Netlink port id of the process whose request made the change (0 when the kernel does not say). */
+  portid: number;
+}
+
+export interface NeighbourChangedEvent extends NeighbourAddedEvent {
+  previous: NeighbourInfo;
+}
+
+/**
+ * Why an entry went away. 'flush': the kernel dropped it because its device's
+ * MAC changed or the device went down (it was not removed on purpose);
+ * 'device-removed': its device was deleted; 'resync': it was missing from a
+ * re-dump after lost notifications; 'deleted': anything else.
+ */
+export type NeighbourRemovalCause = 'deleted' | 'flush' | 'device-removed' | 'resync';
+
+export interface NeighbourRemovedEvent {
+  neighbour: NeighbourInfo;
+  source: ChangeSource;
+  cause: NeighbourRemovalCause;
+  portid: number;
+}
+
+export interface OverrunEvent {
+  /** 'ENOBUFS': the kernel dropped notifications; 'queue': an async iterator fell behind. */
+  cause: 'ENOBUFS' | 'truncated' | 'queue';
+}
+
+export interface ResyncEvent {
+  phase: 'begin' | 'end';
+  reason?: 'initial' | 'overrun' | 'requested';
+  /** End only: every dump completed without interruption, so removals were applied. */
+  consistent?: boolean;
+}
+
+export interface MonitorWarning {
+  code: string;
+  message: string;
+}
+
+export interface LinkMonitorEvents {
+  ready: [];
+  linkAdded: [LinkAddedEvent];
+  linkChanged: [LinkChangedEvent];
+  linkRemoved: [LinkRemovedEvent];
+  neighbourAdded: [NeighbourAddedEvent];
+  neighbourChanged: [NeighbourChangedEvent];
+  neighbourRemoved: [NeighbourRemovedEvent];
+  overrun: [OverrunEvent];
+  resync: [ResyncEvent];
+  warning: [MonitorWarning];
+  error: [SystemError];
+  close: [];
+}
+
+/** One event as yielded by async iteration: its name and its payload. */
+export type LinkMonitorEvent = {
+  [Name in Exclude<keyof LinkMonitorEvents, 'close'>]: LinkMonitorEvents[Name] extends [infer Payload]
+    ? { type: Name } & Payload
+    : { type: Name };
+}[Exclude<keyof LinkMonitorEvents, 'close'>];
+
+export interface LinkMonitorStats extends RawMonitorStats {
+  links: number;
+  neighbours: number;
+  queueOverruns: number;
+}
+
+const ITERATED_EVENTS = [
+  'ready',
+  'linkAdded',
+  'linkChanged',
+  'linkRemoved',
+  'neighbourAdded',
+  'neighbourChanged',
+  'neighbourRemoved',
+  'overrun',
+  'resync',
+  'warning',
+  'error',
+] as const satisfies readonly (keyof LinkMonitorEvents)[];
+
+function sameLink(a: LinkInfo, b: LinkInfo): boolean {
+  return (
+    a.name === b.name &&
+    a.mac === b.mac &&
+    a.flags === b.flags &&
+    a.operstate === b.operstate &&
+    a.mtu === b.mtu &&
+    a.kind === b.kind &&
+    a.master === b.master &&
+    a.lowerIfindex === b.lowerIfindex &&
+    a.linkNetnsid === b.linkNetnsid &&
+    JSON.stringify(a.vxlan) === JSON.stringify(b.vxlan)
+  );
+}
+
+function sameNeighbour(a: NeighbourInfo, b: NeighbourInfo): boolean {
+  return a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master;
+}
+
+function abortError(signal: AbortSignal): Error {
+  const error = new Error('The operation was aborted', { cause: signal.reason });
+  error.name = 'AbortError';
+  return Object.assign(error, { code: 'ABORT_ERR' });
+}
+
+export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
+  readonly netns: string | undefined;
+  #native: RawMonitor;
+  #control: RawControl | undefined;
+  #readAddrAssignType: boolean;
+  #queueLimit: number;
+  #links = new Map<number, LinkInfo>();
+  #neighbours = new Map<string, NeighbourInfo>();
+  /** Devices whose last change flushes their neighbour entries: the DELNEIGHs that follow it. */
+  #flushing = new Set<number>();
+  /** Keys reported since the current resync began; undefined outside a resync. */
+  #seenLinks: Set<number> | undefined;
+  #seenNeighbours: Set<string> | undefined;
+  #ready = false;
+  #closed = false;
+  #queueOverruns = 0;
+  #closeError: Error | undefined;
+
+  constructor(options: LinkMonitorOptions = {}) {
+    super();
+    this.netns = options.netns;
+    const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
+    this.#queueLimit = options.queueLimit ?? 10_000;
+    this.#native = new binding.Monitor(
+      {
+        ...(netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns }),
+        ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
+        neighbours: options.neighbours ?? true,
+      },
+      (batch) => this.#onBatch(batch),
+    );
+    this.#readAddrAssignType = options.addrAssignType ?? true;
+    if (this.#readAddrAssignType) {
+      this.#control = new binding.Control(
+        netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
+      );
+      // /sys only describes this process's namespace.
+      if (!this.#control.ownNetns) {
+        this.#control.close();
+        this.#control = undefined;
+      }
+    }
+    this.#native.start();
+  }
+
+  /** Opens a monitor and resolves once its first snapshot is loaded. */
+  static async open(options: LinkMonitorOptions = {}): Promise<LinkMonitor> {
+    const monitor = new LinkMonitor(options);
+    await monitor.ready();
+    return monitor;
+  }
+
+  get isReady(): boolean {
+    return this.#ready;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** True between a resync's begin and end: the snapshot is being re-read. */
+  get resyncing(): boolean {
+    return this.#seenLinks !== undefined;
+  }
+
+  /** Resolves when the first snapshot is loaded; rejects if the monitor closes first. */
+  ready(): Promise<void> {
+    if (this.#ready) return Promise.resolve();
+    if (this.#closed) return Promise.reject(this.#closeError ?? new Error('monitor closed'));
+    return new Promise((resolve, reject) => {
+      const onReady = (): void => {
+        this.off('close', onClose);
+        resolve();
+      };
+      const onClose = (): void => {
+        this.off('ready', onReady);
+        reject(this.#closeError ?? new Error('monitor closed before it was ready'));
+      };
+      this.once('ready', onReady);
+      this.once('close', onClose);
+    });
+  }
+
+  links(): LinkInfo[] {
+    return [...this.#links.values()];
+  }
+
+  getLink(key: number | string): LinkInfo | undefined {
+    if (typeof key === 'number') return this.#links.get(key);
+    for (const link of this.#links.values()) if (link.name === key) return link;
+    return undefined;
+  }
+
+  neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
+    const all = [...this.#neighbours.values()];
+    return filter.ifindex === undefined ? all : all.filter((n) => n.ifindex === filter.ifindex);
+  }
+
+  stats(): LinkMonitorStats {
+    return {
+      ...this.#native.stats(),
+      links: this.#links.size,
+      neighbours: this.#neighbours.size,
+      queueOverruns: this.#queueOverruns,
+    };
+  }
+
+  /** Re-dumps everything now (coalesced with any resync in progress). */
+  resync(): void {
+    this.#native.resync();
+  }
+
+  /** Keeps the event loop alive while open (the default). */
+  ref(): this {
+    this.#native.ref();
+    return this;
+  }
+
+  /** Lets the process exit while the monitor is still open. */
+  unref(): this {
+    this.#native.unref();
+    return this;
+  }
+
+  /** Stops monitoring and releases the sockets. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#native.close();
+    this.#control?.close();
+    this.emit('close');
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<LinkMonitorEvent> {
+    return this.events();
+  }
+
+  /**
+   * Every event as it happens, in order. The buffer is bounded: a consumer
+   * that falls behind gets one `overrun` event (cause 'queue') in place of the
+   * events it missed; the monitor's own snapshot is unaffected, so the
+   * consumer catches up by re-reading `links()` and `neighbours()`. Ends when
+   * the monitor closes; an aborted signal rejects with an AbortError.
+   */
+  events(options: { signal?: AbortSignal } = {}): AsyncIterableIterator<LinkMonitorEvent> {
+    const { signal } = options;
+    const queue: LinkMonitorEvent[] = [];
+    const waiting: { resolve: (r: IteratorResult<LinkMonitorEvent>) => void; reject: (e: Error) => void }[] =
+      [];
+    let finished = this.#closed;
+    let failure: Error | undefined = signal?.aborted ? abortError(signal) : undefined;
+
+    // After an overflow the queue holds only the overrun marker until it is read:
+    // the events in between are dropped, not queued again.
+    let overflowed = false;
+    const push = (event: LinkMonitorEvent): void => {
+      const waiter = waiting.shift();
+      if (waiter) {
+        waiter.resolve({ value: event, done: false });
+        return;
+      }
+      if (overflowed) return;
+      if (queue.length >= this.#queueLimit) {
+        queue.length = 0;
+        queue.push({ type: 'overrun', cause: 'queue' });
+        overflowed = true;
+        this.#queueOverruns += 1;
+        return;
+      }
+      queue.push(event);
+    };
+    const listeners = ITERATED_EVENTS.map((type) => {
+      const listener = (payload?: object): void => push({ type, ...payload } as LinkMonitorEvent);
+      this.on(type, listener);
+      return [type, listener] as const;
+    });
+    const cleanup = (): void => {
+      finished = true;
+      for (const [type, listener] of listeners) this.off(type, listener);
+      this.off('close', onClose);
+      signal?.removeEventListener('abort', onAbort);
+      for (const waiter of waiting.splice(0)) {
+        if (failure) waiter.reject(failure);
+        else waiter.resolve({ value: undefined, done: true });
+      }
+    };
+    const onClose = (): void => cleanup();
+    const onAbort = (): void => {
+      if (signal) failure = abortError(signal);
+      queue.length = 0;
+      cleanup();
+    };
+    this.on('close', onClose);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    if (finished || failure) cleanup();
+
+    const iterator: AsyncIterableIterator<LinkMonitorEvent> = {
+      next: () => {
+        const event = queue.shift();
+        if (event) {
+          if (queue.length === 0) overflowed = false;
+          return Promise.resolve({ value: event, done: false });
+        }
+        if (failure) return Promise.reject(failure);
+        if (finished) return Promise.resolve({ value: undefined, done: true });
+        return new Promise((resolve, reject) => waiting.push({ resolve, reject }));
+      },
+      return: () => {
+        queue.length = 0;
+        cleanup();
+        return Promise.resolve({ value: undefined, done: true });
+      },
+      [Symbol.asyncIterator]: () => iterator,
+    };
+    return iterator;
+  }
+
+  #onBatch(batch: RawMonitorItem[]): void {
+    for (const item of batch) {
+      if (this.#closed) return;
+      switch (item.kind) {
+        case 'link':
+          this.#onLink(item.record, item.fromDump);
+          break;
+        case 'neigh':
+          this.#onNeighbour(item.record, item.fromDump, item.portid);
+          break;
+        case 'resync':
+          if (item.phase === 'begin') this.#beginResync(item.reason);
+          else this.#endResync(item.consistent);
+          break;
+        case 'overrun':
+          this.emit('overrun', { cause: item.cause });
+          break;
+        case 'warning':
+          this.emit('warning', { code: item.code, message: item.message });
+          break;
+        case 'fatal':
+          this.#closeError = item.error;
+          try {
+            this.emit('error', item.error as SystemError);
+          } finally {
+            this.close();
+          }
+          break;
+      }
+    }
+  }
+
+  #source(fromDump: boolean): ChangeSource {
+    return fromDump ? 'resync' : 'event';
+  }
+
+  #addrAssignType(raw: RawLink, previous: LinkInfo | undefined): number | null {
+    if (!this.#control || raw.mac === null) return null;
+    // The kernel changes addr_assign_type only with the address itself.
+    if (previous && previous.mac === raw.mac) return previous.addrAssignType;
+    return this.#control.readAddrAssignType(raw.name, raw.ifindex, raw.mac);
+  }
+
+  #onLink(raw: RawLink, fromDump: boolean): void {
+    this.#seenLinks?.add(raw.ifindex);
+    const previous = this.#links.get(raw.ifindex);
+    if (raw.deleted) {
+      this.#flushing.delete(raw.ifindex);
+      this.#seenLinks?.delete(raw.ifindex);
+      if (!previous) return;
+      this.#links.delete(raw.ifindex);
+      this.#dropNeighboursOf(raw.ifindex);
+      if (this.#ready) this.emit('linkRemoved', { link: previous, source: this.#source(fromDump) });
+      return;
+    }
+    const link = toLinkInfo(raw, this.#readAddrAssignType ? this.#addrAssignType(raw, previous) : null);
+    this.#links.set(raw.ifindex, link);
+    if (!fromDump) {
+      // The DELNEIGHs a MAC change or a down causes follow its RTM_NEWLINK directly.
+      const wentDown = previous !== undefined && previous.up && (raw.flags & IFF_UP) === 0;
+      if ((previous && previous.mac !== link.mac) || wentDown) this.#flushing.add(raw.ifindex);
+      else this.#flushing.delete(raw.ifindex);
+    }
+    if (!this.#ready) return;
+    if (!previous) {
+      this.emit('linkAdded', {
+        link,
+        source: this.#source(fromDump),
+        created: !fromDump && raw.changeMask === CHANGE_MASK_NEW_DEVICE,
+      });
+    } else if (!sameLink(previous, link)) {
+      this.emit('linkChanged', { link, previous, source: this.#source(fromDump) });
+    }
+  }
+
+  #onNeighbour(raw: RawNeighbour, fromDump: boolean, portid: number): void {
+    const neighbour = toNeighbourInfo(raw);
+    const key = neighbourKey(neighbour);
+    const previous = this.#neighbours.get(key);
+    const source = this.#source(fromDump);
+    if (raw.deleted) {
+      this.#seenNeighbours?.delete(key);
+      const flushed = neighbour.family !== 'bridge' && this.#flushing.has(raw.ifindex);
+      if (!previous) return;
+      this.#neighbours.delete(key);
+      if (this.#ready) {
+        this.emit('neighbourRemoved', {
+          neighbour: previous,
+          source,
+          cause: flushed ? 'flush' : 'deleted',
+          portid,
+        });
+      }
+      return;
+    }
+    this.#seenNeighbours?.add(key);
+    if (!fromDump) this.#flushing.delete(raw.ifindex);
+    this.#neighbours.set(key, neighbour);
+    if (!this.#ready) return;
+    if (!previous) {
+      this.emit('neighbourAdded', { neighbour, source, portid });
+    } else if (!sameNeighbour(previous, neighbour)) {
+      this.emit('neighbourChanged', { neighbour, previous, source, portid });
+    }
+  }
+
+  #dropNeighboursOf(ifindex: number): void {
+    for (const [key, neighbour] of this.#neighbours) {
+      if (neighbour.ifindex !== ifindex) continue;
+      this.#neighbours.delete(key);
+      if (this.#ready) {
+        this.emit('neighbourRemoved', { neighbour, source: 'event', cause: 'device-removed', portid: 0 });
+      }
+    }
+  }
+
+  #beginResync(reason: 'initial' | 'overrun' | 'requested'): void {
+    this.#seenLinks = new Set();
+    this.#seenNeighbours = new Set();
+    if (this.#ready) this.emit('resync', { phase: 'begin', reason });
+  }
+
+  #endResync(consistent: boolean): void {
+    const seenLinks = this.#seenLinks;
+    const seenNeighbours = this.#seenNeighbours;
+    this.#seenLinks = undefined;
+    this.#seenNeighbours = undefined;
+    if (consistent && seenLinks && seenNeighbours) {
+      for (const [ifindex, link] of this.#links) {
+        if (seenLinks.has(ifindex)) continue;
+        this.#links.delete(ifindex);
+        if (this.#ready) this.emit('linkRemoved', { link, source: 'resync' });
+      }
+      for (const [key, neighbour] of this.#neighbours) {
+        if (seenNeighbours.has(key)) continue;
+        this.#neighbours.delete(key);
+        if (this.#ready) {
+          this.emit('neighbourRemoved', { neighbour, source: 'resync', cause: 'resync', portid: 0 });
+        }
+      }
+    }
+    if (!this.#ready) {
+      this.#ready = true;
+      this.emit('ready');
+      return;
+    }
+    this.emit('resync', { phase: 'end', consistent });
+  }
+}

@@ -1,0 +1,82 @@
+/** Raw addon records to the public shapes, and the keys that identify them. */
+import type { RawLink, RawNeighbour } from './binding';
+import {
+  AF_BRIDGE,
+  AF_INET6,
+  IFF_LOOPBACK,
+  IFF_UP,
+  NUD_PERMANENT,
+  OPERSTATES,
+  neighbourStateNames,
+} from './constants';
+import type { LinkInfo, NeighbourFamily, NeighbourInfo } from './types';
+
+export function toLinkInfo(raw: RawLink, addrAssignType: number | null = null): LinkInfo {
+  const link: LinkInfo = {
+    ifindex: raw.ifindex,
+    name: raw.name,
+    mac: raw.mac,
+    flags: raw.flags,
+    up: (raw.flags & IFF_UP) !== 0,
+    loopback: (raw.flags & IFF_LOOPBACK) !== 0,
+    operstate: OPERSTATES[raw.operstate ?? 0] ?? 'unknown',
+    mtu: raw.mtu ?? null,
+    kind: raw.kind,
+    vxlan: raw.vxlan
+      ? {
+          vni: raw.vxlan.vni ?? null,
+          port: raw.vxlan.port ?? null,
+          local: raw.vxlan.local ?? null,
+          underlayIfindex: raw.vxlan.underlayIfindex ?? null,
+          learning: raw.vxlan.learning ?? null,
+        }
+      : null,
+    master: raw.master ?? null,
+    lowerIfindex: raw.lowerIfindex ?? null,
+    linkNetnsid: raw.linkNetnsid ?? null,
+    addrAssignType,
+  };
+  if (raw.macError !== undefined) link.macError = raw.macError;
+  return link;
+}
+
+function familyName(family: number): NeighbourFamily {
+  if (family === AF_BRIDGE) return 'bridge';
+  return family === AF_INET6 ? 'inet6' : 'inet';
+}
+
+export function toNeighbourInfo(raw: RawNeighbour): NeighbourInfo {
+  return {
+    family: familyName(raw.family),
+    ifindex: raw.ifindex,
+    destination: raw.destination,
+    lladdr: raw.lladdr,
+    state: raw.state,
+    states: neighbourStateNames(raw.state),
+    permanent: (raw.state & NUD_PERMANENT) !== 0,
+    flags: raw.flags,
+    vni: raw.vni ?? null,
+    master: raw.master ?? null,
+  };
+}
+
+/**
+ * Identity of a neighbour entry: ARP/NDP entries by (device, IP); FDB entries
+ * by (device, MAC, remote IP, VNI), since one MAC may have several remotes.
+ */
+export function neighbourKey(entry: {
+  family: NeighbourFamily;
+  ifindex: number;
+  destination: string | null;
+  lladdr: string | null;
+  vni: number | null;
+}): string {
+  if (entry.family === 'bridge') {
+    return `bridge|${entry.ifindex}|${entry.lladdr ?? ''}|${entry.destination ?? ''}|${entry.vni ?? ''}`;
+  }
+  return `${entry.family}|${entry.ifindex}|${entry.destination ?? ''}`;
+}
+
+export function familyNumber(family: NeighbourFamily): number {
+  return family === 'bridge' ? AF_BRIDGE : family === 'inet6' ? AF_INET6 : 2;
+}

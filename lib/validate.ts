@@ -1,0 +1,120 @@
+/**
+ * Checks made before any system call: MAC addresses, interface names,
+ * interface globs and namespace names. Everything rejected here never reaches
+ * the kernel, and nothing is silently truncated or normalised beyond the one
+ * canonical MAC form.
+ */
+import { invalidArgument } from './errors';
+
+const MAC_PATTERN = /^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$/i;
+
+/**
+ * Parses a unicast Ethernet MAC written as six colon-separated two-digit hex
+ * octets (either case) and returns its canonical lower-case form. All-zero,
+ * broadcast and multicast (I/G bit set) addresses are refused. Globally
+ * administered addresses (U/L bit clear) are accepted: flannel generates
+ * locally administered ones, but a VTEP may legitimately carry either.
+ */
+export function parseMac(value: unknown, what = 'MAC address'): string {
+  if (typeof value !== 'string') {
+    throw invalidArgument(`${what} must be a string, got ${typeof value}`);
+  }
+  if (!MAC_PATTERN.test(value)) {
+    throw invalidArgument(
+      `${what} ${JSON.stringify(value)} is not six colon-separated hex octets (aa:bb:cc:dd:ee:ff)`,
+    );
+  }
+  const mac = value.toLowerCase();
+  if (mac === '00:00:00:00:00:00') throw invalidArgument(`${what} ${mac} is the all-zero MAC`);
+  if (mac === 'ff:ff:ff:ff:ff:ff') throw invalidArgument(`${what} ${mac} is the broadcast MAC`);
+  if ((parseInt(mac.slice(0, 2), 16) & 0x01) !== 0) {
+    throw invalidArgument(`${what} ${mac} is a multicast MAC (I/G bit set)`);
+  }
+  return mac;
+}
+
+/** The 6 bytes of a MAC already checked by parseMac. */
+export function macBytes(mac: string): Buffer {
+  return Buffer.from(mac.replaceAll(':', ''), 'hex');
+}
+
+/**
+ * Checks an interface name against the kernel's rules (dev_valid_name:
+ * non-empty, at most 15 bytes, not '.' or '..', no '/', ':' or whitespace)
+ * and systemd's stricter ones (printable ASCII only, not all digits).
+ */
+export function validateInterfaceName(value: unknown, what = 'interface name'): string {
+  if (typeof value !== 'string') {
+    throw invalidArgument(`${what} must be a string, got ${typeof value}`);
+  }
+  const shown = JSON.stringify(value);
+  if (value.length === 0) throw invalidArgument(`${what} is empty`);
+  if (Buffer.byteLength(value) > 15) {
+    throw invalidArgument(`${what} ${shown} is longer than 15 bytes`);
+  }
+  if (value === '.' || value === '..') throw invalidArgument(`${what} ${shown} is not allowed`);
+  for (const char of value) {
+    const code = char.codePointAt(0) ?? 0;
+    if (code <= 32 || code >= 127) {
+      throw invalidArgument(`${what} ${shown} contains whitespace, control or non-ASCII characters`);
+    }
+    if (char === '/' || char === ':') {
+      throw invalidArgument(`${what} ${shown} contains ${JSON.stringify(char)}`);
+    }
+  }
+  if (/^[0-9]+$/.test(value)) throw invalidArgument(`${what} ${shown} is all digits`);
+  return value;
+}
+
+/** A compiled interface glob: `*` matches any run of characters, `?` one. */
+export interface InterfaceGlob {
+  readonly pattern: string;
+  /** Characters before the first wildcard: every matching name starts with them. */
+  readonly prefix: string;
+  matches(name: string): boolean;
+}
+
+/**
+ * Compiles an interface glob. Patterns that would match every interface
+ * (empty, or only wildcards) are refused unless `allowAll`, and so is '/'.
+ */
+export function compileInterfaceGlob(pattern: unknown, allowAll = false): InterfaceGlob {
+  if (typeof pattern !== 'string') {
+    throw invalidArgument(`interface glob must be a string, got ${typeof pattern}`);
+  }
+  const shown = JSON.stringify(pattern);
+  if (pattern.length === 0) throw invalidArgument('interface glob is empty');
+  if (pattern.length > 64) throw invalidArgument(`interface glob ${shown} is too long`);
+  if (/[/\s:]/.test(pattern)) {
+    throw invalidArgument(`interface glob ${shown} contains '/', ':' or whitespace`);
+  }
+  if (!allowAll && /^[*?]+$/.test(pattern)) {
+    throw invalidArgument(`interface glob ${shown} matches every interface`);
+  }
+  const source = pattern
+    .split('')
+    .map((char) => (char === '*' ? '.*' : char === '?' ? '.' : char.replace(/[.+^${}()|[\]\\]/g, '\\$&')))
+    .join('');
+  const regex = new RegExp(`^${source}$`);
+  const wildcard = pattern.search(/[*?]/);
+  return {
+    pattern,
+    prefix: wildcard < 0 ? pattern : pattern.slice(0, wildcard),
+    matches: (name) => regex.test(name),
+  };
+}
+
+/**
+ * Resolves a network namespace given by name (as `ip netns` names them, under
+ * /run/netns) or by absolute path (/proc/PID/ns/net, a bind mount).
+ */
+export function resolveNetnsPath(netns: string): string {
+  if (typeof netns !== 'string' || netns.length === 0) {
+    throw invalidArgument('network namespace must be a non-empty name or absolute path');
+  }
+  if (netns.startsWith('/')) return netns;
+  if (netns === '.' || netns === '..' || netns.includes('/') || Buffer.byteLength(netns) > 255) {
+    throw invalidArgument(`network namespace name ${JSON.stringify(netns)} is not valid`);
+  }
+  return `/run/netns/${netns}`;
+}

@@ -1,0 +1,63 @@
+// Module entry: a context-aware addon (one instance per Node environment, so
+// it loads in worker_threads) exposing the Monitor and Control classes and
+// the pure parser for tests.
+#include <napi.h>
+
+#include "control_wrap.h"
+#include "convert.h"
+#include "errors.h"
+#include "monitor_wrap.h"
+#include "netlink_parser.h"
+#include "netlink_socket.h"
+
+namespace fg::addon {
+
+class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
+ public:
+  FlannelGuardAddon(Napi::Env env, Napi::Object exports) {
+    DefineAddon(exports, {
+                              InstanceValue("Monitor", MonitorWrap::Define(env)),
+                              InstanceValue("Control", ControlWrap::Define(env)),
+                              InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
+                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
+                          });
+  }
+
+ private:
+  // parseDatagram(bytes: Buffer) -> { messages, error? }: the parser the
+  // monitor uses, exposed so fixtures can be checked from JS.
+  Napi::Value ParseDatagram(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsBuffer()) throw Napi::TypeError::New(env, "parseDatagram(bytes: Buffer)");
+    auto bytes = info[0].As<Napi::Buffer<uint8_t>>();
+    const netlink::ParsedDatagram parsed = netlink::ParseDatagram(bytes.Data(), bytes.Length());
+    Napi::Object result = Napi::Object::New(env);
+    Napi::Array messages = Napi::Array::New(env, parsed.messages.size());
+    for (size_t i = 0; i < parsed.messages.size(); ++i) {
+      messages.Set(static_cast<uint32_t>(i), MessageToJs(env, parsed.messages[i]));
+    }
+    result.Set("messages", messages);
+    if (parsed.error) {
+      Napi::Object error = Napi::Object::New(env);
+      error.Set("offset", static_cast<double>(parsed.error->offset));
+      error.Set("reason", parsed.error->reason);
+      result.Set("error", error);
+    }
+    return result;
+  }
+
+  // netnsInode(path?: string) -> number: the namespace's inode (own when omitted).
+  Napi::Value NetnsInode(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    NetnsTarget target;
+    if (info[0].IsString()) target.path = info[0].As<Napi::String>().Utf8Value();
+    Result<uint64_t> inode = fg::NetnsInode(target);
+    if (!inode.ok()) throw MakeSysError(env, inode.error(), target.path);
+    return Napi::Number::New(env, static_cast<double>(inode.value()));
+  }
+};
+
+}  // namespace fg::addon
+
+using fg::addon::FlannelGuardAddon;
+NODE_API_ADDON(FlannelGuardAddon)

@@ -1,0 +1,318 @@
+#include "control_wrap.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <functional>
+
+#include "convert.h"
+#include "errors.h"
+#include "ethtool.h"
+
+namespace fg::addon {
+namespace {
+
+using Core = ControlWrap::Core;
+
+template <typename T>
+using Work = std::function<Result<T>(NetlinkRequester&)>;
+template <typename T>
+using ToJs = std::function<Napi::Value(Napi::Env, const T&)>;
+
+template <typename T>
+Result<T> RunLocked(Core& core, const Work<T>& work) {
+  std::lock_guard<std::mutex> lock(core.mutex);
+  if (!core.requester) return SysError(EBADF, "control", "closed");
+  return work(*core.requester);
+}
+
+// Runs one operation on the thread pool and settles a promise with it.
+template <typename T>
+class Job final : public Napi::AsyncWorker {
+ public:
+  Job(Napi::Env env, std::shared_ptr<Core> core, Work<T> work, ToJs<T> toJs, std::string netnsLabel)
+      : Napi::AsyncWorker(env, "flannel-guard:Control"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        core_(std::move(core)),
+        work_(std::move(work)),
+        toJs_(std::move(toJs)),
+        netnsLabel_(std::move(netnsLabel)) {}
+
+  Napi::Promise Promise() const { return deferred_.Promise(); }
+
+  void Execute() override { result_.emplace(RunLocked(*core_, work_)); }
+
+  void OnOK() override {
+    if (result_->ok()) {
+      deferred_.Resolve(toJs_(Env(), result_->value()));
+    } else {
+      deferred_.Reject(MakeSysError(Env(), result_->error(), netnsLabel_).Value());
+    }
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Core> core_;
+  Work<T> work_;
+  ToJs<T> toJs_;
+  std::string netnsLabel_;
+  std::optional<Result<T>> result_;
+};
+
+// Synchronous unless argument `asyncIndex` is true.
+template <typename T>
+Napi::Value Run(const Napi::CallbackInfo& info, size_t asyncIndex, const std::shared_ptr<Core>& core,
+                const std::string& netnsLabel, Work<T> work, ToJs<T> toJs) {
+  Napi::Env env = info.Env();
+  if (info.Length() > asyncIndex && info[asyncIndex].ToBoolean().Value()) {
+    auto* job = new Job<T>(env, core, std::move(work), std::move(toJs), netnsLabel);
+    Napi::Promise promise = job->Promise();
+    job->Queue();
+    return promise;
+  }
+  Result<T> result = RunLocked(*core, work);
+  if (!result.ok()) throw MakeSysError(env, result.error(), netnsLabel);
+  return toJs(env, result.value());
+}
+
+std::string StringArgument(const Napi::CallbackInfo& info, size_t index, const char* what) {
+  if (!info[index].IsString()) throw Napi::TypeError::New(info.Env(), std::string(what) + " must be a string");
+  return info[index].As<Napi::String>().Utf8Value();
+}
+
+int32_t IfindexArgument(const Napi::CallbackInfo& info, size_t index) {
+  if (!info[index].IsNumber()) throw Napi::TypeError::New(info.Env(), "ifindex must be a number");
+  const int32_t ifindex = info[index].As<Napi::Number>().Int32Value();
+  if (ifindex <= 0) throw Napi::RangeError::New(info.Env(), "ifindex must be positive");
+  return ifindex;
+}
+
+// Names the interface in an error the kernel reported against an index.
+template <typename T>
+Result<T> Named(Result<T> result, const std::string& interface) {
+  if (!result.ok() && !interface.empty()) {
+    SysError error = result.error();
+    error.interface = interface;
+    return error;
+  }
+  return result;
+}
+
+Napi::Value Nothing(Napi::Env env, const Unit&) { return env.Undefined(); }
+
+// One sysfs attribute of `name`, trimmed; empty when unreadable.
+std::string ReadSysfs(const std::string& name, const char* attribute) {
+  const std::string path = "/sys/class/net/" + name + "/" + attribute;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char text[64];
+  const ssize_t length = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (length <= 0) return "";
+  std::string value(text, static_cast<size_t>(length));
+  while (!value.empty() && (value.back() == '\n' || value.back() == ' ')) value.pop_back();
+  return value;
+}
+
+}  // namespace
+
+Napi::Function ControlWrap::Define(Napi::Env env) {
+  return DefineClass(
+      env, "Control",
+      {
+          InstanceMethod<&ControlWrap::DumpLinks>("dumpLinks"),
+          InstanceMethod<&ControlWrap::DumpNeighbours>("dumpNeighbours"),
+          InstanceMethod<&ControlWrap::GetLink>("getLink"),
+          InstanceMethod<&ControlWrap::GetLinkByName>("getLinkByName"),
+          InstanceMethod<&ControlWrap::SetLinkAddress>("setLinkAddress"),
+          InstanceMethod<&ControlWrap::ReplaceNeighbour>("replaceNeighbour"),
+          InstanceMethod<&ControlWrap::ProbeWriteAccess>("probeWriteAccess"),
+          InstanceMethod<&ControlWrap::GetFeatures>("getFeatures"),
+          InstanceMethod<&ControlWrap::SetFeatures>("setFeatures"),
+          InstanceMethod<&ControlWrap::GetDriverInfo>("getDriverInfo"),
+          InstanceMethod<&ControlWrap::ReadAddrAssignType>("readAddrAssignType"),
+          InstanceMethod<&ControlWrap::Close>("close"),
+          InstanceAccessor<&ControlWrap::NetnsInodeGetter>("netnsInode"),
+          InstanceAccessor<&ControlWrap::OwnNetnsGetter>("ownNetns"),
+      });
+}
+
+// new Control({ netns?, netnsLabel? })
+ControlWrap::ControlWrap(const Napi::CallbackInfo& info)
+    : Napi::ObjectWrap<ControlWrap>(info), core_(std::make_shared<Core>()) {
+  Napi::Env env = info.Env();
+  NetnsTarget target;
+  if (info[0].IsObject()) {
+    const Napi::Object options = info[0].As<Napi::Object>();
+    if (options.Get("netns").IsString()) target.path = options.Get("netns").As<Napi::String>();
+    if (options.Get("netnsLabel").IsString()) {
+      netnsLabel_ = options.Get("netnsLabel").As<Napi::String>();
+    }
+  }
+  Result<NetlinkRequester> requester = NetlinkRequester::Open(target);
+  if (!requester.ok()) throw MakeSysError(env, requester.error(), netnsLabel_);
+  core_->requester.emplace(std::move(requester.value()));
+
+  Result<uint64_t> inode = NetnsInode(target);
+  Result<uint64_t> ownInode = NetnsInode(NetnsTarget{});
+  if (inode.ok()) netnsInode_ = inode.value();
+  ownNetns_ = inode.ok() && ownInode.ok() && inode.value() == ownInode.value();
+}
+
+Napi::Value ControlWrap::DumpLinks(const Napi::CallbackInfo& info) {
+  return Run<std::vector<netlink::LinkRecord>>(
+      info, 0, core_, netnsLabel_, [](NetlinkRequester& requester) { return requester.DumpLinks(); },
+      [](Napi::Env env, const std::vector<netlink::LinkRecord>& links) -> Napi::Value {
+        Napi::Array array = Napi::Array::New(env, links.size());
+        for (size_t i = 0; i < links.size(); ++i) array.Set(static_cast<uint32_t>(i), LinkToJs(env, links[i]));
+        return array;
+      });
+}
+
+Napi::Value ControlWrap::DumpNeighbours(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "family must be a number");
+  const auto family = static_cast<uint8_t>(info[0].As<Napi::Number>().Uint32Value());
+  return Run<std::vector<netlink::NeighRecord>>(
+      info, 1, core_, netnsLabel_,
+      [family](NetlinkRequester& requester) { return requester.DumpNeighbours(family); },
+      [](Napi::Env env, const std::vector<netlink::NeighRecord>& entries) -> Napi::Value {
+        Napi::Array array = Napi::Array::New(env, entries.size());
+        for (size_t i = 0; i < entries.size(); ++i) {
+          array.Set(static_cast<uint32_t>(i), NeighToJs(env, entries[i]));
+        }
+        return array;
+      });
+}
+
+Napi::Value ControlWrap::GetLink(const Napi::CallbackInfo& info) {
+  const int32_t ifindex = IfindexArgument(info, 0);
+  return Run<netlink::LinkRecord>(
+      info, 1, core_, netnsLabel_,
+      [ifindex](NetlinkRequester& requester) { return requester.GetLink(ifindex); },
+      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value { return LinkToJs(env, link); });
+}
+
+Napi::Value ControlWrap::GetLinkByName(const Napi::CallbackInfo& info) {
+  const std::string name = StringArgument(info, 0, "interface");
+  return Run<netlink::LinkRecord>(
+      info, 1, core_, netnsLabel_,
+      [name](NetlinkRequester& requester) { return requester.GetLinkByName(name); },
+      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value { return LinkToJs(env, link); });
+}
+
+// setLinkAddress(ifindex, mac: Buffer(6), interfaceForErrors?: string, async?)
+Napi::Value ControlWrap::SetLinkAddress(const Napi::CallbackInfo& info) {
+  const int32_t ifindex = IfindexArgument(info, 0);
+  const std::array<uint8_t, 6> mac = MacFromJs(info[1], "mac");
+  const std::string interface = info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
+  return Run<Unit>(
+      info, 3, core_, netnsLabel_,
+      [ifindex, mac, interface](NetlinkRequester& requester) {
+        return Named(requester.SetLinkAddress(ifindex, mac), interface);
+      },
+      Nothing);
+}
+
+// replaceNeighbour({ family, ifindex, destination, lladdr, state, flags }, interfaceForErrors?, async?)
+Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) throw Napi::TypeError::New(env, "entry must be an object");
+  const Napi::Object object = info[0].As<Napi::Object>();
+  netlink::NeighbourEntry entry;
+  entry.family = static_cast<uint8_t>(object.Get("family").ToNumber().Uint32Value());
+  entry.ifindex = object.Get("ifindex").ToNumber().Int32Value();
+  if (entry.ifindex <= 0) throw Napi::RangeError::New(env, "ifindex must be positive");
+  entry.destination = AddressFromJs(object.Get("destination"), "destination", true);
+  entry.lladdr = MacFromJs(object.Get("lladdr"), "lladdr");
+  entry.state = static_cast<uint16_t>(object.Get("state").ToNumber().Uint32Value());
+  entry.flags = static_cast<uint8_t>(object.Get("flags").ToNumber().Uint32Value());
+  const std::string interface = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+  return Run<Unit>(
+      info, 2, core_, netnsLabel_,
+      [entry, interface](NetlinkRequester& requester) {
+        return Named(requester.ReplaceNeighbour(entry), interface);
+      },
+      Nothing);
+}
+
+Napi::Value ControlWrap::ProbeWriteAccess(const Napi::CallbackInfo& info) {
+  return Run<Unit>(
+      info, 0, core_, netnsLabel_,
+      [](NetlinkRequester& requester) { return requester.ProbeWriteAccess(); }, Nothing);
+}
+
+Napi::Value ControlWrap::GetFeatures(const Napi::CallbackInfo& info) {
+  const std::string name = StringArgument(info, 0, "interface");
+  return Run<ethtool::FeatureTable>(
+      info, 1, core_, netnsLabel_,
+      [name](NetlinkRequester& requester) {
+        return ethtool::GetFeatures(ethtool::SocketIoctl(requester.fd()), name);
+      },
+      FeatureTableToJs);
+}
+
+// setFeatures(interface, { name: enable, ... }, async?)
+Napi::Value ControlWrap::SetFeatures(const Napi::CallbackInfo& info) {
+  const std::string name = StringArgument(info, 0, "interface");
+  if (!info[1].IsObject()) throw Napi::TypeError::New(info.Env(), "features must be an object");
+  const Napi::Object wanted = info[1].As<Napi::Object>();
+  const Napi::Array keys = wanted.GetPropertyNames();
+  std::vector<ethtool::FeatureRequest> requests;
+  for (uint32_t i = 0; i < keys.Length(); ++i) {
+    const std::string feature = keys.Get(i).As<Napi::String>().Utf8Value();
+    requests.push_back(ethtool::FeatureRequest{feature, wanted.Get(feature).ToBoolean().Value()});
+  }
+  return Run<ethtool::SetFeaturesOutcome>(
+      info, 2, core_, netnsLabel_,
+      [name, requests](NetlinkRequester& requester) {
+        return ethtool::SetFeatures(ethtool::SocketIoctl(requester.fd()), name, requests);
+      },
+      SetFeaturesOutcomeToJs);
+}
+
+Napi::Value ControlWrap::GetDriverInfo(const Napi::CallbackInfo& info) {
+  const std::string name = StringArgument(info, 0, "interface");
+  return Run<ethtool::DriverInfo>(
+      info, 1, core_, netnsLabel_,
+      [name](NetlinkRequester& requester) {
+        return ethtool::GetDriverInfo(ethtool::SocketIoctl(requester.fd()), name);
+      },
+      DriverInfoToJs);
+}
+
+// readAddrAssignType(interface, ifindex, mac): the sysfs value, or null when the
+// device is not in this process's namespace or sysfs shows another device.
+Napi::Value ControlWrap::ReadAddrAssignType(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string name = StringArgument(info, 0, "interface");
+  const int32_t ifindex = IfindexArgument(info, 1);
+  const std::string mac = StringArgument(info, 2, "mac");
+  if (!ownNetns_ || name.empty() || name == "." || name == ".." ||
+      name.find('/') != std::string::npos) {
+    return env.Null();
+  }
+  // /sys may belong to another namespace (entered without remounting it):
+  // only a device with the same index and address is the one we mean.
+  if (ReadSysfs(name, "ifindex") != std::to_string(ifindex) || ReadSysfs(name, "address") != mac) {
+    return env.Null();
+  }
+  const std::string value = ReadSysfs(name, "addr_assign_type");
+  if (value.empty() || value.size() > 3) return env.Null();
+  return Napi::Number::New(env, std::stoi(value));
+}
+
+Napi::Value ControlWrap::Close(const Napi::CallbackInfo& info) {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  core_->requester.reset();
+  return info.Env().Undefined();
+}
+
+Napi::Value ControlWrap::NetnsInodeGetter(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(netnsInode_));
+}
+
+Napi::Value ControlWrap::OwnNetnsGetter(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), ownNetns_);
+}
+
+}  // namespace fg::addon

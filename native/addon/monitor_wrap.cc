@@ -1,0 +1,237 @@
+#include "monitor_wrap.h"
+
+#include "convert.h"
+#include "errors.h"
+
+namespace fg::addon {
+namespace {
+
+// Datagrams read per wake before yielding to the loop; more data wakes it again.
+constexpr size_t kDatagramsPerWake = 64;
+
+std::string OptionalString(const Napi::Object& options, const char* key) {
+  Napi::Value value = options.Get(key);
+  return value.IsString() ? value.As<Napi::String>().Utf8Value() : std::string();
+}
+
+Napi::Object ItemToJs(Napi::Env env, const MonitorItem& item, const std::string& netnsLabel) {
+  Napi::Object object = Napi::Object::New(env);
+  if (const auto* link = std::get_if<LinkItem>(&item)) {
+    object.Set("kind", "link");
+    object.Set("fromDump", link->fromDump);
+    object.Set("record", LinkToJs(env, link->record));
+  } else if (const auto* neigh = std::get_if<NeighItem>(&item)) {
+    object.Set("kind", "neigh");
+    object.Set("fromDump", neigh->fromDump);
+    object.Set("portid", neigh->portid);
+    object.Set("record", NeighToJs(env, neigh->record));
+  } else if (const auto* resync = std::get_if<ResyncItem>(&item)) {
+    object.Set("kind", "resync");
+    object.Set("phase", resync->begin ? "begin" : "end");
+    if (resync->begin) {
+      object.Set("reason", resync->reason);
+    } else {
+      object.Set("consistent", resync->consistent);
+    }
+  } else if (const auto* overrun = std::get_if<OverrunItem>(&item)) {
+    object.Set("kind", "overrun");
+    object.Set("cause", overrun->cause);
+  } else if (const auto* warning = std::get_if<WarningItem>(&item)) {
+    object.Set("kind", "warning");
+    object.Set("code", warning->code);
+    object.Set("message", warning->message);
+  } else if (const auto* fatal = std::get_if<FatalItem>(&item)) {
+    object.Set("kind", "fatal");
+    object.Set("error", MakeSysError(env, fatal->error, netnsLabel).Value());
+  }
+  return object;
+}
+
+Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuffer) {
+  Napi::Object object = Napi::Object::New(env);
+  const auto set = [&](const char* key, uint64_t value) {
+    object.Set(key, Napi::Number::New(env, static_cast<double>(value)));
+  };
+  set("wakeups", stats.wakeups);
+  set("datagrams", stats.datagrams);
+  set("messages", stats.messages);
+  set("overruns", stats.overruns);
+  set("resyncs", stats.resyncs);
+  set("dumpRetries", stats.dumpRetries);
+  set("inconsistentDumps", stats.inconsistentDumps);
+  set("foreignSenderDrops", stats.foreignSenderDrops);
+  set("truncatedDrops", stats.truncatedDrops);
+  set("malformed", stats.malformed);
+  set("staleReplies", stats.staleReplies);
+  object.Set("receiveBuffer", receiveBuffer);
+  return object;
+}
+
+}  // namespace
+
+Napi::Function MonitorWrap::Define(Napi::Env env) {
+  return DefineClass(env, "Monitor",
+                     {
+                         InstanceMethod<&MonitorWrap::Start>("start"),
+                         InstanceMethod<&MonitorWrap::Resync>("resync"),
+                         InstanceMethod<&MonitorWrap::Ref>("ref"),
+                         InstanceMethod<&MonitorWrap::Unref>("unref"),
+                         InstanceMethod<&MonitorWrap::Stats>("stats"),
+                         InstanceMethod<&MonitorWrap::Close>("close"),
+                     });
+}
+
+// new Monitor({ netns?, netnsLabel?, receiveBuffer?, neighbours? }, onBatch)
+MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MonitorWrap>(info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject() || !info[1].IsFunction()) {
+    throw Napi::TypeError::New(env, "Monitor(options, onBatch)");
+  }
+  const Napi::Object options = info[0].As<Napi::Object>();
+  MonitorOptions monitorOptions;
+  monitorOptions.netns.path = OptionalString(options, "netns");
+  netnsLabel_ = OptionalString(options, "netnsLabel");
+  if (options.Get("receiveBuffer").IsNumber()) {
+    monitorOptions.receiveBuffer = options.Get("receiveBuffer").As<Napi::Number>().Int32Value();
+  }
+  monitorOptions.neighbours = !options.Get("neighbours").IsBoolean() ||
+                              options.Get("neighbours").As<Napi::Boolean>().Value();
+
+  Result<std::unique_ptr<MonitorCore>> core = MonitorCore::Open(monitorOptions);
+  if (!core.ok()) throw MakeSysError(env, core.error(), netnsLabel_);
+  receiveBuffer_ = core.value()->receiveBuffer();
+
+  uv_loop_t* loop = nullptr;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok) {
+    throw Napi::Error::New(env, "no event loop for this environment");
+  }
+  auto poll = std::make_unique<Poll>();
+  poll->core = std::move(core.value());
+  poll->owner = this;
+  if (const int error = uv_poll_init(loop, &poll->handle, poll->core->fd()); error != 0) {
+    throw Napi::Error::New(env, std::string("uv_poll_init: ") + uv_strerror(error));
+  }
+  poll->handle.data = poll.get();
+  poll_ = poll.release();
+  napi_add_async_cleanup_hook(env, &MonitorWrap::OnTeardown, poll_, &poll_->teardownHook);
+
+  onBatch_ = Napi::Persistent(info[1].As<Napi::Function>());
+  asyncContext_.emplace(env, "flannel-guard:Monitor", info.This().As<Napi::Object>());
+}
+
+MonitorWrap::~MonitorWrap() {
+  // Garbage-collected without close(): it was never started (a started
+  // monitor holds a strong reference to itself until closed).
+  if (poll_) {
+    poll_->owner = nullptr;
+    BeginClose(poll_);
+  }
+}
+
+Napi::Value MonitorWrap::Start(const Napi::CallbackInfo& info) {
+  if (closed_) throw Napi::Error::New(info.Env(), "monitor is closed");
+  if (started_) return info.Env().Undefined();
+  started_ = true;
+  Napi::ObjectWrap<MonitorWrap>::Ref();  // alive while polling, whatever JS holds
+  poll_->core->RequestResync("initial", &pending_);
+  uv_poll_start(&poll_->handle, UV_READABLE, &MonitorWrap::OnReadable);
+  return info.Env().Undefined();
+}
+
+Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
+  if (started_ && !closed_) poll_->core->RequestResync("requested", &pending_);
+  return info.Env().Undefined();
+}
+
+Napi::Value MonitorWrap::Ref(const Napi::CallbackInfo& info) {
+  if (poll_) uv_ref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
+  return info.Env().Undefined();
+}
+
+Napi::Value MonitorWrap::Unref(const Napi::CallbackInfo& info) {
+  if (poll_) uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
+  return info.Env().Undefined();
+}
+
+Napi::Value MonitorWrap::Stats(const Napi::CallbackInfo& info) {
+  return StatsToJs(info.Env(), poll_ ? poll_->core->stats() : finalStats_, receiveBuffer_);
+}
+
+Napi::Value MonitorWrap::Close(const Napi::CallbackInfo& info) {
+  CloseFromJs();
+  return info.Env().Undefined();
+}
+
+void MonitorWrap::CloseFromJs() {
+  if (closed_) return;
+  closed_ = true;
+  if (poll_) {
+    finalStats_ = poll_->core->stats();
+    poll_->owner = nullptr;
+    BeginClose(poll_);
+    poll_ = nullptr;
+  }
+  pending_.clear();
+  if (!delivering_) asyncContext_.reset();  // else once the callback has returned
+  if (started_) Napi::ObjectWrap<MonitorWrap>::Unref();
+}
+
+void MonitorWrap::BeginClose(Poll* poll) {
+  uv_handle_t* handle = reinterpret_cast<uv_handle_t*>(&poll->handle);
+  if (uv_is_closing(handle)) return;
+  uv_poll_stop(&poll->handle);
+  uv_close(handle, &MonitorWrap::OnHandleClosed);
+}
+
+void MonitorWrap::OnHandleClosed(uv_handle_t* handle) {
+  auto* poll = static_cast<Poll*>(handle->data);
+  if (poll->owner) poll->owner->poll_ = nullptr;
+  if (poll->teardownHook) napi_remove_async_cleanup_hook(poll->teardownHook);
+  delete poll;  // closes the socket, now that libuv no longer watches it
+}
+
+void MonitorWrap::OnTeardown(napi_async_cleanup_hook_handle, void* data) {
+  // The environment is going away (worker exit, process exit): JS may no
+  // longer run, so only the handle is closed; OnHandleClosed ends the hook.
+  BeginClose(static_cast<Poll*>(data));
+}
+
+void MonitorWrap::OnReadable(uv_poll_t* handle, int status, int) {
+  auto* poll = static_cast<Poll*>(handle->data);
+  if (!poll->owner) return;
+  // A pending socket error (ENOBUFS after an overrun) polls as POLLERR, on
+  // which libuv stops the handle and reports UV_EBADF. Reading collects the
+  // error (handled as an overrun, or as fatal if it is one); then resume.
+  poll->owner->Deliver();
+  if (status < 0 && poll->owner && !uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
+    uv_poll_start(handle, UV_READABLE, &MonitorWrap::OnReadable);
+  }
+}
+
+void MonitorWrap::Deliver() {
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  std::vector<MonitorItem> items;
+  items.swap(pending_);
+  poll_->core->ReadAvailable(kDatagramsPerWake, &items);
+  const bool failed = poll_->core->failed();
+  if (!items.empty()) {
+    Napi::Array batch = Napi::Array::New(env, items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      batch.Set(static_cast<uint32_t>(i), ItemToJs(env, items[i], netnsLabel_));
+    }
+    delivering_ = true;
+    try {
+      onBatch_.MakeCallback(Value(), {batch}, *asyncContext_);
+    } catch (const Napi::Error& error) {
+      // A throwing listener is the application's uncaught exception, as for
+      // any other event source; it must not unwind into libuv.
+      napi_fatal_exception(env, error.Value());
+    }
+    delivering_ = false;
+  }
+  if (failed) CloseFromJs();
+  if (closed_) asyncContext_.reset();
+}
+
+}  // namespace fg::addon

@@ -1,0 +1,177 @@
+#include "monitor_core.h"
+
+#include <linux/neighbour.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+namespace fg {
+Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& options) {
+  SocketOptions socketOptions;
+  socketOptions.receiveBuffer = options.receiveBuffer;
+  socketOptions.groups.push_back(RTNLGRP_LINK);
+  if (options.neighbours) socketOptions.groups.push_back(RTNLGRP_NEIGH);
+  Result<NetlinkSocket> socket = NetlinkSocket::Open(options.netns, socketOptions);
+  if (!socket.ok()) return socket.error();
+  return std::unique_ptr<MonitorCore>(new MonitorCore(std::move(socket.value()), options.neighbours));
+}
+
+void MonitorCore::RequestResync(const char* reason, std::vector<MonitorItem>* out) {
+  if (failed_) return;
+  if (phase_ != Phase::kIdle) {
+    resyncPending_ = true;  // coalesced: one more full pass after this one
+    return;
+  }
+  ++stats_.resyncs;
+  ResyncItem begin;
+  begin.begin = true;
+  begin.reason = reason;
+  out->push_back(std::move(begin));
+  resyncConsistent_ = true;
+  phase_ = Phase::kLinks;
+  dumpAttempt_ = 1;
+  SendDump(out);
+}
+
+void MonitorCore::SendDump(std::vector<MonitorItem>* out) {
+  dumpSeq_ = socket_.NextSeq();
+  dumpInterrupted_ = false;
+  std::vector<uint8_t> request;
+  switch (phase_) {
+    case Phase::kLinks:
+      request = netlink::BuildDumpRequest(RTM_GETLINK, AF_UNSPEC, dumpSeq_);
+      break;
+    case Phase::kNeighbours:
+      request = netlink::BuildDumpRequest(RTM_GETNEIGH, AF_UNSPEC, dumpSeq_);
+      break;
+    case Phase::kFdb:
+      request = netlink::BuildDumpRequest(RTM_GETNEIGH, AF_BRIDGE, dumpSeq_);
+      break;
+    case Phase::kIdle:
+      return;
+  }
+  Result<Unit> sent = socket_.Send(request);
+  if (!sent.ok()) FinishDump(-sent.error().errnum, out);
+}
+
+void MonitorCore::FinishDump(int32_t error, std::vector<MonitorItem>* out) {
+  if (error == 0 && dumpInterrupted_) {
+    if (dumpAttempt_ < kDumpAttempts) {
+      ++dumpAttempt_;
+      ++stats_.dumpRetries;
+      SendDump(out);
+      return;
+    }
+    ++stats_.inconsistentDumps;
+    resyncConsistent_ = false;
+    out->push_back(WarningItem{"EAGAIN", "dump still inconsistent after " +
+                                             std::to_string(kDumpAttempts) + " attempts"});
+  } else if (error != 0) {
+    resyncConsistent_ = false;
+    out->push_back(WarningItem{ErrnoName(-error), "dump request failed: " +
+                                                     std::string(std::strerror(-error))});
+  }
+
+  switch (phase_) {
+    case Phase::kLinks:
+      phase_ = neighbours_ ? Phase::kNeighbours : Phase::kIdle;
+      break;
+    case Phase::kNeighbours:
+      phase_ = Phase::kFdb;
+      break;
+    case Phase::kFdb:
+    case Phase::kIdle:
+      phase_ = Phase::kIdle;
+      break;
+  }
+  if (phase_ != Phase::kIdle) {
+    dumpAttempt_ = 1;
+    SendDump(out);
+    return;
+  }
+  ResyncItem end;
+  end.consistent = resyncConsistent_;
+  out->push_back(std::move(end));
+  if (resyncPending_) {
+    resyncPending_ = false;
+    RequestResync("overrun", out);
+  }
+}
+
+void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out) {
+  ++stats_.messages;
+  const bool ours = message.portid == socket_.portid();
+  if (ours && phase_ != Phase::kIdle && message.seq == dumpSeq_) {
+    if (message.flags & NLM_F_DUMP_INTR) dumpInterrupted_ = true;
+    if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
+      out->push_back(LinkItem{std::move(*link), true});
+    } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
+      out->push_back(NeighItem{std::move(*neigh), true, 0});
+    } else if (auto* done = std::get_if<netlink::DoneRecord>(&message.body)) {
+      FinishDump(done->error, out);
+    } else if (auto* ack = std::get_if<netlink::AckRecord>(&message.body)) {
+      if (ack->error != 0) FinishDump(ack->error, out);
+    } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
+      ++stats_.malformed;
+      dumpInterrupted_ = true;  // an entry was lost: walk the table again
+      out->push_back(WarningItem{"EBADMSG", malformed->reason});
+    }
+    return;
+  }
+  if (ours) {
+    ++stats_.staleReplies;
+    return;
+  }
+  if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
+    out->push_back(LinkItem{std::move(*link), false});
+  } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
+    out->push_back(NeighItem{std::move(*neigh), false, message.portid});
+  } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
+    ++stats_.malformed;
+    out->push_back(WarningItem{"EBADMSG", malformed->reason});
+  }
+}
+
+void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out) {
+  ++stats_.wakeups;
+  for (size_t count = 0; count < maxDatagrams && !failed_; ++count) {
+    size_t length = 0;
+    Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
+    if (!received.ok()) {
+      out->push_back(FatalItem{received.error()});
+      failed_ = true;
+      return;
+    }
+    switch (received.value()) {
+      case NetlinkSocket::Received::kWouldBlock:
+        return;
+      case NetlinkSocket::Received::kOverrun:
+        ++stats_.overruns;
+        out->push_back(OverrunItem{"ENOBUFS"});
+        RequestResync("overrun", out);
+        continue;
+      case NetlinkSocket::Received::kTruncated:
+        ++stats_.truncatedDrops;
+        out->push_back(OverrunItem{"truncated"});
+        RequestResync("overrun", out);
+        continue;
+      case NetlinkSocket::Received::kForeignSender:
+        ++stats_.foreignSenderDrops;
+        continue;
+      case NetlinkSocket::Received::kDatagram:
+        break;
+    }
+    ++stats_.datagrams;
+    netlink::ParsedDatagram parsed = netlink::ParseDatagram(buffer_.data(), length);
+    for (netlink::Message& message : parsed.messages) HandleMessage(message, out);
+    if (parsed.error) {
+      ++stats_.malformed;
+      out->push_back(WarningItem{"EBADMSG", parsed.error->reason + " at offset " +
+                                                std::to_string(parsed.error->offset)});
+    }
+  }
+}
+
+}  // namespace fg

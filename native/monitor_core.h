@@ -1,0 +1,120 @@
+// The event side of the link monitor: one subscribed NETLINK_ROUTE socket that
+// carries both notifications and the dumps used to (re)build a snapshot, read
+// in bounded batches. Overruns never stop it: they schedule one coalesced
+// resync. No Node dependency; the addon turns its items into JS objects.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "netlink_parser.h"
+#include "netlink_socket.h"
+#include "result.h"
+
+namespace fg {
+
+struct MonitorOptions {
+  NetnsTarget netns;
+  int receiveBuffer = 0;    // 0: kernel default
+  bool neighbours = true;   // RTNLGRP_NEIGH plus neighbour and FDB dumps
+};
+
+struct LinkItem {
+  netlink::LinkRecord record;
+  bool fromDump = false;
+};
+
+struct NeighItem {
+  netlink::NeighRecord record;
+  bool fromDump = false;
+  uint32_t portid = 0;  // requester of the change, when the kernel names one
+};
+
+// Brackets the dumps of one resync. Between begin and end, every object the
+// kernel has is reported (fromDump); at an end with `consistent`, objects not
+// reported since begin are gone.
+struct ResyncItem {
+  bool begin = false;
+  bool consistent = true;  // end only: every dump completed without interruption
+  std::string reason;      // begin only: "initial", "overrun" or "requested"
+};
+
+// The kernel dropped notifications (ENOBUFS), or a datagram was discarded.
+struct OverrunItem {
+  std::string cause;  // "ENOBUFS" or "truncated"
+};
+
+// Something was skipped but monitoring goes on: a malformed datagram, a dump
+// that stayed inconsistent, a failed dump request.
+struct WarningItem {
+  std::string code;  // "EBADMSG", "EAGAIN", errno name of a failed dump
+  std::string message;
+};
+
+// Reading failed for good; nothing more will be read.
+struct FatalItem {
+  SysError error;
+};
+
+using MonitorItem = std::variant<LinkItem, NeighItem, ResyncItem, OverrunItem, WarningItem, FatalItem>;
+
+struct MonitorStats {
+  uint64_t wakeups = 0;
+  uint64_t datagrams = 0;
+  uint64_t messages = 0;
+  uint64_t overruns = 0;
+  uint64_t resyncs = 0;
+  uint64_t dumpRetries = 0;
+  uint64_t inconsistentDumps = 0;
+  uint64_t foreignSenderDrops = 0;
+  uint64_t truncatedDrops = 0;
+  uint64_t malformed = 0;
+  uint64_t staleReplies = 0;
+};
+
+class MonitorCore {
+ public:
+  static Result<std::unique_ptr<MonitorCore>> Open(const MonitorOptions& options);
+
+  int fd() const { return socket_.fd(); }
+  int receiveBuffer() const { return socket_.receiveBuffer(); }
+  const std::vector<std::string>& warnings() const { return socket_.warnings(); }
+  const MonitorStats& stats() const { return stats_; }
+  // A read failed for good (a FatalItem was produced); the owner should close.
+  bool failed() const { return failed_; }
+
+  // Starts a full resync now, or marks one pending if a resync is running.
+  void RequestResync(const char* reason, std::vector<MonitorItem>* out);
+
+  // Reads until the socket is empty or `maxDatagrams` were read.
+  void ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out);
+
+  void Close() { socket_.Close(); }
+
+ private:
+  enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
+
+  MonitorCore(NetlinkSocket socket, bool neighbours)
+      : socket_(std::move(socket)), neighbours_(neighbours) {}
+
+  void SendDump(std::vector<MonitorItem>* out);
+  void FinishDump(int32_t error, std::vector<MonitorItem>* out);
+  void HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out);
+
+  NetlinkSocket socket_;
+  bool neighbours_;
+  Phase phase_ = Phase::kIdle;
+  bool failed_ = false;
+  bool resyncPending_ = false;
+  bool resyncConsistent_ = true;
+  bool dumpInterrupted_ = false;
+  int dumpAttempt_ = 0;
+  uint32_t dumpSeq_ = 0;
+  std::vector<uint8_t> buffer_;
+  MonitorStats stats_;
+};
+
+}  // namespace fg

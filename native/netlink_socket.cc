@@ -1,0 +1,397 @@
+#include "netlink_socket.h"
+
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+namespace fg {
+namespace {
+
+using netlink::AckRecord;
+using netlink::DoneRecord;
+using netlink::LinkRecord;
+using netlink::Message;
+using netlink::NeighRecord;
+
+constexpr int kReplyTimeoutMs = 2000;
+
+SysError Errno(const char* syscall, int errnum = errno) { return SysError(errnum, syscall); }
+
+// Creates the socket and binds it; runs on whichever thread is in the right netns.
+Result<int> CreateBoundSocket() {
+  const int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+  if (fd < 0) return Errno("socket");
+  sockaddr_nl address{};
+  address.nl_family = AF_NETLINK;  // nl_pid 0: the kernel picks a unique port id
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    SysError error = Errno("bind");
+    close(fd);
+    return error;
+  }
+  return fd;
+}
+
+Result<int> CreateSocketIn(const NetnsTarget& target) {
+  if (target.path.empty()) return CreateBoundSocket();
+  Result<int> result = SysError(EINVAL, "setns", "not run");
+  // setns() moves only the calling thread; this one exists for that and ends.
+  std::thread opener([&] {
+    const int ns = open(target.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0) {
+      result = SysError(errno, "open", "network namespace " + target.path);
+      return;
+    }
+    const int entered = setns(ns, CLONE_NEWNET);
+    const int setnsErrno = errno;
+    close(ns);
+    if (entered != 0) {
+      result = SysError(setnsErrno, "setns", "network namespace " + target.path);
+      return;
+    }
+    result = CreateBoundSocket();
+  });
+  opener.join();
+  return result;
+}
+
+template <typename T>
+bool SetOption(int fd, int level, int name, T value) {
+  return setsockopt(fd, level, name, &value, sizeof(value)) == 0;
+}
+
+}  // namespace
+
+Result<uint64_t> NetnsInode(const NetnsTarget& target) {
+  const std::string path = target.path.empty() ? "/proc/thread-self/ns/net" : target.path;
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) return SysError(errno, "stat", path);
+  return static_cast<uint64_t>(info.st_ino);
+}
+
+NetlinkSocket::NetlinkSocket(int fd, uint32_t portid) : fd_(fd), portid_(portid) {
+  // Sequence numbers start away from 0, which the kernel uses for notifications.
+  seq_ = static_cast<uint32_t>(
+      std::chrono::steady_clock::now().time_since_epoch().count() & 0x3fffffff) | 1u;
+}
+
+NetlinkSocket::NetlinkSocket(NetlinkSocket&& other) noexcept { *this = std::move(other); }
+
+NetlinkSocket& NetlinkSocket::operator=(NetlinkSocket&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.fd_;
+    portid_ = other.portid_;
+    seq_ = other.seq_;
+    receiveBuffer_ = other.receiveBuffer_;
+    extendedAck_ = other.extendedAck_;
+    warnings_ = std::move(other.warnings_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+NetlinkSocket::~NetlinkSocket() { Close(); }
+
+void NetlinkSocket::Close() {
+  if (fd_ >= 0) {
+    close(fd_);
+    fd_ = -1;
+  }
+}
+
+Result<NetlinkSocket> NetlinkSocket::Open(const NetnsTarget& target, const SocketOptions& options) {
+  Result<int> created = CreateSocketIn(target);
+  if (!created.ok()) return created.error();
+  const int fd = created.value();
+
+  sockaddr_nl bound{};
+  socklen_t boundLength = sizeof(bound);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &boundLength) != 0) {
+    SysError error = Errno("getsockname");
+    close(fd);
+    return error;
+  }
+  NetlinkSocket socket(fd, bound.nl_pid);
+
+  // Error replies carry the kernel's explanation, and not the whole request back.
+  socket.extendedAck_ = SetOption(fd, SOL_NETLINK, NETLINK_EXT_ACK, 1);
+  if (!socket.extendedAck_) {
+    socket.warnings_.push_back("NETLINK_EXT_ACK unsupported: kernel error messages unavailable");
+  }
+  SetOption(fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
+
+  if (options.receiveBuffer > 0) {
+    // FORCE exceeds net.core.rmem_max but needs CAP_NET_ADMIN; plain is capped.
+    if (!SetOption(fd, SOL_SOCKET, SO_RCVBUFFORCE, options.receiveBuffer)) {
+      const int forceErrno = errno;
+      if (!SetOption(fd, SOL_SOCKET, SO_RCVBUF, options.receiveBuffer)) return Errno("setsockopt");
+      socket.warnings_.push_back(std::string("SO_RCVBUFFORCE failed (") +
+                                 (forceErrno == EPERM ? "EPERM" : std::to_string(forceErrno)) +
+                                 "): receive buffer capped by net.core.rmem_max");
+    }
+  }
+  int effective = 0;
+  socklen_t effectiveLength = sizeof(effective);
+  if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &effective, &effectiveLength) != 0) {
+    return Errno("getsockopt");
+  }
+  socket.receiveBuffer_ = effective;
+
+  // Joined before any dump is sent, so no change falls between dump and events.
+  for (uint32_t group : options.groups) {
+    if (!SetOption(fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)) return Errno("setsockopt");
+  }
+  return socket;
+}
+
+uint32_t NetlinkSocket::NextSeq() {
+  if (++seq_ == 0) seq_ = 1;
+  return seq_;
+}
+
+Result<Unit> NetlinkSocket::Send(const std::vector<uint8_t>& request) {
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  for (;;) {
+    const ssize_t sent = sendto(fd_, request.data(), request.size(), 0,
+                                reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel));
+    if (sent >= 0) return Unit{};
+    if (errno != EINTR) return Errno("sendto");
+  }
+}
+
+Result<NetlinkSocket::Received> NetlinkSocket::Receive(std::vector<uint8_t>* buffer,
+                                                         size_t* length) {
+  ssize_t size;
+  do {
+    size = recv(fd_, nullptr, 0, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+  } while (size < 0 && errno == EINTR);
+  if (size < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Received::kWouldBlock;
+    if (errno == ENOBUFS) return Received::kOverrun;
+    return Errno("recvmsg");
+  }
+  if (buffer->size() < static_cast<size_t>(size) || buffer->empty()) {
+    buffer->resize(std::max<size_t>(static_cast<size_t>(size), 4096));
+  }
+
+  sockaddr_nl sender{};
+  iovec vector{buffer->data(), buffer->size()};
+  msghdr header{};
+  header.msg_name = &sender;
+  header.msg_namelen = sizeof(sender);
+  header.msg_iov = &vector;
+  header.msg_iovlen = 1;
+  ssize_t received;
+  do {
+    received = recvmsg(fd_, &header, MSG_DONTWAIT);
+  } while (received < 0 && errno == EINTR);
+  if (received < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Received::kWouldBlock;
+    if (errno == ENOBUFS) return Received::kOverrun;
+    return Errno("recvmsg");
+  }
+  switch (netlink::Admit(sender.nl_pid, header.msg_flags)) {
+    case netlink::Admission::kForeignSender:
+      return Received::kForeignSender;
+    case netlink::Admission::kTruncated:
+      return Received::kTruncated;
+    case netlink::Admission::kAccept:
+      break;
+  }
+  *length = static_cast<size_t>(received);
+  return Received::kDatagram;
+}
+
+Result<bool> NetlinkSocket::WaitReadable(int timeoutMs) {
+  pollfd entry{fd_, POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    const int ready = poll(&entry, 1, static_cast<int>(std::max<int64_t>(left, 0)));
+    if (ready > 0) return true;
+    if (ready == 0) return false;
+    if (errno != EINTR) return Errno("poll");
+  }
+}
+
+Result<NetlinkRequester> NetlinkRequester::Open(const NetnsTarget& target) {
+  Result<NetlinkSocket> socket = NetlinkSocket::Open(target, SocketOptions{});
+  if (!socket.ok()) return socket.error();
+  return NetlinkRequester(std::move(socket.value()));
+}
+
+Result<std::vector<Message>> NetlinkRequester::Exchange(const std::vector<uint8_t>& request,
+                                                        uint32_t seq, bool* interrupted) {
+  Result<Unit> sent = socket_.Send(request);
+  if (!sent.ok()) return sent.error();
+  std::vector<Message> replies;
+  for (;;) {
+    size_t length = 0;
+    Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
+    if (!received.ok()) return received.error();
+    switch (received.value()) {
+      case NetlinkSocket::Received::kWouldBlock: {
+        Result<bool> readable = socket_.WaitReadable(kReplyTimeoutMs);
+        if (!readable.ok()) return readable.error();
+        if (!readable.value()) return SysError(ETIMEDOUT, "recvmsg", "no reply from the kernel");
+        continue;
+      }
+      case NetlinkSocket::Received::kOverrun:
+        // Unsubscribed: only a dump can overflow it; its replies are never dropped.
+        continue;
+      case NetlinkSocket::Received::kForeignSender:
+      case NetlinkSocket::Received::kTruncated:
+        continue;
+      case NetlinkSocket::Received::kDatagram:
+        break;
+    }
+    netlink::ParsedDatagram parsed = netlink::ParseDatagram(buffer_.data(), length);
+    for (Message& message : parsed.messages) {
+      if (message.seq != seq || message.portid != socket_.portid()) continue;  // stale reply
+      if (message.flags & NLM_F_DUMP_INTR) *interrupted = true;
+      // A dump ends with NLMSG_DONE; any other reply is one message, or an ACK.
+      const bool final = std::holds_alternative<AckRecord>(message.body) ||
+                         std::holds_alternative<DoneRecord>(message.body) ||
+                         !(message.flags & NLM_F_MULTI);
+      replies.push_back(std::move(message));
+      if (final) return replies;
+    }
+    if (parsed.error) {
+      return SysError(EBADMSG, "recvmsg", "malformed reply: " + parsed.error->reason);
+    }
+  }
+}
+
+namespace {
+
+// The kernel's verdict in a reply list: the errno of an error ACK or of a DONE.
+int32_t ReplyError(const std::vector<Message>& replies, std::string* extack) {
+  if (replies.empty()) return 0;
+  const Message& last = replies.back();
+  if (const auto* ack = std::get_if<AckRecord>(&last.body)) {
+    *extack = ack->extackMessage;
+    return ack->error;
+  }
+  if (const auto* done = std::get_if<DoneRecord>(&last.body)) return done->error;
+  return 0;
+}
+
+}  // namespace
+
+Result<Unit> NetlinkRequester::Acknowledged(const std::vector<uint8_t>& request, uint32_t seq,
+                                            const char* syscall, int32_t ifindex) {
+  bool interrupted = false;
+  Result<std::vector<Message>> replies = Exchange(request, seq, &interrupted);
+  if (!replies.ok()) {
+    SysError error = replies.error();
+    error.ifindex = ifindex;
+    return error;
+  }
+  std::string extack;
+  const int32_t error = ReplyError(replies.value(), &extack);
+  if (error != 0) {
+    SysError failure(-error, syscall);
+    failure.ifindex = ifindex;
+    failure.extack = extack;
+    return failure;
+  }
+  return Unit{};
+}
+
+template <typename Record>
+Result<std::vector<Record>> NetlinkRequester::Dump(uint16_t type, uint8_t family,
+                                                   const char* syscall) {
+  for (int attempt = 1; attempt <= kDumpAttempts; ++attempt) {
+    const uint32_t seq = socket_.NextSeq();
+    bool interrupted = false;
+    Result<std::vector<Message>> replies =
+        Exchange(netlink::BuildDumpRequest(type, family, seq), seq, &interrupted);
+    if (!replies.ok()) return replies.error();
+    std::string extack;
+    const int32_t error = ReplyError(replies.value(), &extack);
+    if (error != 0) {
+      SysError failure(-error, syscall);
+      failure.extack = extack;
+      return failure;
+    }
+    if (interrupted) continue;  // the set changed while it was walked: walk it again
+    std::vector<Record> records;
+    for (Message& message : replies.value()) {
+      if (auto* record = std::get_if<Record>(&message.body)) records.push_back(std::move(*record));
+    }
+    return records;
+  }
+  return SysError(EAGAIN, syscall,
+                  "dump inconsistent after " + std::to_string(kDumpAttempts) + " attempts");
+}
+
+Result<std::vector<LinkRecord>> NetlinkRequester::DumpLinks() {
+  return Dump<LinkRecord>(RTM_GETLINK, AF_UNSPEC, "getlink");
+}
+
+Result<std::vector<NeighRecord>> NetlinkRequester::DumpNeighbours(uint8_t family) {
+  return Dump<NeighRecord>(RTM_GETNEIGH, family, "getneigh");
+}
+
+Result<LinkRecord> NetlinkRequester::FetchLink(const std::vector<uint8_t>& request, uint32_t seq,
+                                               int32_t ifindex, const std::string& name) {
+  bool interrupted = false;
+  Result<std::vector<Message>> replies = Exchange(request, seq, &interrupted);
+  SysError failure(0, "getlink");
+  failure.ifindex = ifindex;
+  failure.interface = name;
+  if (!replies.ok()) {
+    failure.errnum = replies.error().errnum;
+    failure.detail = replies.error().detail;
+    return failure;
+  }
+  failure.errnum = -ReplyError(replies.value(), &failure.extack);
+  if (failure.errnum != 0) return failure;
+  for (Message& message : replies.value()) {
+    if (auto* link = std::get_if<LinkRecord>(&message.body)) return std::move(*link);
+  }
+  failure.errnum = EBADMSG;
+  failure.detail = "reply without a link";
+  return failure;
+}
+
+Result<LinkRecord> NetlinkRequester::GetLink(int32_t ifindex) {
+  const uint32_t seq = socket_.NextSeq();
+  return FetchLink(netlink::BuildGetLinkRequest(ifindex, seq), seq, ifindex, "");
+}
+
+Result<LinkRecord> NetlinkRequester::GetLinkByName(const std::string& name) {
+  const uint32_t seq = socket_.NextSeq();
+  return FetchLink(netlink::BuildGetLinkByNameRequest(name, seq), seq, 0, name);
+}
+
+Result<Unit> NetlinkRequester::SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac) {
+  const uint32_t seq = socket_.NextSeq();
+  return Acknowledged(netlink::BuildSetLinkAddressRequest(ifindex, mac, seq), seq, "setlink",
+                      ifindex);
+}
+
+Result<Unit> NetlinkRequester::ReplaceNeighbour(const netlink::NeighbourEntry& entry) {
+  const uint32_t seq = socket_.NextSeq();
+  return Acknowledged(netlink::BuildNeighbourReplaceRequest(entry, seq), seq, "setneigh",
+                      entry.ifindex);
+}
+
+Result<Unit> NetlinkRequester::ProbeWriteAccess() {
+  const uint32_t seq = socket_.NextSeq();
+  return Acknowledged(netlink::BuildNoopSetLinkRequest(seq), seq, "setlink", 1);
+}
+
+}  // namespace fg

@@ -1,0 +1,124 @@
+// NETLINK_ROUTE sockets: opened in a chosen network namespace without moving
+// the calling thread, non-blocking and close-on-exec, with size-peeking reads
+// that never parse a truncated or foreign datagram. No Node dependency.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "netlink_builder.h"
+#include "netlink_parser.h"
+#include "result.h"
+
+namespace fg {
+
+// A dump flagged NLM_F_DUMP_INTR is walked again up to this many times in all
+// (as vishvananda/netlink does); after that it is reported as inconsistent.
+inline constexpr int kDumpAttempts = 10;
+
+// The network namespace a socket lives in. An empty path is the caller's own.
+struct NetnsTarget {
+  std::string path;  // "/run/netns/NAME", "/proc/PID/ns/net", or empty
+};
+
+// Inode number of the network namespace at `path` (own namespace when empty).
+Result<uint64_t> NetnsInode(const NetnsTarget& target);
+
+struct SocketOptions {
+  std::vector<uint32_t> groups;  // RTNLGRP_* to join before anything is sent
+  int receiveBuffer = 0;         // bytes; 0 keeps the kernel default
+};
+
+class NetlinkSocket {
+ public:
+  // Opens the socket inside `target` on a short-lived thread (setns needs
+  // CAP_SYS_ADMIN), so no thread of the process changes namespace.
+  static Result<NetlinkSocket> Open(const NetnsTarget& target, const SocketOptions& options);
+
+  NetlinkSocket(NetlinkSocket&& other) noexcept;
+  NetlinkSocket& operator=(NetlinkSocket&& other) noexcept;
+  NetlinkSocket(const NetlinkSocket&) = delete;
+  NetlinkSocket& operator=(const NetlinkSocket&) = delete;
+  ~NetlinkSocket();
+
+  int fd() const { return fd_; }
+  uint32_t portid() const { return portid_; }
+  int receiveBuffer() const { return receiveBuffer_; }  // effective, as read back
+  // Degradations accepted while opening (a smaller receive buffer, no extended ACKs).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  bool extendedAck() const { return extendedAck_; }
+
+  // Releases the descriptor (idempotent).
+  void Close();
+
+  Result<Unit> Send(const std::vector<uint8_t>& request);
+
+  enum class Received : uint8_t {
+    kDatagram,       // `*length` bytes from the kernel are in the buffer
+    kWouldBlock,     // nothing queued
+    kOverrun,        // ENOBUFS: the kernel dropped notifications
+    kForeignSender,  // a datagram not sent by the kernel was discarded
+    kTruncated,      // a datagram was cut short and discarded
+  };
+
+  // Reads one datagram without blocking. The buffer grows to the datagram's
+  // size, learned by peeking (MSG_PEEK|MSG_TRUNC), so nothing is ever cut.
+  Result<Received> Receive(std::vector<uint8_t>* buffer, size_t* length);
+
+  // Waits up to `timeoutMs` for the socket to become readable.
+  Result<bool> WaitReadable(int timeoutMs);
+
+  uint32_t NextSeq();
+
+ private:
+  NetlinkSocket(int fd, uint32_t portid);
+
+  int fd_ = -1;
+  uint32_t portid_ = 0;
+  uint32_t seq_ = 0;
+  int receiveBuffer_ = 0;
+  bool extendedAck_ = false;
+  std::vector<std::string> warnings_;
+};
+
+// Request/response over a dedicated, unsubscribed socket: every call sends one
+// request and reads until the reply with its sequence number; anything else
+// (a late reply to an earlier, timed-out request) is dropped.
+class NetlinkRequester {
+ public:
+  static Result<NetlinkRequester> Open(const NetnsTarget& target);
+
+  int fd() const { return socket_.fd(); }
+  void Close() { socket_.Close(); }
+
+  Result<std::vector<netlink::LinkRecord>> DumpLinks();
+  Result<std::vector<netlink::NeighRecord>> DumpNeighbours(uint8_t family);
+  // ENODEV (as a SysError) when no such interface exists.
+  Result<netlink::LinkRecord> GetLink(int32_t ifindex);
+  Result<netlink::LinkRecord> GetLinkByName(const std::string& name);
+  Result<Unit> SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac);
+  Result<Unit> ReplaceNeighbour(const netlink::NeighbourEntry& entry);
+  // A write that changes nothing (RTM_NEWLINK on lo without attributes): the
+  // kernel checks CAP_NET_ADMIN before looking at it.
+  Result<Unit> ProbeWriteAccess();
+
+ private:
+  explicit NetlinkRequester(NetlinkSocket socket) : socket_(std::move(socket)) {}
+
+  // Sends `request` and collects the messages answering `seq` until the ACK or
+  // NLMSG_DONE; a dump reply flagged NLM_F_DUMP_INTR sets *interrupted.
+  Result<std::vector<netlink::Message>> Exchange(const std::vector<uint8_t>& request, uint32_t seq,
+                                                 bool* interrupted);
+  Result<Unit> Acknowledged(const std::vector<uint8_t>& request, uint32_t seq,
+                            const char* syscall, int32_t ifindex);
+  Result<netlink::LinkRecord> FetchLink(const std::vector<uint8_t>& request, uint32_t seq,
+                                        int32_t ifindex, const std::string& name);
+  template <typename Record>
+  Result<std::vector<Record>> Dump(uint16_t type, uint8_t family, const char* syscall);
+
+  NetlinkSocket socket_;
+  std::vector<uint8_t> buffer_;
+};
+
+}  // namespace fg

@@ -1,0 +1,277 @@
+/**
+ * LinkMonitor against the real kernel, in throw-away network namespaces:
+ * links and neighbours appearing, changing and vanishing, overruns forced
+ * with a tiny receive buffer, and the snapshot staying exact.
+ */
+import assert from 'node:assert/strict';
+
+import { LinkMonitor } from '../lib/monitor';
+import { binding } from '../lib/binding';
+import { Netns } from './support/netns';
+import { collectEvents, nextEvent } from './support/events';
+
+/** Waits until no resync is running or pending (a pending one starts right after an end). */
+async function settled(m: LinkMonitor): Promise<void> {
+  for (let round = 0; round < 20; round += 1) {
+    await new Promise((resolve) => setImmediate(resolve));
+    if (!m.resyncing) return;
+    await nextEvent(m, 'resync', (e) => e.phase === 'end', 10_000);
+  }
+  throw new Error('resyncs did not settle');
+}
+
+interface IpLink {
+  ifindex: number;
+  ifname: string;
+  address?: string;
+}
+
+describe('LinkMonitor (real kernel, netns)', function () {
+  let ns: Netns;
+  let monitor: LinkMonitor | undefined;
+
+  beforeEach(async function () {
+    ns = await Netns.create('fgt-mon');
+  });
+
+  afterEach(async function () {
+    monitor?.close();
+    monitor = undefined;
+    await ns.destroy();
+  });
+
+  async function open(options: { receiveBuffer?: number } = {}): Promise<LinkMonitor> {
+    monitor = await LinkMonitor.open({ netns: ns.name, ...options });
+    return monitor;
+  }
+
+  it('loads the namespace as its first snapshot, then stays in its own namespace', async function () {
+    const before = binding.netnsInode();
+    await ns.ip('link add vx9 type vxlan id 9 dstport 8472 nolearning');
+    const m = await open();
+    assert.deepEqual(
+      m
+        .links()
+        .map((l) => l.name)
+        .sort(),
+      ['lo', 'vx9'],
+    );
+    const lo = m.getLink('lo');
+    assert.ok(lo?.loopback);
+    assert.equal(binding.netnsInode(), before, 'the calling thread never changed namespace');
+    assert.notEqual(binding.netnsInode(ns.path), before);
+  });
+
+  it('reports a created vxlan device with its VXLAN attributes, and created=true', async function () {
+    const m = await open();
+    await ns.ip('link add eth0 type veth peer name eth0p');
+    await ns.ip('addr add 192.0.2.10/24 dev eth0');
+    const added = nextEvent(m, 'linkAdded', (e) => e.link.name === 'flannel.1');
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning local 192.0.2.10 dev eth0');
+    const [event] = await added;
+    const eth0 = m.getLink('eth0');
+    assert.ok(eth0);
+    assert.equal(event.created, true);
+    assert.equal(event.source, 'event');
+    assert.equal(event.link.kind, 'vxlan');
+    assert.deepEqual(event.link.vxlan, {
+      vni: 1,
+      port: 8472,
+      local: '192.0.2.10',
+      underlayIfindex: eth0.ifindex,
+      learning: false,
+    });
+    assert.match(event.link.mac ?? '', /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/);
+    const [ipLink] = await ns.ipJson<IpLink[]>('link show flannel.1');
+    assert.equal(event.link.mac, ipLink?.address);
+    assert.equal(event.link.ifindex, ipLink?.ifindex);
+  });
+
+  it('reports veth and ifb devices, renames with the previous name, and removals', async function () {
+    const m = await open();
+    const veth = nextEvent(m, 'linkAdded', (e) => e.link.name === 'va');
+    await ns.ip('link add va type veth peer name vb');
+    assert.equal((await veth)[0].link.kind, 'veth');
+
+    const ifb = nextEvent(m, 'linkAdded', (e) => e.link.name === 'ifb7');
+    await ns.ip('link add ifb7 type ifb');
+    const [{ link }] = await ifb;
+    assert.equal(link.kind, 'ifb');
+
+    const renamed = nextEvent(m, 'linkChanged', (e) => e.link.ifindex === link.ifindex);
+    await ns.ip('link set ifb7 name ifb8');
+    const [change] = await renamed;
+    assert.equal(change.previous.name, 'ifb7');
+    assert.equal(change.link.name, 'ifb8');
+    assert.equal(m.getLink('ifb8')?.ifindex, link.ifindex);
+    assert.equal(m.getLink('ifb7'), undefined);
+
+    const removed = nextEvent(m, 'linkRemoved', (e) => e.link.ifindex === link.ifindex);
+    await ns.ip('link del ifb8');
+    assert.equal((await removed)[0].link.name, 'ifb8');
+    assert.equal(m.getLink(link.ifindex), undefined);
+  });
+
+  it('shows a MAC change as old -> new', async function () {
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    const m = await open();
+    const before = m.getLink('vx1');
+    assert.ok(before?.mac);
+    const changed = nextEvent(m, 'linkChanged', (e) => e.link.name === 'vx1');
+    await ns.ip('link set vx1 address 0e:00:00:00:00:42');
+    const [event] = await changed;
+    assert.equal(event.previous.mac, before.mac);
+    assert.equal(event.link.mac, '0e:00:00:00:00:42');
+  });
+
+  it('treats a device deleted and re-created under the same index as a new device', async function () {
+    await ns.ip('link add ifb3 index 50 type ifb');
+    const m = await open();
+    const first = m.getLink(50);
+    assert.ok(first);
+    const removed = nextEvent(m, 'linkRemoved', (e) => e.link.ifindex === 50);
+    const added = nextEvent(m, 'linkAdded', (e) => e.link.ifindex === 50);
+    const changed = collectEvents(m, 'linkChanged');
+    await ns.ip('link del ifb3');
+    await ns.ip('link add ifb3 index 50 type ifb');
+    await removed;
+    const [event] = await added;
+    changed.stop();
+    assert.equal(event.created, true);
+    assert.notEqual(event.link.mac, first.mac);
+    assert.equal(
+      changed.events.filter((e) => e.link.ifindex === 50).length,
+      0,
+      'not reported as a change of the old device',
+    );
+  });
+
+  it('follows permanent neighbour and FDB entries, and marks the flush a MAC change causes', async function () {
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip('link set flannel.1 up');
+    const m = await open();
+
+    const neighbour = nextEvent(m, 'neighbourAdded', (e) => e.neighbour.destination === '198.18.2.0');
+    await ns.ip('neigh add 198.18.2.0 lladdr 0e:00:00:00:00:02 dev flannel.1 nud permanent');
+    const [added] = await neighbour;
+    assert.equal(added.neighbour.family, 'inet');
+    assert.equal(added.neighbour.permanent, true);
+    assert.equal(added.neighbour.lladdr, '0e:00:00:00:00:02');
+
+    const fdb = nextEvent(m, 'neighbourAdded', (e) => e.neighbour.family === 'bridge');
+    await ns.bridge('fdb append 0e:00:00:00:00:02 dev flannel.1 dst 192.0.2.12 self permanent');
+    const [fdbEntry] = await fdb;
+    assert.equal(fdbEntry.neighbour.destination, '192.0.2.12');
+    assert.equal(fdbEntry.neighbour.lladdr, '0e:00:00:00:00:02');
+
+    await ns.ip('neigh add 198.18.3.0 lladdr 0e:00:00:00:00:03 dev flannel.1 nud permanent');
+    const removedByDelete = nextEvent(m, 'neighbourRemoved', (e) => e.neighbour.destination === '198.18.3.0');
+    await ns.ip('neigh del 198.18.3.0 dev flannel.1');
+    assert.equal((await removedByDelete)[0].cause, 'deleted');
+
+    const flushed = nextEvent(m, 'neighbourRemoved', (e) => e.neighbour.destination === '198.18.2.0');
+    await ns.ip('link set flannel.1 address 0e:00:00:00:00:99');
+    const [flush] = await flushed;
+    assert.equal(flush.cause, 'flush');
+    assert.equal(flush.neighbour.lladdr, '0e:00:00:00:00:02');
+    // The FDB entry survives a MAC change.
+    assert.equal(m.neighbours().filter((n) => n.family === 'bridge').length, 1);
+    const neighbours = await ns.ip('neigh show dev flannel.1 nud permanent');
+    assert.equal(neighbours.trim(), '', 'the kernel flushed the permanent entry');
+  });
+
+  it('recovers from ENOBUFS under churn with one coalesced resync and an exact snapshot', async function () {
+    this.timeout(60_000);
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    const m = await open({ receiveBuffer: 1024 });
+    assert.ok(m.stats().receiveBuffer <= 4096, `receive buffer ${m.stats().receiveBuffer}`);
+    const overruns = collectEvents(m, 'overrun');
+    const resyncs = collectEvents(m, 'resync');
+    const recovered = nextEvent(m, 'resync', (e) => e.phase === 'end', 20_000);
+
+    // Create and delete links in one burst, much faster than a 1 KiB buffer drains.
+    const lines: string[] = [];
+    for (let i = 0; i < 40; i += 1) lines.push(`link add ifb${i} type ifb`);
+    for (let i = 0; i < 40; i += 2) lines.push(`link del ifb${i}`);
+    lines.push('link set vx1 address 0e:00:00:00:00:77');
+    await ns.ipBatch(lines);
+    await recovered;
+    await settled(m);
+    assert.ok(overruns.events.length > 0, 'a 1 KiB buffer overran');
+    assert.ok(m.stats().overruns > 0);
+    const beginCount = resyncs.events.filter((e) => e.phase === 'begin').length;
+    assert.ok(beginCount >= 1 && beginCount <= overruns.events.length, `${beginCount} resyncs`);
+
+    const kernel = await ns.ipJson<IpLink[]>('link show');
+    const expected = kernel.map((l) => `${l.ifindex} ${l.ifname} ${l.address ?? ''}`).sort();
+    const actual = m
+      .links()
+      .map((l) => `${l.ifindex} ${l.name} ${l.mac ?? ''}`)
+      .sort();
+    assert.deepEqual(actual, expected);
+    assert.equal(m.getLink('vx1')?.mac, '0e:00:00:00:00:77');
+  });
+
+  it('yields events through async iteration and ends on abort', async function () {
+    const m = await open();
+    const controller = new AbortController();
+    const seen: string[] = [];
+    const consumer = (async () => {
+      for await (const event of m.events({ signal: controller.signal })) {
+        if (event.type === 'linkAdded') {
+          seen.push(event.link.name);
+          if (event.link.name === 'ifb2') controller.abort();
+        }
+      }
+    })();
+    const aborted = assert.rejects(consumer, { name: 'AbortError' });
+    await ns.ip('link add ifb1 type ifb');
+    await ns.ip('link add ifb2 type ifb');
+    await aborted;
+    assert.deepEqual(seen, ['ifb1', 'ifb2']);
+  });
+
+  it('ends async iteration when the monitor closes', async function () {
+    const m = await open();
+    const iteration = (async () => {
+      const types: string[] = [];
+      for await (const event of m) types.push(event.type);
+      return types;
+    })();
+    const added = nextEvent(m, 'linkAdded');
+    await ns.ip('link add ifb1 type ifb');
+    await added;
+    m.close();
+    const types = await iteration;
+    assert.ok(types.includes('linkAdded'));
+  });
+
+  it('gives an async iterator that falls behind one overrun, then resumes after it', async function () {
+    monitor = await LinkMonitor.open({ netns: ns.name, queueLimit: 5 });
+    const m = monitor;
+    const iterator = m.events();
+    const last = nextEvent(m, 'linkAdded', (e) => e.link.name === 'ifb11');
+    await ns.ipBatch(Array.from({ length: 12 }, (_, i) => `link add ifb${i} type ifb`));
+    await last;
+    const first = await iterator.next();
+    assert.deepEqual(first.value, { type: 'overrun', cause: 'queue' });
+    assert.equal(m.stats().queueOverruns, 1, 'one overrun for the whole backlog');
+    assert.equal(m.links().filter((l) => l.name.startsWith('ifb')).length, 12, 'the snapshot is whole');
+    const added = nextEvent(m, 'linkAdded', (e) => e.link.name === 'ifb99');
+    await ns.ip('link add ifb99 type ifb');
+    await added;
+    const next = await iterator.next();
+    assert.equal(next.value?.type, 'linkAdded');
+    await iterator.return?.();
+  });
+
+  it('rejects ready() when closed first, and close() is idempotent', async function () {
+    const m = new LinkMonitor({ netns: ns.name });
+    monitor = m;
+    const ready = m.ready();
+    m.close();
+    m.close();
+    await assert.rejects(ready);
+    assert.equal(m.closed, true);
+  });
+});

@@ -1,0 +1,412 @@
+/**
+ * A small flannel-like cluster in network namespaces, programmed the way flannel's vxlan backend
+ * does it.
+ *
+ *   switch netns:  br0 ── sw-n<i> (veth) ──┐
+ *   node<i> netns: eth0 192.0.2.(10+i)/24 ─┘   flannel.1 (vxlan id 1, dstport 8472, nolearning,
+ *                  local 192.0.2.(10+i) dev eth0, mtu 1450) with 198.18.<i>.0/32,
+ *                  cni0 bridge 198.18.<i>.1/24 ── veth-pod ──┐
+ *   pod<i> netns:  eth0 198.18.<i>.2/24 (mtu 1450), default via 198.18.<i>.1 ───┘
+ *
+ * Like flanneld, the VTEP is created and its MAC read immediately (one `ip -batch` process:
+ * `link add` + `link show`), before udev's MACAddressPolicy=persistent rewrite lands; that MAC is
+ * the node's published VtepMAC. Every other node gets
+ *   ip neigh replace 198.18.<i>.0 lladdr MAC dev flannel.1 nud permanent
+ *   bridge fdb replace MAC dev flannel.1 dst 192.0.2.(10+i) self permanent
+ *   ip route replace 198.18.<i>.0/24 via 198.18.<i>.0 dev flannel.1 onlink
+ */
+import { Netns } from './netns';
+import { Udevd } from './udevd';
+import { EchoAgent, pingFrom, tcpEchoFrom, udpEchoFrom } from './traffic';
+
+export const VTEP = 'flannel.1';
+export const VXLAN_PORT = 8472;
+export const VTEP_MTU = 1450;
+
+/** Options for `FlannelTestbed.create`. */
+export interface TestbedOptions {
+  nodes: 2 | 3;
+  /** Run a private systemd-udevd per node (distinct machine-ids), started before the VTEP. */
+  udev: boolean;
+  /** Extra `.link` files for every node's udevd (e.g. MACAddressPolicy=none). */
+  linkFiles?: Record<string, string>;
+  /** Extra udev rules for every node's udevd. */
+  rules?: Record<string, string>;
+}
+
+/** Options for a traffic probe. */
+export interface ProbeOptions {
+  timeoutMs?: number;
+}
+
+interface IpLink {
+  ifname: string;
+  address?: string;
+}
+
+/** How one VTEP creation went. */
+export interface VtepCreation {
+  /** The MAC read right after `link add` (what flanneld publishes). */
+  publishedMac: string;
+  /** MAC after udev processed the `add` event (equals publishedMac without udev). */
+  finalMac: string;
+  /** The MAC udev said it applied ("Applying persistent MAC address: ..."), if any. */
+  udevAppliedMac: string | null;
+  /** Attempts needed (>1 only if udev's rewrite beat our read and we re-created the VTEP). */
+  attempts: number;
+}
+
+/** One node of the testbed. */
+export class TestbedNode {
+  /** The node's published VtepMAC, as programmed on its peers. */
+  publishedMac = '';
+  /** Details of the latest VTEP creation. */
+  lastCreation: VtepCreation | undefined;
+  agent: EchoAgent | undefined;
+  udevd: Udevd | undefined;
+
+  constructor(
+    /** 1-based node number. */
+    readonly index: number,
+    readonly ns: Netns,
+    readonly podNs: Netns,
+  ) {}
+
+  get name(): string {
+    return `node${this.index}`;
+  }
+  /** Underlay address on eth0. */
+  get underlayIp(): string {
+    return `192.0.2.${10 + this.index}`;
+  }
+  /** flannel.1 address (the subnet's .0, as flannel does). */
+  get vtepIp(): string {
+    return `198.18.${this.index}.0`;
+  }
+  get podCidr(): string {
+    return `198.18.${this.index}.0/24`;
+  }
+  get gatewayIp(): string {
+    return `198.18.${this.index}.1`;
+  }
+  get podIp(): string {
+    return `198.18.${this.index}.2`;
+  }
+
+  /** The VTEP's MAC right now. */
+  async currentMac(): Promise<string> {
+    return macOf(this.ns, VTEP);
+  }
+
+  /** /sys/class/net/flannel.1/addr_assign_type as seen inside the node netns. */
+  async addrAssignType(): Promise<number> {
+    return Number((await this.ns.readFile(`/sys/class/net/${VTEP}/addr_assign_type`)).trim());
+  }
+
+  /** `ip link set flannel.1 address MAC` (flushes this node's neighbour entries on flannel.1). */
+  async setVtepMac(mac: string): Promise<void> {
+    await this.ns.ip(['link', 'set', VTEP, 'address', mac]);
+  }
+
+  /** Neighbour entries on flannel.1. */
+  async neighbours(): Promise<{ dst: string; lladdr?: string; state?: string[] }[]> {
+    return this.ns.ipJson(['neigh', 'show', 'dev', VTEP]);
+  }
+
+  /** FDB entries on flannel.1 (`bridge fdb show dev flannel.1`). */
+  async fdb(): Promise<{ mac: string; dst?: string; flags?: string[]; state?: string }[]> {
+    return JSON.parse(await this.ns.bridge(['-j', 'fdb', 'show', 'dev', VTEP])) as {
+      mac: string;
+      dst?: string;
+    }[];
+  }
+
+  /** `ethtool -K flannel.1 tx-checksum-ip-generic on|off`. */
+  async setTxChecksum(on: boolean): Promise<void> {
+    await this.ns.run(['ethtool', '-K', VTEP, 'tx-checksum-ip-generic', on ? 'on' : 'off']);
+  }
+
+  /** Current value of a feature of `ifname` (ethtool -k), e.g. 'tx-checksum-ip-generic'. */
+  async feature(feature: string, ifname = VTEP): Promise<string> {
+    const out = (await this.ns.run(['ethtool', '-k', ifname])).stdout;
+    const line = out.split('\n').find((l) => l.trim().startsWith(`${feature}:`));
+    if (line === undefined) throw new Error(`feature ${feature} not found on ${ifname}`);
+    return line.split(':')[1]?.trim() ?? '';
+  }
+}
+
+async function macOf(ns: Netns, ifname: string): Promise<string> {
+  const links = await ns.ipJson<IpLink[]>(['link', 'show', 'dev', ifname]);
+  const mac = links[0]?.address;
+  if (mac === undefined) throw new Error(`no MAC for ${ifname} in ${ns.name}`);
+  return mac;
+}
+
+/** The flannel-like cluster. */
+export class FlannelTestbed {
+  private destroyed = false;
+
+  private constructor(
+    readonly options: TestbedOptions,
+    readonly switchNs: Netns,
+    readonly nodes: readonly TestbedNode[],
+  ) {}
+
+  /** Build the cluster. On any failure everything created so far is removed. */
+  static async create(options: TestbedOptions): Promise<FlannelTestbed> {
+    if (options.nodes !== 2 && options.nodes !== 3) throw new Error('nodes must be 2 or 3');
+    const created: Netns[] = [];
+    const nodes: TestbedNode[] = [];
+    let bed: FlannelTestbed | undefined;
+    try {
+      const sw = await Netns.create('fgt');
+      created.push(sw);
+      await disableIpv6(sw);
+      await sw.ipBatch(['link add br0 type bridge', 'link set br0 up']);
+      for (let i = 1; i <= options.nodes; i++) {
+        const ns = await Netns.create('fgt');
+        created.push(ns);
+        const pod = await Netns.create('fgt');
+        created.push(pod);
+        nodes.push(new TestbedNode(i, ns, pod));
+      }
+      bed = new FlannelTestbed(options, sw, nodes);
+      await Promise.all(nodes.map((n) => bed?.setUpNode(n)));
+      // Each node's VTEP: created and read like flanneld, then udev has its go.
+      await Promise.all(nodes.map((n) => bed?.createVtep(n)));
+      for (const n of nodes) await bed.programLocal(n);
+      return bed;
+    } catch (err) {
+      if (bed !== undefined) await bed.destroy();
+      else await Promise.all(created.map((ns) => ns.destroy()));
+      throw err;
+    }
+  }
+
+  /** Node by 1-based index. */
+  node(index: number): TestbedNode {
+    const n = this.nodes[index - 1];
+    if (n === undefined) throw new Error(`no node ${index}`);
+    return n;
+  }
+
+  /** Other nodes than `node`. */
+  peersOf(node: TestbedNode): TestbedNode[] {
+    return this.nodes.filter((n) => n !== node);
+  }
+
+  /**
+   * Simulated flanneld restart on `node`: delete flannel.1, re-create it (new random MAC, read
+   * immediately and re-published), restore its address/up state and its own entries for the
+   * peers, and re-program all peers with the new published MAC. Returns the new published MAC.
+   */
+  async restartFlannel(node: TestbedNode): Promise<string> {
+    const old = node.publishedMac;
+    await node.ns.ip(['link', 'del', VTEP]);
+    await this.createVtep(node);
+    await this.programLocal(node);
+    const mac = node.publishedMac;
+    node.publishedMac = old; // reprogramPeers replaces the old entries
+    await this.reprogramPeers(node, mac);
+    return mac;
+  }
+
+  /**
+   * Publish `mac` as `node`'s VtepMAC: on every other node replace the neighbour entry, move the
+   * FDB entry (old MAC removed, new MAC added) and replace the route.
+   */
+  async reprogramPeers(node: TestbedNode, mac: string): Promise<void> {
+    const old = node.publishedMac;
+    node.publishedMac = mac;
+    for (const peer of this.peersOf(node)) {
+      if (old !== '' && old !== mac) {
+        await peer.ns
+          .bridge(['fdb', 'del', old, 'dev', VTEP, 'dst', node.underlayIp, 'self'])
+          .catch(() => undefined);
+      }
+      await programEntry(peer, node, mac);
+    }
+  }
+
+  /**
+   * (Re-)add `node`'s own neighbour/FDB/route entries for every peer, using the peers' published
+   * MACs. Needed after any MAC change of node's flannel.1, which flushes its neighbour entries.
+   */
+  async programLocal(node: TestbedNode): Promise<void> {
+    for (const peer of this.peersOf(node)) {
+      if (peer.publishedMac !== '') await programEntry(node, peer, peer.publishedMac);
+    }
+  }
+
+  /** Pod-to-pod ICMP echo; true on a reply within the timeout (default 2 s). */
+  async ping(from: TestbedNode, to: TestbedNode, opts: ProbeOptions = {}): Promise<boolean> {
+    return pingFrom(from.podNs, to.podIp, opts.timeoutMs ?? 2000);
+  }
+
+  /** Pod-to-pod TCP echo round trip of `bytes` (default 1000); true if echoed within the timeout. */
+  async tcp(
+    from: TestbedNode,
+    to: TestbedNode,
+    opts: ProbeOptions & { bytes?: number } = {},
+  ): Promise<boolean> {
+    await this.ensureAgent(to);
+    return tcpEchoFrom(from.podNs, to.podIp, {
+      timeoutMs: opts.timeoutMs,
+      bytes: opts.bytes,
+    });
+  }
+
+  /** Pod-to-pod UDP echo; true if echoed within the timeout. */
+  async udp(from: TestbedNode, to: TestbedNode, opts: ProbeOptions = {}): Promise<boolean> {
+    await this.ensureAgent(to);
+    return udpEchoFrom(from.podNs, to.podIp, { timeoutMs: opts.timeoutMs });
+  }
+
+  /** Remove everything: agents, udevd processes, all namespaces. Idempotent. */
+  async destroy(): Promise<void> {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    const errors: unknown[] = [];
+    const attempt = async (fn: () => Promise<void>): Promise<void> => {
+      try {
+        await fn();
+      } catch (e) {
+        errors.push(e);
+      }
+    };
+    await Promise.all(
+      this.nodes.map(async (n) => {
+        await attempt(async () => n.agent?.stop());
+        await attempt(async () => n.udevd?.stop());
+        await attempt(() => n.podNs.destroy());
+        await attempt(() => n.ns.destroy());
+      }),
+    );
+    await attempt(() => this.switchNs.destroy());
+    if (errors.length > 0) {
+      throw new AggregateError(errors, `testbed teardown had ${errors.length} error(s)`);
+    }
+  }
+
+  private async ensureAgent(node: TestbedNode): Promise<void> {
+    node.agent ??= await EchoAgent.start(node.podNs);
+  }
+
+  /** Underlay, cni0 and the pod; then (optionally) udevd. */
+  private async setUpNode(n: TestbedNode): Promise<void> {
+    await disableIpv6(n.ns);
+    await disableIpv6(n.podNs);
+    await n.ns.sysctl('net.ipv4.ip_forward', 1);
+    await this.switchNs.ipBatch([
+      `link add sw-n${n.index} type veth peer name eth0 netns ${n.ns.name}`,
+      `link set sw-n${n.index} master br0 up`,
+    ]);
+    await n.ns.ipBatch([
+      `addr add ${n.underlayIp}/24 dev eth0`,
+      'link set eth0 up',
+      'link add cni0 type bridge',
+      `addr add ${n.gatewayIp}/24 dev cni0`,
+      'link set cni0 up',
+      `link add veth-pod mtu ${VTEP_MTU} type veth peer name eth0 netns ${n.podNs.name}`,
+      'link set veth-pod master cni0 up',
+    ]);
+    await n.podNs.ipBatch([
+      `link set eth0 mtu ${VTEP_MTU}`,
+      `addr add ${n.podIp}/24 dev eth0`,
+      'link set eth0 up',
+      `route add default via ${n.gatewayIp}`,
+    ]);
+    if (this.options.udev) {
+      n.udevd = await Udevd.start(n.ns, {
+        linkFiles: this.options.linkFiles,
+        rules: this.options.rules,
+      });
+    }
+  }
+
+  /**
+   * Create flannel.1 and read its MAC in the same `ip -batch` process (flanneld: LinkAdd, then
+   * LinkByIndex). With udev, wait until udev has processed the `add` event; if udev applied a MAC
+   * equal to the one we read (its rewrite beat our read), re-create (bounded: 3 attempts).
+   * Then add 198.18.<i>.0/32 and bring the link up.
+   */
+  private async createVtep(n: TestbedNode): Promise<void> {
+    const udevd = n.udevd;
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const offset = udevd?.logOffset() ?? 0;
+      const out = await n.ns.ipBatch(
+        [
+          `link add ${VTEP} mtu ${VTEP_MTU} type vxlan id 1 dstport ${VXLAN_PORT} nolearning ` +
+            `local ${n.underlayIp} dev eth0`,
+          `link show dev ${VTEP}`,
+        ],
+        { json: true },
+      );
+      const published = parseFirstMac(out);
+      let udevApplied: string | null = null;
+      if (udevd !== undefined) {
+        await udevd.waitForDeviceProcessed(VTEP, offset, 5000);
+        const text = udevd.log().slice(offset);
+        const m = new RegExp(
+          `^${VTEP.replace('.', '\\.')}: Applying persistent MAC address: ([0-9a-f:]{17})`,
+          'm',
+        ).exec(text);
+        udevApplied = m?.[1] ?? null;
+      }
+      const finalMac = await n.currentMac();
+      if (udevApplied !== null && udevApplied === published && attempt < 3) {
+        // udev was faster than our read: not the flanneld race we want to model. Retry.
+        await n.ns.ip(['link', 'del', VTEP]);
+        continue;
+      }
+      n.publishedMac = published;
+      n.lastCreation = {
+        publishedMac: published,
+        finalMac,
+        udevAppliedMac: udevApplied,
+        attempts: attempt,
+      };
+      await n.ns.ipBatch([`addr add ${n.vtepIp}/32 dev ${VTEP}`, `link set ${VTEP} up`]);
+      return;
+    }
+  }
+}
+
+/** On `on`, program the entries that make `peer` (published as `mac`) reachable. */
+async function programEntry(on: TestbedNode, peer: TestbedNode, mac: string): Promise<void> {
+  await on.ns.ip(['neigh', 'replace', peer.vtepIp, 'lladdr', mac, 'dev', VTEP, 'nud', 'permanent']);
+  await on.ns.bridge([
+    'fdb',
+    'replace',
+    mac,
+    'dev',
+    VTEP,
+    'dst',
+    peer.underlayIp,
+    'self',
+    'permanent',
+  ]);
+  await on.ns.ip(['route', 'replace', peer.podCidr, 'via', peer.vtepIp, 'dev', VTEP, 'onlink']);
+}
+
+function parseFirstMac(batchJson: string): string {
+  // `ip -j -batch` prints one JSON document per command that produces output.
+  for (const line of batchJson.split('\n')) {
+    const t = line.trim();
+    if (!t.startsWith('[')) continue;
+    const links = JSON.parse(t) as IpLink[];
+    const mac = links[0]?.address;
+    if (mac !== undefined) return mac;
+  }
+  throw new Error(`no MAC in ip -batch output: ${batchJson}`);
+}
+
+async function disableIpv6(ns: Netns): Promise<void> {
+  await ns.run([
+    'sysctl',
+    '-q',
+    '-w',
+    'net.ipv6.conf.all.disable_ipv6=1',
+    'net.ipv6.conf.default.disable_ipv6=1',
+  ]);
+}
