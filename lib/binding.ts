@@ -130,8 +130,8 @@ export interface RawDriverInfo {
 export interface RawNeighbourEntry {
   family: number;
   ifindex: number;
-  /** 4 or 16 bytes; empty for an FDB entry without a destination. */
-  destination: Buffer;
+  /** IPv4 or IPv6 address; null for an FDB entry without a destination. */
+  destination: string | null;
   lladdr: Buffer;
   state: number;
   flags: number;

@@ -3,6 +3,7 @@ export type {
   ChangeSource,
   LinkAddedEvent,
   LinkChangedEvent,
+  LinkKernelEvent,
   LinkMonitorEvent,
   LinkMonitorEvents,
   LinkMonitorOptions,

@@ -43,10 +43,31 @@ export interface LinkAddedEvent {
   created: boolean;
 }
 
+/** IFLA_EVENT: why the kernel re-announced a device whose state may be unchanged. */
+export type LinkKernelEvent =
+  | 'reboot'
+  | 'features'
+  | 'bonding-failover'
+  | 'notify-peers'
+  | 'igmp-resend'
+  | 'bonding-options';
+
+const KERNEL_EVENTS: readonly (LinkKernelEvent | null)[] = [
+  null,
+  'reboot',
+  'features',
+  'bonding-failover',
+  'notify-peers',
+  'igmp-resend',
+  'bonding-options',
+];
+
 export interface LinkChangedEvent {
   link: LinkInfo;
   previous: LinkInfo;
   source: ChangeSource;
+  /** Set when the kernel said why it re-announced the device ('features': offloads changed). */
+  kernelEvent: LinkKernelEvent | null;
 }
 
 export interface LinkRemovedEvent {
@@ -451,8 +472,11 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
         source: this.#source(fromDump),
         created: !fromDump && raw.changeMask === CHANGE_MASK_NEW_DEVICE,
       });
-    } else if (!sameLink(previous, link)) {
-      this.emit('linkChanged', { link, previous, source: this.#source(fromDump) });
+    } else {
+      const kernelEvent = KERNEL_EVENTS[raw.event ?? 0] ?? null;
+      if (kernelEvent !== null || !sameLink(previous, link)) {
+        this.emit('linkChanged', { link, previous, source: this.#source(fromDump), kernelEvent });
+      }
     }
   }
 

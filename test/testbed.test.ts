@@ -19,7 +19,7 @@ import {
   waitFor,
 } from './support/netns';
 import { FLANNEL_LINK_MAC_POLICY_NONE, Udevd, randomMachineId } from './support/udevd';
-import { LinkMonitor } from './support/linkmon';
+import { IpLinkMonitor } from './support/ip-monitor';
 import { FlannelTestbed, VTEP, type TestbedNode } from './support/testbed';
 import {
   VxlanCapture,
@@ -340,7 +340,7 @@ describe('test support', function () {
       udevds.push(u);
       assert.ok(u.running);
       assert.match(u.log(), /99-default\.link/);
-      const mon = await LinkMonitor.start(ns);
+      const mon = await IpLinkMonitor.start(ns);
       try {
         const off = u.logOffset();
         await ns.ip(`link add ${VTEP} type vxlan id 1 dstport 8472 nolearning`);
@@ -557,6 +557,22 @@ describe('test support', function () {
       for (const n of b.nodes) await b.programLocal(n);
       assert.equal(await b.ping(n1, n2), true);
       assert.equal(await b.tcp(n2, n1), true);
+    });
+
+    it('a flannel restart under udev breaks traffic again (new random MAC, rewritten)', async function () {
+      const b = bed as FlannelTestbed;
+      const [n1, n2] = [b.node(1), b.node(2)];
+      const before = n1.publishedMac;
+      const mac = await b.restartFlannel(n1);
+      assert.notEqual(mac, before);
+      assert.notEqual(await n1.currentMac(), mac);
+      assert.equal(n1.lastCreation?.udevAppliedMac, await n1.currentMac());
+      const neigh = await n2.neighbours();
+      assert.ok(
+        neigh.some((e) => e.dst === n1.vtepIp && e.lladdr === mac),
+        'peer has the new MAC',
+      );
+      assert.equal(await b.ping(n2, n1, { timeoutMs: NEG_TIMEOUT_MS }), false);
     });
   });
 

@@ -222,7 +222,7 @@ Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
   entry.family = static_cast<uint8_t>(object.Get("family").ToNumber().Uint32Value());
   entry.ifindex = object.Get("ifindex").ToNumber().Int32Value();
   if (entry.ifindex <= 0) throw Napi::RangeError::New(env, "ifindex must be positive");
-  entry.destination = AddressFromJs(object.Get("destination"), "destination", true);
+  entry.destination = AddressFromJs(object.Get("destination"), "destination");
   entry.lladdr = MacFromJs(object.Get("lladdr"), "lladdr");
   entry.state = static_cast<uint16_t>(object.Get("state").ToNumber().Uint32Value());
   entry.flags = static_cast<uint8_t>(object.Get("flags").ToNumber().Uint32Value());

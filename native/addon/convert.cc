@@ -175,15 +175,15 @@ std::array<uint8_t, 6> MacFromJs(const Napi::Value& value, const char* what) {
   return mac;
 }
 
-std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what, bool allowEmpty) {
-  if (value.IsBuffer()) {
-    auto buffer = value.As<Napi::Buffer<uint8_t>>();
-    const size_t length = buffer.Length();
-    if (length == 4 || length == 16 || (allowEmpty && length == 0)) {
-      return std::vector<uint8_t>(buffer.Data(), buffer.Data() + length);
-    }
+std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what) {
+  if (value.IsNull() || value.IsUndefined()) return {};
+  if (value.IsString()) {
+    const std::string text = value.As<Napi::String>().Utf8Value();
+    std::vector<uint8_t> address(text.find(':') == std::string::npos ? 4 : 16);
+    const int family = address.size() == 4 ? AF_INET : AF_INET6;
+    if (inet_pton(family, text.c_str(), address.data()) == 1) return address;
   }
-  throw Napi::TypeError::New(value.Env(), std::string(what) + " must be a 4- or 16-byte Buffer");
+  throw Napi::TypeError::New(value.Env(), std::string(what) + " must be an IPv4 or IPv6 address");
 }
 
 }  // namespace fg::addon

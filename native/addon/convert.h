@@ -22,7 +22,7 @@ Napi::Value DriverInfoToJs(Napi::Env env, const ethtool::DriverInfo& info);
 
 // A Buffer of exactly 6 bytes; throws a TypeError otherwise.
 std::array<uint8_t, 6> MacFromJs(const Napi::Value& value, const char* what);
-// A Buffer of 4 or 16 bytes (or empty when `allowEmpty`); throws a TypeError otherwise.
-std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what, bool allowEmpty);
+// An IPv4 or IPv6 address in text form (empty for null); throws a TypeError otherwise.
+std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what);
 
 }  // namespace fg::addon

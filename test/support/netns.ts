@@ -162,7 +162,7 @@ export async function waitFor<T>(
     try {
       const v = await predicate();
       if (v !== undefined && v !== null && v !== false && (v as unknown) !== 0 && v !== '') {
-        return v as NonNullable<T>;
+        return v;
       }
     } catch (err) {
       lastError = err;
@@ -173,7 +173,7 @@ export async function waitFor<T>(
   const suffix =
     lastError === undefined
       ? ''
-      : ` (last error: ${lastError instanceof Error ? lastError.message : String(lastError)})`;
+      : ` (last error: ${lastError instanceof Error ? lastError.message : JSON.stringify(lastError)})`;
   throw new Error(`timed out after ${opts.timeoutMs} ms waiting for ${opts.what}${suffix}`);
 }
 

@@ -22,6 +22,8 @@ import { EchoAgent, pingFrom, tcpEchoFrom, udpEchoFrom } from './traffic';
 export const VTEP = 'flannel.1';
 export const VXLAN_PORT = 8472;
 export const VTEP_MTU = 1450;
+/** Bound on VTEP re-creations when udev's rewrite beats our immediate read. */
+const MAX_VTEP_ATTEMPTS = 5;
 
 /** Options for `FlannelTestbed.create`. */
 export interface TestbedOptions {
@@ -170,12 +172,13 @@ export class FlannelTestbed {
         created.push(pod);
         nodes.push(new TestbedNode(i, ns, pod));
       }
-      bed = new FlannelTestbed(options, sw, nodes);
-      await Promise.all(nodes.map((n) => bed?.setUpNode(n)));
+      const b = new FlannelTestbed(options, sw, nodes);
+      bed = b;
+      await Promise.all(nodes.map((n) => b.setUpNode(n)));
       // Each node's VTEP: created and read like flanneld, then udev has its go.
-      await Promise.all(nodes.map((n) => bed?.createVtep(n)));
-      for (const n of nodes) await bed.programLocal(n);
-      return bed;
+      await Promise.all(nodes.map((n) => b.createVtep(n)));
+      for (const n of nodes) await b.programLocal(n);
+      return b;
     } catch (err) {
       if (bed !== undefined) await bed.destroy();
       else await Promise.all(created.map((ns) => ns.destroy()));
@@ -327,12 +330,12 @@ export class FlannelTestbed {
   /**
    * Create flannel.1 and read its MAC in the same `ip -batch` process (flanneld: LinkAdd, then
    * LinkByIndex). With udev, wait until udev has processed the `add` event; if udev applied a MAC
-   * equal to the one we read (its rewrite beat our read), re-create (bounded: 3 attempts).
+   * equal to the one we read (its rewrite beat our read), re-create (bounded: MAX_VTEP_ATTEMPTS).
    * Then add 198.18.<i>.0/32 and bring the link up.
    */
   private async createVtep(n: TestbedNode): Promise<void> {
     const udevd = n.udevd;
-    for (let attempt = 1; attempt <= 3; attempt++) {
+    for (let attempt = 1; attempt <= MAX_VTEP_ATTEMPTS; attempt++) {
       const offset = udevd?.logOffset() ?? 0;
       const out = await n.ns.ipBatch(
         [
@@ -354,7 +357,7 @@ export class FlannelTestbed {
         udevApplied = m?.[1] ?? null;
       }
       const finalMac = await n.currentMac();
-      if (udevApplied !== null && udevApplied === published && attempt < 3) {
+      if (udevApplied !== null && udevApplied === published && attempt < MAX_VTEP_ATTEMPTS) {
         // udev was faster than our read: not the flanneld race we want to model. Retry.
         await n.ns.ip(['link', 'del', VTEP]);
         continue;

@@ -135,7 +135,12 @@ export function onesComplementSum(data: Uint8Array, initial = 0): number {
 }
 
 /** Folded pseudo-header sum for IPv4 (src, dst as 4 bytes each). */
-export function ipv4PseudoHeaderSum(src: Uint8Array, dst: Uint8Array, proto: number, len: number) {
+export function ipv4PseudoHeaderSum(
+  src: Uint8Array,
+  dst: Uint8Array,
+  proto: number,
+  len: number,
+): number {
   const ph = Buffer.alloc(12);
   ph.set(src.subarray(0, 4), 0);
   ph.set(dst.subarray(0, 4), 4);
@@ -252,7 +257,7 @@ export function analyzeVxlanPcap(buf: Buffer, filter: SegmentFilter = {}): Check
     if (filter.innerSrc !== undefined && filter.innerSrc !== innerSrc) continue;
     if (filter.innerDst !== undefined && filter.innerDst !== innerDst) continue;
     const l4 = inner.payload;
-    const proto = inner.proto as 6 | 17;
+    const proto = inner.proto;
     const cls = classifyL4Checksum(inner.src, inner.dst, proto, l4, inner.l4Length);
     const hdrLen = proto === 6 ? ((l4[12] ?? 0) >> 4) * 4 : 8;
     const seg: InnerSegment = {

@@ -26,7 +26,7 @@ function parseTime(date: string, micros: string): number {
 }
 
 /** A running `ip -ts monitor link` in a netns. */
-export class LinkMonitor {
+export class IpLinkMonitor {
   readonly events: LinkEvent[] = [];
   private readonly emitter = new EventEmitter();
   private buf = '';
@@ -49,11 +49,11 @@ export class LinkMonitor {
    * Start the monitor and confirm it is subscribed: toggles `lo`'s MTU (65535 ⇄ 65536) until the
    * monitor reports an event for `lo` (bounded: 50 attempts, ~5 s), then restores it.
    */
-  static async start(ns: Netns): Promise<LinkMonitor> {
+  static async start(ns: Netns): Promise<IpLinkMonitor> {
     const child = ns.spawn(['ip', '-ts', 'monitor', 'link'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const mon = new LinkMonitor(ns, child);
+    const mon = new IpLinkMonitor(ns, child);
     try {
       for (let attempt = 0; attempt < 50; attempt++) {
         if (mon.events.some((e) => e.ifname === 'lo')) break;

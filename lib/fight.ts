@@ -1,0 +1,102 @@
+/**
+ * Fight control: how the guard answers a value that keeps being rewritten.
+ * The first rewrite after a quiet spell is corrected at once; further ones
+ * within the window wait an exponentially growing, jittered delay; after
+ * `maxRewrites` within `windowMs` the key is contested: the guard stops
+ * writing, alerts once, and resumes only after `quietMs` without a rewrite.
+ * Pure bookkeeping over an injected clock, so it is unit-testable.
+ */
+
+export interface FightPolicy {
+  /** Rewrites within `windowMs` after which the guard stops correcting. */
+  maxRewrites: number;
+  windowMs: number;
+  /** Delay before the second correction within a window; doubles for each further one. */
+  backoffInitialMs: number;
+  backoffMaxMs: number;
+  /** Fraction of random spread applied to each delay (0.2: ±20 %). */
+  jitter: number;
+  /** A contested key resumes after this long without a rewrite. */
+  quietMs: number;
+}
+
+export const DEFAULT_FIGHT_POLICY: FightPolicy = {
+  maxRewrites: 5,
+  windowMs: 60_000,
+  backoffInitialMs: 1_000,
+  backoffMaxMs: 300_000,
+  jitter: 0.2,
+  quietMs: 300_000,
+};
+
+export type FightDecision =
+  /** Correct now. */
+  | { action: 'correct' }
+  /** Correct after `delayMs`, if the value is still wrong then. */
+  | { action: 'defer'; delayMs: number }
+  /** This rewrite made the key contested: stop correcting and alert. */
+  | { action: 'contested'; rewrites: number }
+  /** Already contested: keep observing. */
+  | { action: 'observe' };
+
+interface FightState {
+  /** Times of the rewrites inside the current window. */
+  rewrites: number[];
+  contestedAt: number | null;
+  lastRewriteAt: number;
+}
+
+export class FightTracker {
+  readonly policy: FightPolicy;
+  readonly #now: () => number;
+  readonly #random: () => number;
+  readonly #states = new Map<string, FightState>();
+
+  constructor(policy: Partial<FightPolicy> = {}, now: () => number, random: () => number = Math.random) {
+    this.policy = { ...DEFAULT_FIGHT_POLICY, ...policy };
+    this.#now = now;
+    this.#random = random;
+  }
+
+  /** Records a rewrite of `key` and says what to do about it. */
+  recordRewrite(key: string): FightDecision {
+    const now = this.#now();
+    const state = this.#states.get(key) ?? { rewrites: [], contestedAt: null, lastRewriteAt: now };
+    this.#states.set(key, state);
+    state.lastRewriteAt = now;
+    if (state.contestedAt !== null) return { action: 'observe' };
+
+    state.rewrites = state.rewrites.filter((at) => now - at < this.policy.windowMs);
+    state.rewrites.push(now);
+    const count = state.rewrites.length;
+    if (count >= this.policy.maxRewrites) {
+      state.contestedAt = now;
+      return { action: 'contested', rewrites: count };
+    }
+    if (count === 1) return { action: 'correct' };
+    const base = Math.min(this.policy.backoffInitialMs * 2 ** (count - 2), this.policy.backoffMaxMs);
+    const spread = 1 + this.policy.jitter * (2 * this.#random() - 1);
+    return { action: 'defer', delayMs: Math.max(0, Math.round(base * spread)) };
+  }
+
+  isContested(key: string): boolean {
+    return (this.#states.get(key)?.contestedAt ?? null) !== null;
+  }
+
+  /** Milliseconds until a contested key has been quiet long enough (0: now). */
+  quietRemaining(key: string): number {
+    const state = this.#states.get(key);
+    if (!state || state.contestedAt === null) return 0;
+    return Math.max(0, state.lastRewriteAt + this.policy.quietMs - this.#now());
+  }
+
+  /** Forgets a key: after a resume, or when its device is gone. */
+  reset(key: string): void {
+    this.#states.delete(key);
+  }
+
+  /** Forgets every key starting with `prefix`. */
+  resetPrefix(prefix: string): void {
+    for (const key of [...this.#states.keys()]) if (key.startsWith(prefix)) this.#states.delete(key);
+  }
+}

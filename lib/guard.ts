@@ -1,0 +1,862 @@
+/**
+ * FlannelGuard: keeps the VXLAN devices that match its globs at their
+ * desired MAC, with the permanent neighbour entries a MAC change flushes put
+ * back, and their offload features at the configured policy - all in the
+ * turn of the event loop that delivers the change.
+ *
+ * One path per event: a managed device appears or changes -> compare with the
+ * desired state -> (1) set the MAC back, (2) re-install the flushed
+ * neighbours from the guard's own table, (3) apply the offload policy ->
+ * verify by re-reading. The guard's own writes come back as events carrying
+ * the desired values, so they are recognised by value and never counted.
+ */
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
+
+import { binding } from './binding';
+import { isSystemError, type SystemError } from './errors';
+import { FightTracker, type FightDecision, type FightPolicy } from './fight';
+import type {
+  LinkAddedEvent,
+  LinkChangedEvent,
+  LinkMonitorEvents,
+  LinkRemovedEvent,
+  NeighbourAddedEvent,
+  NeighbourRemovedEvent,
+  OverrunEvent,
+  ResyncEvent,
+} from './monitor';
+import { LinkMonitor } from './monitor';
+import { controlPorts, type GuardPorts } from './ports';
+import { neighbourKey } from './records';
+import { explicitMacSource, type DesiredMacSource } from './sources';
+import type { FeatureSetResult, LinkInfo, NeighbourInfo } from './types';
+import { compileInterfaceGlob, resolveNetnsPath, type InterfaceGlob } from './validate';
+
+export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
+export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = { 'tx-checksum-ip-generic': false };
+/** A rewrite this soon after the device's creation is attributed to udev's MACAddressPolicy. */
+export const UDEV_REWRITE_WINDOW_MS = 10_000;
+
+export interface FlannelGuardOptions {
+  /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
+  netns?: string;
+  /** Interface globs to manage (default flannel.* and flannel-v6.*). Loopback never is. */
+  interfaces?: readonly string[];
+  /** Desired MACs by interface name; these win over every other source. */
+  mac?: Record<string, string>;
+  /** Another source of desired MACs (e.g. the Kubernetes node annotation). */
+  source?: DesiredMacSource;
+  /**
+   * For devices no source knows: 'first-seen' pins the MAC of the first
+   * RTM_NEWLINK after creation (the one flannel publishes), or the current
+   * MAC for devices that existed before the guard; 'none' leaves them alone.
+   */
+  pin?: 'first-seen' | 'none';
+  /** Offload features to enforce (default tx-checksum-ip-generic off); 'none' leaves them alone. */
+  offload?: Readonly<Record<string, boolean>> | 'none';
+  /** Report what would be done, never write. */
+  dryRun?: boolean;
+  /** Backoff and contested-state thresholds. */
+  fight?: Partial<FightPolicy>;
+  /** Netlink socket receive buffer in bytes. */
+  receiveBuffer?: number;
+}
+
+export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
+
+export interface DeviceStatus {
+  name: string;
+  ifindex: number;
+  mac: string | null;
+  desiredMac: string | null;
+  macSource: MacSourceKind;
+  /** Name of the external source when macSource is 'source'. */
+  sourceName?: string;
+  addrAssignType: number | null;
+  /** Active state of each policy feature (null when it could not be read). */
+  offloads: Record<string, boolean | null>;
+  /** Permanent neighbour entries the guard keeps for this device. */
+  neighbours: number;
+  contested: boolean;
+}
+
+export interface GuardReadyEvent {
+  netns: string | null;
+  devices: DeviceStatus[];
+  dryRun: boolean;
+}
+
+export type RewriteCause = 'udev-mac-policy' | 'external-write' | 'found-on-resync' | 'found-at-start';
+
+export interface RewriteEvent {
+  device: string;
+  ifindex: number;
+  /** The desired MAC the device should have. */
+  expected: string;
+  /** The MAC it has now. */
+  mac: string | null;
+  /** The MAC it had just before this change. */
+  previous: string | null;
+  cause: RewriteCause;
+  /** One readable sentence naming the likely cause. */
+  detail: string;
+  msSinceCreation: number | null;
+  dryRun: boolean;
+}
+
+export interface RestoredEvent {
+  device: string;
+  ifindex: number;
+  mac: string;
+  /** Permanent neighbour entries re-installed. */
+  neighbours: number;
+  /** From the rewrite event's arrival to MAC and neighbours being back. */
+  latencyMs: number;
+  /** True when this correction waited for backoff. */
+  deferred: boolean;
+}
+
+export interface OffloadEvent extends FeatureSetResult {
+  device: string;
+  ifindex: number;
+  reason: 'created' | 'start' | 'managed' | 'drift' | 'correction' | 'resync';
+  dryRun: boolean;
+}
+
+export interface ContestedEvent {
+  device: string;
+  ifindex: number;
+  what: 'mac' | 'offload';
+  /** For offloads: the feature being fought over. */
+  feature?: string;
+  expected: string;
+  observed: string;
+  rewrites: number;
+  windowMs: number;
+  /** The guard resumes after this long without a rewrite. */
+  quietMs: number;
+  detail: string;
+}
+
+export interface ResumedEvent {
+  device: string;
+  ifindex: number;
+  what: 'mac' | 'offload';
+  feature?: string;
+}
+
+export interface ReleasedEvent {
+  device: string;
+  ifindex: number;
+  reason: 'renamed' | 'removed';
+}
+
+export interface GuardCounters {
+  rewrites: number;
+  corrections: number;
+  deferredCorrections: number;
+  neighboursRestored: number;
+  offloadChecks: number;
+  offloadApplications: number;
+  offloadDrifts: number;
+  contested: number;
+  echoes: number;
+  writes: number;
+  errors: number;
+  overruns: number;
+  resyncs: number;
+}
+
+export interface FlannelGuardEvents {
+  ready: [GuardReadyEvent];
+  rewrite: [RewriteEvent];
+  restored: [RestoredEvent];
+  offload: [OffloadEvent];
+  contested: [ContestedEvent];
+  resumed: [ResumedEvent];
+  released: [ReleasedEvent];
+  overrun: [OverrunEvent];
+  resync: [ResyncEvent];
+  error: [SystemError];
+  close: [];
+}
+
+/** What the guard needs of a monitor: LinkMonitor, or a scripted stand-in in unit tests. */
+export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
+  readonly isReady: boolean;
+  links(): LinkInfo[];
+  getLink(ifindex: number): LinkInfo | undefined;
+  neighbours(filter?: { ifindex?: number }): NeighbourInfo[];
+  ready(): Promise<void>;
+  ref(): unknown;
+  unref(): unknown;
+  close(): void;
+}
+
+export interface GuardClock {
+  now(): number;
+  setTimeout(callback: () => void, ms: number): () => void;
+}
+
+const realClock: GuardClock = {
+  now: () => performance.now(),
+  setTimeout(callback, ms) {
+    // A pending correction must not keep a process alive on its own: the monitor's socket does.
+    const timer = setTimeout(callback, ms).unref();
+    return () => clearTimeout(timer);
+  },
+};
+
+interface ManagedDevice {
+  ifindex: number;
+  name: string;
+  /** first-seen / pinned-at-start MAC. */
+  pin: string | null;
+  pinKind: 'first-seen' | 'pinned-at-start' | null;
+  createdAt: number | null;
+  /** Permanent neighbour entries by key, as they were before any flush. */
+  neighbours: Map<string, NeighbourInfo>;
+  /** Cancels a deferred correction or a resume check, by fight key. */
+  timers: Map<string, () => void>;
+  offloads: Record<string, boolean | null>;
+}
+
+interface DesiredMac {
+  mac: string;
+  kind: MacSourceKind;
+}
+
+function describeRewrite(cause: RewriteCause, sinceCreation: number | null): string {
+  switch (cause) {
+    case 'udev-mac-policy':
+      return `within ${sinceCreation?.toFixed(1) ?? '?'} ms of creation: systemd-udevd MACAddressPolicy=persistent (a .link file with MACAddressPolicy=none prevents it)`;
+    case 'external-write':
+      return 'changed by a userspace write (ip link set address, another agent)';
+    case 'found-on-resync':
+      return 'found when re-reading the namespace after lost notifications (the change itself was not seen)';
+    case 'found-at-start':
+      return 'differs from the desired MAC when the guard began managing the device';
+  }
+}
+
+function isPermanentIpNeighbour(entry: NeighbourInfo): boolean {
+  return entry.permanent && entry.family !== 'bridge' && entry.lladdr !== null;
+}
+
+/** Dependencies a test may replace. */
+export interface GuardInternals {
+  monitor: GuardMonitor;
+  ports: GuardPorts;
+  clock?: GuardClock;
+  random?: () => number;
+}
+
+export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
+  readonly netns: string | null;
+  readonly dryRun: boolean;
+  readonly #globs: InterfaceGlob[];
+  readonly #explicit: DesiredMacSource | undefined;
+  readonly #source: DesiredMacSource | undefined;
+  readonly #pinFirstSeen: boolean;
+  readonly #offload: Readonly<Record<string, boolean>> | null;
+  readonly #monitor: GuardMonitor;
+  readonly #ports: GuardPorts;
+  readonly #clock: GuardClock;
+  readonly #fight: FightTracker;
+  readonly #devices = new Map<number, ManagedDevice>();
+  readonly #counters: GuardCounters = {
+    rewrites: 0,
+    corrections: 0,
+    deferredCorrections: 0,
+    neighboursRestored: 0,
+    offloadChecks: 0,
+    offloadApplications: 0,
+    offloadDrifts: 0,
+    contested: 0,
+    echoes: 0,
+    writes: 0,
+    errors: 0,
+    overruns: 0,
+    resyncs: 0,
+  };
+  #unsubscribeSource: (() => void) | undefined;
+  #started = false;
+  #closed = false;
+  /** Event currently being handled: the start of every latency figure. */
+  #eventAt = 0;
+
+  /**
+   * Starts guarding: opens the monitor, waits for its first snapshot, adopts
+   * the managed devices and resolves once the `ready` event has been emitted.
+   */
+  static async start(options: FlannelGuardOptions = {}): Promise<FlannelGuard> {
+    const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
+    const control = new binding.Control(
+      netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
+    );
+    const ports = controlPorts(control);
+    let monitor: LinkMonitor | undefined;
+    try {
+      if (!options.dryRun) ports.probeWriteAccess();
+      monitor = new LinkMonitor({
+        ...(options.netns === undefined ? {} : { netns: options.netns }),
+        ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
+        addrAssignType: false,
+      });
+      const guard = new FlannelGuard(options, { monitor, ports });
+      await guard.ready();
+      return guard;
+    } catch (error) {
+      monitor?.close();
+      ports.close();
+      throw error;
+    }
+  }
+
+  constructor(options: FlannelGuardOptions, internals: GuardInternals) {
+    super();
+    this.netns = options.netns ?? null;
+    this.dryRun = options.dryRun ?? false;
+    this.#globs = (options.interfaces ?? DEFAULT_INTERFACES).map((glob) => compileInterfaceGlob(glob));
+    this.#explicit = options.mac ? explicitMacSource(options.mac) : undefined;
+    this.#source = options.source;
+    this.#pinFirstSeen = (options.pin ?? 'first-seen') === 'first-seen';
+    this.#offload = options.offload === 'none' ? null : (options.offload ?? DEFAULT_OFFLOAD);
+    this.#monitor = internals.monitor;
+    this.#ports = internals.ports;
+    this.#clock = internals.clock ?? realClock;
+    this.#fight = new FightTracker(options.fight, () => this.#clock.now(), internals.random);
+
+    const monitor = this.#monitor;
+    monitor.on('linkAdded', (event) => this.#handle(() => this.#onLinkAdded(event)));
+    monitor.on('linkChanged', (event) => this.#handle(() => this.#onLinkChanged(event)));
+    monitor.on('linkRemoved', (event) => this.#handle(() => this.#onLinkRemoved(event)));
+    monitor.on('neighbourAdded', (event) => this.#handle(() => this.#onNeighbour(event)));
+    monitor.on('neighbourChanged', (event) => this.#handle(() => this.#onNeighbour(event)));
+    monitor.on('neighbourRemoved', (event) => this.#handle(() => this.#onNeighbourRemoved(event)));
+    monitor.on('overrun', (event) => {
+      this.#counters.overruns += 1;
+      this.emit('overrun', event);
+    });
+    monitor.on('resync', (event) => this.#handle(() => this.#onResync(event)));
+    monitor.on('error', (error) => this.#fail(error));
+    // Adopt in the same turn as the snapshot, before any later event is handled.
+    if (monitor.isReady) this.#initialize();
+    else monitor.once('ready', () => this.#handle(() => this.#initialize()));
+    this.#unsubscribeSource = this.#source?.subscribe?.(() => this.#handle(() => this.#reconcileAll()));
+  }
+
+  /** Resolves once the guard has adopted its devices and emitted `ready`. */
+  ready(): Promise<void> {
+    if (this.#started) return Promise.resolve();
+    return this.#monitor.ready().then(() => {
+      if (!this.#started) throw new Error('guard closed before it was ready');
+    });
+  }
+
+  get counters(): Readonly<GuardCounters> {
+    return { ...this.#counters };
+  }
+
+  /** The managed devices as the guard sees them now. */
+  status(): DeviceStatus[] {
+    return [...this.#devices.values()].map((device) => this.#deviceStatus(device));
+  }
+
+  ref(): this {
+    this.#monitor.ref();
+    return this;
+  }
+
+  unref(): this {
+    this.#monitor.unref();
+    return this;
+  }
+
+  /** Stops guarding and releases sockets and timers. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const device of this.#devices.values()) this.#cancelTimers(device);
+    this.#unsubscribeSource?.();
+    this.#monitor.close();
+    this.#ports.close();
+    this.emit('close');
+  }
+
+  // --- event handling -------------------------------------------------------
+
+  /** Runs one handler; a failure becomes an `error` event, never an exception into the monitor. */
+  #handle(handler: () => void): void {
+    if (this.#closed) return;
+    this.#eventAt = this.#clock.now();
+    try {
+      handler();
+    } catch (error) {
+      this.#fail(error);
+    }
+  }
+
+  #fail(error: unknown): void {
+    this.#counters.errors += 1;
+    const failure = (error instanceof Error ? error : new Error(String(error))) as SystemError;
+    if (this.listenerCount('error') > 0) this.emit('error', failure);
+    else process.emitWarning(failure);
+  }
+
+  #initialize(): void {
+    for (const link of this.#monitor.links()) {
+      if (this.#isManaged(link)) this.#adopt(link, 'start');
+    }
+    this.#started = true;
+    this.emit('ready', {
+      netns: this.netns,
+      devices: this.status(),
+      dryRun: this.dryRun,
+    });
+  }
+
+  #onLinkAdded(event: LinkAddedEvent): void {
+    if (!this.#started || !this.#isManaged(event.link)) return;
+    this.#adopt(event.link, event.created ? 'created' : event.source === 'resync' ? 'resync' : 'managed');
+  }
+
+  #onLinkChanged(event: LinkChangedEvent): void {
+    if (!this.#started) return;
+    const { link, previous } = event;
+    const device = this.#devices.get(link.ifindex);
+    const managed = this.#isManaged(link);
+    if (device && !managed) {
+      this.#release(device, 'renamed');
+      return;
+    }
+    if (!device) {
+      if (managed) this.#adopt(link, 'managed');
+      return;
+    }
+    device.name = link.name;
+    if (link.mac !== previous.mac) this.#onMacChanged(device, link, previous.mac, event.source);
+    if (!previous.up && link.up) this.#restoreNeighbours(device);
+    if (event.kernelEvent === 'features') this.#checkOffloads(device, 'drift');
+  }
+
+  #onLinkRemoved(event: LinkRemovedEvent): void {
+    const device = this.#devices.get(event.link.ifindex);
+    if (device) this.#release(device, 'removed');
+  }
+
+  #onNeighbour(event: NeighbourAddedEvent): void {
+    const entry = event.neighbour;
+    const device = this.#devices.get(entry.ifindex);
+    if (!device || entry.family === 'bridge') return;
+    const key = neighbourKey(entry);
+    if (isPermanentIpNeighbour(entry)) device.neighbours.set(key, entry);
+    else device.neighbours.delete(key);
+  }
+
+  #onNeighbourRemoved(event: NeighbourRemovedEvent): void {
+    const entry = event.neighbour;
+    const device = this.#devices.get(entry.ifindex);
+    if (!device || entry.family === 'bridge') return;
+    // Flushed by a MAC change (or a down): not removed on purpose, so kept for
+    // restoring. Missing after lost events on a device whose MAC drifted: the
+    // same flush, seen late.
+    if (event.cause === 'flush') return;
+    if (event.cause === 'resync' && this.#isDrifted(device)) return;
+    device.neighbours.delete(neighbourKey(entry));
+  }
+
+  #onResync(event: ResyncEvent): void {
+    if (event.phase === 'begin') this.#counters.resyncs += 1;
+    this.emit('resync', event);
+    // Feature notifications may have been lost with the rest.
+    if (event.phase === 'end' && this.#started) {
+      for (const device of this.#devices.values()) this.#checkOffloads(device, 'resync');
+    }
+  }
+
+  // --- devices ----------------------------------------------------------------
+
+  #isManaged(link: LinkInfo): boolean {
+    return !link.loopback && this.#globs.some((glob) => glob.matches(link.name));
+  }
+
+  #adopt(link: LinkInfo, reason: OffloadEvent['reason']): void {
+    const firstSeen = reason === 'created';
+    const device: ManagedDevice = {
+      ifindex: link.ifindex,
+      name: link.name,
+      pin: this.#pinFirstSeen ? link.mac : null,
+      pinKind: this.#pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
+      createdAt: firstSeen ? this.#eventAt : null,
+      neighbours: new Map(),
+      timers: new Map(),
+      offloads: {},
+    };
+    for (const entry of this.#monitor.neighbours({ ifindex: link.ifindex })) {
+      if (isPermanentIpNeighbour(entry)) device.neighbours.set(neighbourKey(entry), entry);
+    }
+    this.#devices.set(link.ifindex, device);
+    this.#checkOffloads(device, reason);
+    // An explicit or external source may disagree with the device from the start.
+    const desired = this.#desiredMac(device);
+    if (desired && link.mac !== desired.mac) this.#onMacChanged(device, link, link.mac, 'adopt');
+  }
+
+  #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
+    this.#cancelTimers(device);
+    this.#fight.resetPrefix(`${device.ifindex}|`);
+    this.#devices.delete(device.ifindex);
+    this.emit('released', { device: device.name, ifindex: device.ifindex, reason });
+  }
+
+  #desiredMac(device: ManagedDevice): DesiredMac | null {
+    const explicit = this.#explicit?.desiredMac(device.name);
+    if (explicit) return { mac: explicit, kind: 'explicit' };
+    const external = this.#source?.desiredMac(device.name);
+    if (external) return { mac: external, kind: 'source' };
+    if (device.pin && device.pinKind) return { mac: device.pin, kind: device.pinKind };
+    return null;
+  }
+
+  #currentLink(device: ManagedDevice): LinkInfo | undefined {
+    return this.#monitor.getLink(device.ifindex);
+  }
+
+  #isDrifted(device: ManagedDevice): boolean {
+    const desired = this.#desiredMac(device);
+    const link = this.#currentLink(device);
+    return desired !== null && link !== undefined && link.mac !== desired.mac;
+  }
+
+  #onMacChanged(
+    device: ManagedDevice,
+    link: LinkInfo,
+    previous: string | null,
+    origin: 'event' | 'resync' | 'adopt',
+  ): void {
+    const desired = this.#desiredMac(device);
+    if (!desired) return;
+    const key = `${device.ifindex}|mac`;
+    if (link.mac === desired.mac) {
+      // Back at the desired value: our own write's echo, or someone else's fix.
+      this.#counters.echoes += 1;
+      this.#cancelTimer(device, key);
+      return;
+    }
+    this.#counters.rewrites += 1;
+    const sinceCreation = device.createdAt === null ? null : this.#eventAt - device.createdAt;
+    const cause: RewriteCause =
+      origin === 'adopt'
+        ? 'found-at-start'
+        : origin === 'resync'
+          ? 'found-on-resync'
+          : sinceCreation !== null && sinceCreation <= UDEV_REWRITE_WINDOW_MS
+            ? 'udev-mac-policy'
+            : 'external-write';
+    this.emit('rewrite', {
+      device: device.name,
+      ifindex: device.ifindex,
+      expected: desired.mac,
+      mac: link.mac,
+      previous,
+      cause,
+      detail: describeRewrite(cause, sinceCreation),
+      msSinceCreation: sinceCreation,
+      dryRun: this.dryRun,
+    });
+    if (this.dryRun) return;
+    this.#decide(device, key, this.#fight.recordRewrite(key), {
+      correct: (deferred) => this.#correctMac(device, deferred),
+      contested: (rewrites) => ({
+        what: 'mac',
+        expected: desired.mac,
+        observed: link.mac ?? 'none',
+        rewrites,
+        detail: `${device.name} rewritten ${rewrites} times within ${this.#fight.policy.windowMs} ms (now ${link.mac}, expected ${desired.mac}): another agent is setting its MAC; correcting stops until it has been quiet for ${this.#fight.policy.quietMs} ms`,
+      }),
+    });
+  }
+
+  /** Acts on a fight decision: correct now, later, or stop and alert. */
+  #decide(
+    device: ManagedDevice,
+    key: string,
+    decision: FightDecision,
+    actions: {
+      correct: (deferred: boolean) => void;
+      contested: (rewrites: number) => Omit<ContestedEvent, 'device' | 'ifindex' | 'windowMs' | 'quietMs'>;
+    },
+  ): void {
+    switch (decision.action) {
+      case 'correct':
+        actions.correct(false);
+        return;
+      case 'defer':
+        if (device.timers.has(key)) return;  // one pending correction is enough
+        device.timers.set(
+          key,
+          this.#clock.setTimeout(() => {
+            device.timers.delete(key);
+            this.#handle(() => actions.correct(true));
+          }, decision.delayMs),
+        );
+        return;
+      case 'contested':
+        this.#counters.contested += 1;
+        this.#cancelTimer(device, key);
+        this.emit('contested', {
+          device: device.name,
+          ifindex: device.ifindex,
+          windowMs: this.#fight.policy.windowMs,
+          quietMs: this.#fight.policy.quietMs,
+          ...actions.contested(decision.rewrites),
+        });
+        this.#scheduleResume(device, key, () => actions.correct(false));
+        return;
+      case 'observe':
+        return;
+    }
+  }
+
+  /** Re-checks a contested key once it may have been quiet long enough. */
+  #scheduleResume(device: ManagedDevice, key: string, correct: () => void): void {
+    const wait = Math.max(this.#fight.quietRemaining(key), 1);
+    device.timers.set(
+      key,
+      this.#clock.setTimeout(() => {
+        device.timers.delete(key);
+        this.#handle(() => {
+          if (this.#fight.quietRemaining(key) > 0) {
+            this.#scheduleResume(device, key, correct);
+            return;
+          }
+          this.#fight.reset(key);
+          const [, what, feature] = key.split('|');
+          this.emit('resumed', {
+            device: device.name,
+            ifindex: device.ifindex,
+            what: what === 'offload' ? 'offload' : 'mac',
+            ...(feature === undefined ? {} : { feature }),
+          });
+          correct();
+        });
+      }, wait),
+    );
+  }
+
+  /** Verifies the write target, then MAC, neighbours, offloads, and a re-read. */
+  #correctMac(device: ManagedDevice, deferred: boolean): void {
+    const desired = this.#desiredMac(device);
+    if (!desired || !this.#devices.has(device.ifindex)) return;
+    const target = this.#writeTarget(device);
+    if (!target) return;
+    if (target.mac === desired.mac) return; // someone else already put it back
+    try {
+      this.#ports.setLinkMac(device.ifindex, desired.mac, device.name);
+      this.#counters.writes += 1;
+      const restored = this.#restoreNeighbours(device);
+      const latencyMs = this.#clock.now() - this.#eventAt;
+      const after = this.#ports.getLink(device.ifindex);
+      if (!after || after.mac !== desired.mac || after.name !== device.name) {
+        throw Object.assign(
+          new Error(
+            `EIO: ${device.name} did not keep ${desired.mac} (re-read: ${after ? `${after.name} ${after.mac}` : 'gone'})`,
+          ),
+          { code: 'EIO', errno: -5, interface: device.name, ifindex: device.ifindex },
+        );
+      }
+      this.#counters.corrections += 1;
+      if (deferred) this.#counters.deferredCorrections += 1;
+      this.emit('restored', {
+        device: device.name,
+        ifindex: device.ifindex,
+        mac: desired.mac,
+        neighbours: restored,
+        latencyMs,
+        deferred,
+      });
+      this.#checkOffloads(device, 'correction');
+    } catch (error) {
+      if (this.#vanished(error, device)) return;
+      throw error;
+    }
+  }
+
+  /**
+   * Re-reads the device by index right before a write: it must still exist,
+   * carry the name we manage it under, and match the globs (S6/S8).
+   */
+  #writeTarget(device: ManagedDevice): LinkInfo | null {
+    const current = this.#ports.getLink(device.ifindex);
+    if (!current) {
+      this.#release(device, 'removed');
+      return null;
+    }
+    if (current.name !== device.name || !this.#isManaged(current)) {
+      const error = Object.assign(
+        new Error(
+          `EACCES: interface not managed: ifindex ${device.ifindex} is now ${current.name}, not ${device.name}; nothing written`,
+        ),
+        { code: 'EACCES', errno: -13, interface: current.name, ifindex: device.ifindex },
+      );
+      this.#fail(error);
+      return null;
+    }
+    return current;
+  }
+
+  /** ENODEV mid-correction: the device went away, which its DELLINK will confirm. */
+  #vanished(error: unknown, device: ManagedDevice): boolean {
+    if (!isSystemError(error) || error.code !== 'ENODEV') return false;
+    this.#release(device, 'removed');
+    return true;
+  }
+
+  /** Re-installs every kept permanent entry (replace is idempotent). Returns how many. */
+  #restoreNeighbours(device: ManagedDevice): number {
+    if (this.dryRun) return 0;
+    let restored = 0;
+    for (const entry of device.neighbours.values()) {
+      this.#ports.replaceNeighbour(entry, device.name);
+      restored += 1;
+    }
+    this.#counters.writes += restored;
+    this.#counters.neighboursRestored += restored;
+    return restored;
+  }
+
+  // --- offloads ---------------------------------------------------------------
+
+  #checkOffloads(device: ManagedDevice, reason: OffloadEvent['reason']): void {
+    const policy = this.#offload;
+    if (!policy) return;
+    this.#counters.offloadChecks += 1;
+    let features;
+    try {
+      features = this.#ports.getFeatures(device.name);
+    } catch (error) {
+      if (this.#vanished(error, device)) return;
+      throw error;
+    }
+    const active = new Map(features.map((f) => [f.name, f.active]));
+    const drifted: Record<string, boolean> = {};
+    for (const [name, wanted] of Object.entries(policy)) {
+      device.offloads[name] = active.get(name) ?? null;
+      if (active.has(name) && active.get(name) !== wanted) drifted[name] = wanted;
+    }
+    const unknown = Object.keys(policy).filter((name) => !active.has(name));
+    if (unknown.length > 0 && reason !== 'drift') {
+      this.#fail(
+        Object.assign(new Error(`ENODATA: ${device.name} has no feature ${unknown.join(', ')}`), {
+          code: 'ENODATA',
+          errno: -61,
+          interface: device.name,
+        }),
+      );
+    }
+    if (Object.keys(drifted).length === 0) return;
+    if (this.dryRun) {
+      this.#emitOffload(device, reason, {
+        interface: device.name,
+        written: false,
+        legacy: false,
+        requested: drifted,
+        active: Object.fromEntries(Object.keys(drifted).map((name) => [name, active.get(name) ?? false])),
+        sideEffects: [],
+        notApplied: Object.keys(drifted),
+      });
+      return;
+    }
+    if (reason !== 'drift') {
+      this.#applyOffloads(device, drifted, reason);
+      return;
+    }
+    // Someone turned a feature back: same fight control as for the MAC, per feature.
+    for (const [name, wanted] of Object.entries(drifted)) {
+      this.#counters.offloadDrifts += 1;
+      const key = `${device.ifindex}|offload|${name}`;
+      this.#decide(device, key, this.#fight.recordRewrite(key), {
+        correct: () => this.#applyOffloads(device, { [name]: wanted }, 'drift'),
+        contested: (rewrites) => ({
+          what: 'offload',
+          feature: name,
+          expected: wanted ? 'on' : 'off',
+          observed: wanted ? 'off' : 'on',
+          rewrites,
+          detail: `${name} on ${device.name} turned back ${rewrites} times within ${this.#fight.policy.windowMs} ms: something (a udev RUN rule, another agent) re-applies it; remove it or align the policy`,
+        }),
+      });
+    }
+  }
+
+  #applyOffloads(
+    device: ManagedDevice,
+    wanted: Record<string, boolean>,
+    reason: OffloadEvent['reason'],
+  ): void {
+    if (!this.#devices.has(device.ifindex) || !this.#writeTarget(device)) return;
+    let result;
+    try {
+      result = this.#ports.setFeatures(device.name, wanted);
+    } catch (error) {
+      if (this.#vanished(error, device)) return;
+      throw error;
+    }
+    if (result.written) {
+      this.#counters.writes += 1;
+      this.#counters.offloadApplications += 1;
+    }
+    for (const [name, state] of Object.entries(result.active)) device.offloads[name] = state;
+    this.#emitOffload(device, reason, result);
+  }
+
+  #emitOffload(device: ManagedDevice, reason: OffloadEvent['reason'], result: FeatureSetResult): void {
+    this.emit('offload', {
+      ...result,
+      device: device.name,
+      ifindex: device.ifindex,
+      reason,
+      dryRun: this.dryRun,
+    });
+  }
+
+  // --- misc -------------------------------------------------------------------
+
+  /** A source changed its answers: bring every device to them (not counted as rewrites). */
+  #reconcileAll(): void {
+    if (!this.#started || this.dryRun) return;
+    for (const device of this.#devices.values()) {
+      if (this.#isDrifted(device)) this.#correctMac(device, false);
+    }
+  }
+
+  #cancelTimer(device: ManagedDevice, key: string): void {
+    device.timers.get(key)?.();
+    device.timers.delete(key);
+  }
+
+  #cancelTimers(device: ManagedDevice): void {
+    for (const cancel of device.timers.values()) cancel();
+    device.timers.clear();
+  }
+
+  #deviceStatus(device: ManagedDevice): DeviceStatus {
+    const link = this.#currentLink(device);
+    const desired = this.#desiredMac(device);
+    const status: DeviceStatus = {
+      name: device.name,
+      ifindex: device.ifindex,
+      mac: link?.mac ?? null,
+      desiredMac: desired?.mac ?? null,
+      macSource: desired?.kind ?? 'none',
+      addrAssignType: link ? this.#ports.addrAssignType(link) : null,
+      offloads: { ...device.offloads },
+      neighbours: device.neighbours.size,
+      contested: this.#fight.isContested(`${device.ifindex}|mac`),
+    };
+    if (desired?.kind === 'source' && this.#source) status.sourceName = this.#source.name;
+    return status;
+  }
+}

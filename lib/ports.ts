@@ -1,0 +1,71 @@
+/**
+ * The system calls the guard makes, as one small interface: the real one is
+ * a request socket (synchronous, so a correction runs in the event's own
+ * turn of the loop); unit tests substitute a recorder.
+ */
+import type { RawControl } from './binding';
+import { isSystemError } from './errors';
+import { familyNumber, toLinkInfo } from './records';
+import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from './types';
+import { toFeatureSetResult } from './oneshot';
+import { macBytes } from './validate';
+
+export interface GuardPorts {
+  /** The device's current state, or null when no device has this index. */
+  getLink(ifindex: number): LinkInfo | null;
+  setLinkMac(ifindex: number, mac: string, name: string): void;
+  /** Adds or replaces a neighbour entry exactly as given. */
+  replaceNeighbour(entry: NeighbourInfo, name: string): void;
+  getFeatures(name: string): FeatureState[];
+  setFeatures(name: string, wanted: Record<string, boolean>): FeatureSetResult;
+  /** /sys addr_assign_type when the device is in this process's namespace, else null. */
+  addrAssignType(link: LinkInfo): number | null;
+  /** Throws EPERM when writes are not allowed (no CAP_NET_ADMIN in the namespace). */
+  probeWriteAccess(): void;
+  close(): void;
+}
+
+export function controlPorts(control: RawControl): GuardPorts {
+  return {
+    getLink(ifindex) {
+      try {
+        return toLinkInfo(control.getLink(ifindex));
+      } catch (error) {
+        if (isSystemError(error) && error.code === 'ENODEV') return null;
+        throw error;
+      }
+    },
+    setLinkMac(ifindex, mac, name) {
+      control.setLinkAddress(ifindex, macBytes(mac), name);
+    },
+    replaceNeighbour(entry, name) {
+      if (entry.lladdr === null) return;
+      control.replaceNeighbour(
+        {
+          family: familyNumber(entry.family),
+          ifindex: entry.ifindex,
+          destination: entry.destination,
+          lladdr: macBytes(entry.lladdr),
+          state: entry.state,
+          flags: entry.flags,
+        },
+        name,
+      );
+    },
+    getFeatures(name) {
+      return control.getFeatures(name).features;
+    },
+    setFeatures(name, wanted) {
+      return toFeatureSetResult(name, control.setFeatures(name, wanted));
+    },
+    addrAssignType(link) {
+      return link.mac === null ? null : control.readAddrAssignType(link.name, link.ifindex, link.mac);
+    },
+    probeWriteAccess() {
+      control.probeWriteAccess();
+    },
+    close() {
+      control.close();
+    },
+  };
+}
