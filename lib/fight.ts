@@ -1,17 +1,20 @@
 /**
  * Fight control: how the guard answers a value that keeps being rewritten.
- * The first rewrite after a quiet spell is corrected at once; further ones
- * within the window wait an exponentially growing, jittered delay; after
- * `maxRewrites` within `windowMs` the key is contested: the guard stops
- * writing, alerts once, and resumes only after `quietMs` without a rewrite.
- * Pure bookkeeping over an injected clock, so it is unit-testable.
+ * The first `burst` rewrites within the window are corrected at once (udev's
+ * one rewrite at creation plus a stray one is not a fight); further ones wait
+ * an exponentially growing, jittered delay; after `maxRewrites` within
+ * `windowMs` the key is contested: the guard stops writing, alerts once, and
+ * resumes only after `quietMs` without a rewrite. Pure bookkeeping over an
+ * injected clock, so it is unit-testable.
  */
 
 export interface FightPolicy {
   /** Rewrites within `windowMs` after which the guard stops correcting. */
   maxRewrites: number;
   windowMs: number;
-  /** Delay before the second correction within a window; doubles for each further one. */
+  /** Rewrites within `windowMs` corrected without delay. */
+  burst: number;
+  /** Delay before the first correction past the burst; doubles for each further one. */
   backoffInitialMs: number;
   backoffMaxMs: number;
   /** Fraction of random spread applied to each delay (0.2: ±20 %). */
@@ -23,6 +26,7 @@ export interface FightPolicy {
 export const DEFAULT_FIGHT_POLICY: FightPolicy = {
   maxRewrites: 5,
   windowMs: 60_000,
+  burst: 2,
   backoffInitialMs: 1_000,
   backoffMaxMs: 300_000,
   jitter: 0.2,
@@ -73,8 +77,11 @@ export class FightTracker {
       state.contestedAt = now;
       return { action: 'contested', rewrites: count };
     }
-    if (count === 1) return { action: 'correct' };
-    const base = Math.min(this.policy.backoffInitialMs * 2 ** (count - 2), this.policy.backoffMaxMs);
+    if (count <= this.policy.burst) return { action: 'correct' };
+    const base = Math.min(
+      this.policy.backoffInitialMs * 2 ** (count - this.policy.burst - 1),
+      this.policy.backoffMaxMs,
+    );
     const spread = 1 + this.policy.jitter * (2 * this.#random() - 1);
     return { action: 'defer', delayMs: Math.max(0, Math.round(base * spread)) };
   }

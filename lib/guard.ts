@@ -35,8 +35,11 @@ import { compileInterfaceGlob, resolveNetnsPath, type InterfaceGlob } from './va
 
 export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
 export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = { 'tx-checksum-ip-generic': false };
-/** A rewrite this soon after the device's creation is attributed to udev's MACAddressPolicy. */
-export const UDEV_REWRITE_WINDOW_MS = 10_000;
+/**
+ * The first rewrite this soon after a device's creation is attributed to
+ * udev's MACAddressPolicy (it lands 1-50 ms after the add event).
+ */
+export const UDEV_REWRITE_WINDOW_MS = 1_000;
 
 export interface FlannelGuardOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
@@ -215,6 +218,8 @@ interface ManagedDevice {
   pin: string | null;
   pinKind: 'first-seen' | 'pinned-at-start' | null;
   createdAt: number | null;
+  /** Rewrites seen since the guard took the device on. */
+  rewrites: number;
   /** Permanent neighbour entries by key, as they were before any flush. */
   neighbours: Map<string, NeighbourInfo>;
   /** Cancels a deferred correction or a resume check, by fight key. */
@@ -250,6 +255,26 @@ export interface GuardInternals {
   ports: GuardPorts;
   clock?: GuardClock;
   random?: () => number;
+}
+
+/** The real sockets: a request socket (checked for write access) and a LinkMonitor. */
+function openInternals(options: FlannelGuardOptions): GuardInternals {
+  const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
+  const ports = controlPorts(
+    new binding.Control(netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' }),
+  );
+  try {
+    if (!options.dryRun) ports.probeWriteAccess();
+    const monitor = new LinkMonitor({
+      ...(options.netns === undefined ? {} : { netns: options.netns }),
+      ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
+      addrAssignType: false,
+    });
+    return { monitor, ports };
+  } catch (error) {
+    ports.close();
+    throw error;
+  }
 }
 
 export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
@@ -291,30 +316,21 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
    * the managed devices and resolves once the `ready` event has been emitted.
    */
   static async start(options: FlannelGuardOptions = {}): Promise<FlannelGuard> {
-    const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
-    const control = new binding.Control(
-      netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
-    );
-    const ports = controlPorts(control);
-    let monitor: LinkMonitor | undefined;
+    const guard = new FlannelGuard(options);
     try {
-      if (!options.dryRun) ports.probeWriteAccess();
-      monitor = new LinkMonitor({
-        ...(options.netns === undefined ? {} : { netns: options.netns }),
-        ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
-        addrAssignType: false,
-      });
-      const guard = new FlannelGuard(options, { monitor, ports });
       await guard.ready();
-      return guard;
     } catch (error) {
-      monitor?.close();
-      ports.close();
+      guard.close();
       throw error;
     }
+    return guard;
   }
 
-  constructor(options: FlannelGuardOptions, internals: GuardInternals) {
+  /**
+   * Opens the sockets (throwing EPERM at once when writes are not allowed)
+   * and starts; attach listeners, then await `ready()`.
+   */
+  constructor(options: FlannelGuardOptions = {}, internals: GuardInternals = openInternals(options)) {
     super();
     this.netns = options.netns ?? null;
     this.dryRun = options.dryRun ?? false;
@@ -405,16 +421,20 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     else process.emitWarning(failure);
   }
 
+  /** Takes on the devices of the first snapshot, reports `ready`, then brings them to policy. */
   #initialize(): void {
-    for (const link of this.#monitor.links()) {
-      if (this.#isManaged(link)) this.#adopt(link, 'start');
-    }
+    const adopted = this.#monitor
+      .links()
+      .filter((link) => this.#isManaged(link))
+      .map((link) => this.#track(link, 'start'));
+    for (const device of adopted) this.#readOffloads(device);
     this.#started = true;
     this.emit('ready', {
       netns: this.netns,
       devices: this.status(),
       dryRun: this.dryRun,
     });
+    for (const device of adopted) this.#handle(() => this.#enforce(device, 'start'));
   }
 
   #onLinkAdded(event: LinkAddedEvent): void {
@@ -483,6 +503,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   #adopt(link: LinkInfo, reason: OffloadEvent['reason']): void {
+    this.#enforce(this.#track(link, reason), reason);
+  }
+
+  /** Starts keeping state for a device: its pin and its permanent neighbours. */
+  #track(link: LinkInfo, reason: OffloadEvent['reason']): ManagedDevice {
     const firstSeen = reason === 'created';
     const device: ManagedDevice = {
       ifindex: link.ifindex,
@@ -490,6 +515,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       pin: this.#pinFirstSeen ? link.mac : null,
       pinKind: this.#pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
       createdAt: firstSeen ? this.#eventAt : null,
+      rewrites: 0,
       neighbours: new Map(),
       timers: new Map(),
       offloads: {},
@@ -498,10 +524,15 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       if (isPermanentIpNeighbour(entry)) device.neighbours.set(neighbourKey(entry), entry);
     }
     this.#devices.set(link.ifindex, device);
+    return device;
+  }
+
+  /** Applies the offload policy and, when a source disagrees with the device already, the MAC. */
+  #enforce(device: ManagedDevice, reason: OffloadEvent['reason']): void {
     this.#checkOffloads(device, reason);
-    // An explicit or external source may disagree with the device from the start.
+    const link = this.#currentLink(device);
     const desired = this.#desiredMac(device);
-    if (desired && link.mac !== desired.mac) this.#onMacChanged(device, link, link.mac, 'adopt');
+    if (link && desired && link.mac !== desired.mac) this.#onMacChanged(device, link, link.mac, 'adopt');
   }
 
   #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
@@ -546,13 +577,14 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       return;
     }
     this.#counters.rewrites += 1;
+    device.rewrites += 1;
     const sinceCreation = device.createdAt === null ? null : this.#eventAt - device.createdAt;
     const cause: RewriteCause =
       origin === 'adopt'
         ? 'found-at-start'
         : origin === 'resync'
           ? 'found-on-resync'
-          : sinceCreation !== null && sinceCreation <= UDEV_REWRITE_WINDOW_MS
+          : device.rewrites === 1 && sinceCreation !== null && sinceCreation <= UDEV_REWRITE_WINDOW_MS
             ? 'udev-mac-policy'
             : 'external-write';
     this.emit('rewrite', {
@@ -729,21 +761,30 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   // --- offloads ---------------------------------------------------------------
 
-  #checkOffloads(device: ManagedDevice, reason: OffloadEvent['reason']): void {
+  /** Reads the policy features' state; null when the device vanished. */
+  #readOffloads(device: ManagedDevice): Map<string, boolean> | null {
     const policy = this.#offload;
-    if (!policy) return;
+    if (!policy) return new Map();
     this.#counters.offloadChecks += 1;
     let features;
     try {
       features = this.#ports.getFeatures(device.name);
     } catch (error) {
-      if (this.#vanished(error, device)) return;
+      if (this.#vanished(error, device)) return null;
       throw error;
     }
     const active = new Map(features.map((f) => [f.name, f.active]));
+    for (const name of Object.keys(policy)) device.offloads[name] = active.get(name) ?? null;
+    return active;
+  }
+
+  #checkOffloads(device: ManagedDevice, reason: OffloadEvent['reason']): void {
+    const policy = this.#offload;
+    if (!policy) return;
+    const active = this.#readOffloads(device);
+    if (!active) return;
     const drifted: Record<string, boolean> = {};
     for (const [name, wanted] of Object.entries(policy)) {
-      device.offloads[name] = active.get(name) ?? null;
       if (active.has(name) && active.get(name) !== wanted) drifted[name] = wanted;
     }
     const unknown = Object.keys(policy).filter((name) => !active.has(name));

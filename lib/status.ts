@@ -1,0 +1,91 @@
+/** A one-shot view of the managed devices: what `flannel-guard status` prints. */
+import { AF_BRIDGE, AF_UNSPEC } from './constants';
+import { openControl } from './oneshot';
+import { toLinkInfo, toNeighbourInfo } from './records';
+import { explicitMacSource } from './sources';
+import type { VxlanInfo } from './types';
+import { compileInterfaceGlob } from './validate';
+
+export interface StatusOptions {
+  netns?: string;
+  interfaces?: readonly string[];
+  mac?: Record<string, string>;
+  offload?: Readonly<Record<string, boolean>> | 'none';
+}
+
+export interface OffloadStatus {
+  active: boolean | null;
+  requested: boolean | null;
+  fixed: boolean | null;
+  /** Null when there is no policy for this feature. */
+  matchesPolicy: boolean | null;
+}
+
+export interface StatusDevice {
+  name: string;
+  ifindex: number;
+  kind: string;
+  mac: string | null;
+  desiredMac: string | null;
+  addrAssignType: number | null;
+  up: boolean;
+  vxlan: VxlanInfo | null;
+  permanentNeighbours: number;
+  fdbEntries: number;
+  offloads: Record<string, OffloadStatus>;
+}
+
+export interface StatusReport {
+  netns: string | null;
+  devices: StatusDevice[];
+}
+
+export async function readStatus(options: StatusOptions = {}): Promise<StatusReport> {
+  const globs = (options.interfaces ?? ['flannel.*', 'flannel-v6.*']).map((g) => compileInterfaceGlob(g));
+  const source = options.mac ? explicitMacSource(options.mac) : undefined;
+  const policy = options.offload === 'none' ? {} : (options.offload ?? { 'tx-checksum-ip-generic': false });
+  const control = openControl(options.netns);
+  try {
+    const links = (await control.dumpLinks(true))
+      .map((raw) => toLinkInfo(raw))
+      .filter((link) => !link.loopback && globs.some((glob) => glob.matches(link.name)));
+    const neighbours = [
+      ...(await control.dumpNeighbours(AF_UNSPEC, true)),
+      ...(await control.dumpNeighbours(AF_BRIDGE, true)),
+    ].map(toNeighbourInfo);
+    const devices: StatusDevice[] = [];
+    for (const link of links) {
+      const features = new Map(
+        (await control.getFeatures(link.name, true)).features.map((f) => [f.name, f]),
+      );
+      const offloads: Record<string, OffloadStatus> = {};
+      for (const [name, wanted] of Object.entries(policy)) {
+        const feature = features.get(name);
+        offloads[name] = {
+          active: feature?.active ?? null,
+          requested: feature?.requested ?? null,
+          fixed: feature?.fixed ?? null,
+          matchesPolicy: feature ? feature.active === wanted : null,
+        };
+      }
+      const own = neighbours.filter((n) => n.ifindex === link.ifindex);
+      devices.push({
+        name: link.name,
+        ifindex: link.ifindex,
+        kind: link.kind,
+        mac: link.mac,
+        desiredMac: source?.desiredMac(link.name) ?? null,
+        addrAssignType:
+          link.mac === null ? null : control.readAddrAssignType(link.name, link.ifindex, link.mac),
+        up: link.up,
+        vxlan: link.vxlan,
+        permanentNeighbours: own.filter((n) => n.family !== 'bridge' && n.permanent).length,
+        fdbEntries: own.filter((n) => n.family === 'bridge').length,
+        offloads,
+      });
+    }
+    return { netns: options.netns ?? null, devices };
+  } finally {
+    control.close();
+  }
+}
