@@ -18,6 +18,7 @@ import {
   type FlannelGuardEvents,
   type FlannelGuardOptions,
 } from './guard';
+import { DEFAULT_FIGHT_POLICY } from './fight';
 import { openControl } from './oneshot';
 import { explicitMacSource } from './sources';
 import { compileInterfaceGlob, resolveNetnsPath } from './validate';
@@ -45,6 +46,17 @@ interface WatchFlags extends CommonFlags {
   pin: 'first-seen' | 'none';
   dryRun?: boolean;
   receiveBuffer?: string;
+  maxRewrites: string;
+  rewriteWindow: string;
+  quietPeriod: string;
+}
+
+function positiveInteger(flag: string, value: string): number {
+  const number = Number(value);
+  if (!Number.isInteger(number) || number <= 0) {
+    throw new UsageError(`${flag} ${value}: expected a positive whole number`);
+  }
+  return number;
 }
 
 function parseMacFlags(values: string[] | undefined): Record<string, string> | undefined {
@@ -181,14 +193,18 @@ function printer(json: boolean): (event: GuardEventName, payload: FlannelGuardEv
 // --- commands -----------------------------------------------------------------
 
 async function watch(flags: WatchFlags): Promise<number> {
-  const options: FlannelGuardOptions = { ...commonOptions(flags), pin: flags.pin };
+  const options: FlannelGuardOptions = {
+    ...commonOptions(flags),
+    pin: flags.pin,
+    fight: {
+      maxRewrites: positiveInteger('--max-rewrites', flags.maxRewrites),
+      windowMs: positiveInteger('--rewrite-window', flags.rewriteWindow),
+      quietMs: positiveInteger('--quiet-period', flags.quietPeriod),
+    },
+  };
   if (flags.dryRun) options.dryRun = true;
   if (flags.receiveBuffer !== undefined) {
-    const bytes = Number(flags.receiveBuffer);
-    if (!Number.isInteger(bytes) || bytes <= 0) {
-      throw new UsageError(`--receive-buffer ${flags.receiveBuffer}: expected a positive number of bytes`);
-    }
-    options.receiveBuffer = bytes;
+    options.receiveBuffer = positiveInteger('--receive-buffer', flags.receiveBuffer);
   }
   const print = printer(flags.json ?? false);
   const guard = new FlannelGuard(options);
@@ -294,6 +310,17 @@ function program(): Command {
     .option('--dry-run', 'report what would be done, never write')
     .option('--json', 'one JSON object per line (field "event" first)')
     .option('--receive-buffer <bytes>', 'netlink socket receive buffer (default: the kernel default)')
+    .option(
+      '--max-rewrites <n>',
+      'rewrites within the window after which a device is contested and left alone',
+      String(DEFAULT_FIGHT_POLICY.maxRewrites),
+    )
+    .option('--rewrite-window <ms>', 'window for counting rewrites', String(DEFAULT_FIGHT_POLICY.windowMs))
+    .option(
+      '--quiet-period <ms>',
+      'a contested device is corrected again after this long without a rewrite',
+      String(DEFAULT_FIGHT_POLICY.quietMs),
+    )
     .action(async (flags: WatchFlags) => {
       process.exitCode = await watch(flags);
     });

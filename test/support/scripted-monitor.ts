@@ -1,0 +1,819 @@
+/**
+ * A scripted stand-in for everything FlannelGuard talks to, with no kernel
+ * and no privileges:
+ *
+ * - FakeKernel: the namespace's true state (links, neighbour entries, offload
+ *   features) plus the queue of rtnetlink notifications its changes produce,
+ *   in kernel order (a MAC change or a down: RTM_NEWLINK, then one DELNEIGH
+ *   per flushed ARP/NDP entry; a features change: RTM_NEWLINK with
+ *   IFLA_EVENT_FEATURES).
+ * - ScriptedMonitor: a GuardMonitor whose snapshot only moves when a queued
+ *   notification is delivered (`pump`), with the event logic of LinkMonitor
+ *   (linkAdded/linkChanged/linkRemoved, the 'flush'/'deleted'/'device-removed'/
+ *   'resync' causes, overrun + coalesced re-dump).
+ * - FakePorts: a recording GuardPorts. Its writes change the FakeKernel at
+ *   once (so the guard's verifying re-read sees them) and queue their echo
+ *   notifications, which reach the guard only when the test pumps them.
+ * - FakeClock: a GuardClock whose timers run only when the test advances it.
+ */
+import { EventEmitter } from 'node:events';
+
+import { IFF_LOOPBACK, IFF_UP, NTF_SELF, NUD_NOARP, NUD_PERMANENT, NUD_REACHABLE } from '../../lib/constants';
+import type { GuardClock, GuardMonitor } from '../../lib/guard';
+import type {
+  ChangeSource,
+  LinkKernelEvent,
+  LinkMonitorEvents,
+  NeighbourRemovalCause,
+} from '../../lib/monitor';
+import type { GuardPorts } from '../../lib/ports';
+import { neighbourKey } from '../../lib/records';
+import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/types';
+
+export const IFF_BROADCAST = 0x2;
+export const IFF_MULTICAST = 0x1000;
+
+/** Netlink port id of the guard's request socket: its writes come back carrying it. */
+export const GUARD_PORTID = 4242;
+/** Netlink port id of an `ip` command run by an operator or another agent. */
+export const IP_PORTID = 7777;
+
+// --- errors --------------------------------------------------------------------
+
+export type ErrnoError = Error & { code: string; errno: number };
+
+export function errnoError(code: string, errno: number, message: string): ErrnoError {
+  return Object.assign(new Error(`${code}: ${message}`), { code, errno });
+}
+
+export const enodev = (what = 'no such device'): ErrnoError => errnoError('ENODEV', -19, what);
+export const eperm = (what = 'operation not permitted'): ErrnoError => errnoError('EPERM', -1, what);
+export const eopnotsupp = (what = 'not supported'): ErrnoError =>
+  errnoError('EOPNOTSUPP', -95, what);
+
+// --- records ---------------------------------------------------------------------
+
+export interface LinkSpec {
+  name: string;
+  mac: string;
+  ifindex?: number;
+  up?: boolean;
+  loopback?: boolean;
+  kind?: string;
+  mtu?: number;
+}
+
+export function makeLink(ifindex: number, spec: LinkSpec): LinkInfo {
+  const up = spec.up ?? true;
+  const loopback = spec.loopback ?? false;
+  const kind = spec.kind ?? (loopback ? '' : 'vxlan');
+  return {
+    ifindex,
+    name: spec.name,
+    mac: spec.mac,
+    flags: (up ? IFF_UP : 0) | (loopback ? IFF_LOOPBACK : IFF_BROADCAST | IFF_MULTICAST),
+    up,
+    loopback,
+    operstate: up ? 'unknown' : 'down',
+    mtu: spec.mtu ?? (kind === 'vxlan' ? 1450 : 1500),
+    kind,
+    vxlan:
+      kind === 'vxlan'
+        ? { vni: 1, port: 8472, local: '192.0.2.10', underlayIfindex: 2, learning: false }
+        : null,
+    master: null,
+    lowerIfindex: null,
+    linkNetnsid: null,
+    addrAssignType: null,
+  };
+}
+
+/** A permanent ARP entry, as flannel installs one per remote node. */
+export function permanentArp(ifindex: number, destination: string, lladdr: string): NeighbourInfo {
+  return {
+    family: 'inet',
+    ifindex,
+    destination,
+    lladdr,
+    state: NUD_PERMANENT,
+    states: ['permanent'],
+    permanent: true,
+    flags: 0,
+    vni: null,
+    master: null,
+  };
+}
+
+/** A permanent NDP entry (flannel-v6.1). */
+export function permanentNdp(ifindex: number, destination: string, lladdr: string): NeighbourInfo {
+  return { ...permanentArp(ifindex, destination, lladdr), family: 'inet6' };
+}
+
+/** A learnt (non-permanent) ARP entry. */
+export function reachableArp(ifindex: number, destination: string, lladdr: string): NeighbourInfo {
+  return {
+    ...permanentArp(ifindex, destination, lladdr),
+    state: NUD_REACHABLE,
+    states: ['reachable'],
+    permanent: false,
+  };
+}
+
+/** A permanent FDB entry (remote VTEP MAC -> underlay IP), as flannel installs one per node. */
+export function permanentFdb(ifindex: number, lladdr: string, remote: string): NeighbourInfo {
+  return {
+    family: 'bridge',
+    ifindex,
+    destination: remote,
+    lladdr,
+    state: NUD_PERMANENT | NUD_NOARP,
+    states: ['noarp', 'permanent'],
+    permanent: true,
+    flags: NTF_SELF,
+    vni: null,
+    master: null,
+  };
+}
+
+function cloneLink(link: LinkInfo): LinkInfo {
+  return structuredClone(link);
+}
+
+function cloneNeighbour(entry: NeighbourInfo): NeighbourInfo {
+  return structuredClone(entry);
+}
+
+// --- the kernel -----------------------------------------------------------------
+
+/** One rtnetlink notification, as the monitor socket would receive it. */
+export type KernelMessage =
+  | { kind: 'link'; link: LinkInfo; created: boolean; kernelEvent: LinkKernelEvent | null }
+  | { kind: 'dellink'; ifindex: number }
+  | { kind: 'neigh'; neighbour: NeighbourInfo; portid: number }
+  | { kind: 'delneigh'; neighbour: NeighbourInfo; portid: number };
+
+interface FeatureRow {
+  available: boolean;
+  fixed: boolean;
+  requested: boolean;
+  active: boolean;
+}
+
+/** A VXLAN device's feature table: TX checksumming on, TSO depending on it. */
+function defaultFeatures(): Map<string, FeatureRow> {
+  const row = (active: boolean, fixed = false): FeatureRow => ({
+    available: !fixed,
+    fixed,
+    requested: active,
+    active,
+  });
+  return new Map([
+    ['tx-checksum-ip-generic', row(true)],
+    ['tx-tcp-segmentation', row(true)],
+    ['tx-tcp6-segmentation', row(true)],
+    ['rx-checksum', row(true)],
+    ['tx-gso-partial', row(false)],
+    ['netns-local', row(false, true)],
+  ]);
+}
+
+const TSO_FEATURES = ['tx-tcp-segmentation', 'tx-tcp6-segmentation'];
+
+export class FakeKernel {
+  readonly links = new Map<number, LinkInfo>();
+  readonly neighbours = new Map<string, NeighbourInfo>();
+  readonly features = new Map<number, Map<string, FeatureRow>>();
+  /** Notifications not yet read by the monitor, oldest first. */
+  readonly queue: KernelMessage[] = [];
+  #nextIndex = 2;
+
+  /** Registers a device (RTM_NEWLINK announcing a new device). */
+  addLink(spec: LinkSpec): LinkInfo {
+    const ifindex = spec.ifindex ?? this.#nextIndex;
+    if (this.links.has(ifindex)) throw new Error(`ifindex ${ifindex} is taken`);
+    this.#nextIndex = Math.max(this.#nextIndex, ifindex + 1);
+    const link = makeLink(ifindex, spec);
+    this.links.set(ifindex, link);
+    this.features.set(ifindex, defaultFeatures());
+    this.#announce(link, { created: true });
+    return cloneLink(link);
+  }
+
+  link(ifindex: number): LinkInfo {
+    const link = this.links.get(ifindex);
+    if (!link) throw new Error(`no link ${ifindex} in the fake kernel`);
+    return link;
+  }
+
+  linkByName(name: string): LinkInfo | undefined {
+    for (const link of this.links.values()) if (link.name === name) return link;
+    return undefined;
+  }
+
+  /** RTM_SETLINK IFLA_ADDRESS: NEWLINK, then the flush of every ARP/NDP entry of the device. */
+  setMac(ifindex: number, mac: string): void {
+    const link = this.link(ifindex);
+    if (link.mac === mac) return;
+    link.mac = mac;
+    link.addrAssignType = 3;
+    this.#announce(link);
+    this.#flushNeighbours(ifindex);
+  }
+
+  rename(ifindex: number, name: string): void {
+    this.link(ifindex).name = name;
+    this.#announce(this.link(ifindex));
+  }
+
+  setMtu(ifindex: number, mtu: number): void {
+    this.link(ifindex).mtu = mtu;
+    this.#announce(this.link(ifindex));
+  }
+
+  setOperstate(ifindex: number, operstate: LinkInfo['operstate']): void {
+    this.link(ifindex).operstate = operstate;
+    this.#announce(this.link(ifindex));
+  }
+
+  /** Admin up/down; a down flushes every ARP/NDP entry of the device, permanent ones included. */
+  setUp(ifindex: number, up: boolean): void {
+    const link = this.link(ifindex);
+    if (link.up === up) return;
+    link.up = up;
+    link.flags = up ? link.flags | IFF_UP : link.flags & ~IFF_UP;
+    link.operstate = up ? 'unknown' : 'down';
+    this.#announce(link);
+    if (!up) this.#flushNeighbours(ifindex);
+  }
+
+  /** Unregisters a device: it goes down first (flushing its entries), then RTM_DELLINK. */
+  removeLink(ifindex: number): void {
+    this.setUp(ifindex, false);
+    this.links.delete(ifindex);
+    this.features.delete(ifindex);
+    for (const [key, entry] of this.neighbours) if (entry.ifindex === ifindex) this.neighbours.delete(key);
+    this.queue.push({ kind: 'dellink', ifindex });
+  }
+
+  /** RTM_NEWNEIGH with NLM_F_CREATE|NLM_F_REPLACE. */
+  replaceNeighbour(entry: NeighbourInfo, portid = IP_PORTID): void {
+    if (!this.links.has(entry.ifindex)) throw enodev(`ifindex ${entry.ifindex}`);
+    const key = neighbourKey(entry);
+    const previous = this.neighbours.get(key);
+    if (previous && JSON.stringify(previous) === JSON.stringify(entry)) return; // no change, no notification
+    this.neighbours.set(key, cloneNeighbour(entry));
+    this.queue.push({ kind: 'neigh', neighbour: cloneNeighbour(entry), portid });
+  }
+
+  /** RTM_DELNEIGH (`ip neigh del`, `bridge fdb del`). */
+  deleteNeighbour(entry: NeighbourInfo, portid = IP_PORTID): void {
+    const key = neighbourKey(entry);
+    const previous = this.neighbours.get(key);
+    if (!previous) throw errnoError('ENOENT', -2, `no neighbour ${key}`);
+    this.neighbours.delete(key);
+    this.queue.push({ kind: 'delneigh', neighbour: cloneNeighbour(previous), portid });
+  }
+
+  neighboursOf(ifindex: number): NeighbourInfo[] {
+    return [...this.neighbours.values()].filter((entry) => entry.ifindex === ifindex);
+  }
+
+  featureTable(ifindex: number): FeatureState[] {
+    const table = this.features.get(ifindex);
+    if (!table) throw enodev(`ifindex ${ifindex}`);
+    return [...table].map(([name, row]) => ({ name, ...row }));
+  }
+
+  feature(ifindex: number, name: string): boolean {
+    const row = this.features.get(ifindex)?.get(name);
+    if (!row) throw new Error(`no feature ${name} on ${ifindex}`);
+    return row.active;
+  }
+
+  /**
+   * ETHTOOL_SFEATURES as the kernel does it: the wanted bits change, dependent
+   * features are recomputed, and any change is announced with IFLA_EVENT_FEATURES.
+   * Returns the features whose active state changed.
+   */
+  setFeatures(
+    ifindex: number,
+    wanted: Record<string, boolean>,
+  ): { name: string; before: boolean; after: boolean }[] {
+    const table = this.features.get(ifindex);
+    if (!table) throw enodev(`ifindex ${ifindex}`);
+    const before = new Map([...table].map(([name, row]) => [name, row.active]));
+    for (const [name, on] of Object.entries(wanted)) {
+      const row = table.get(name);
+      if (!row) throw errnoError('ENODATA', -61, `unknown feature ${name}`);
+      if (row.fixed) throw eopnotsupp(`${name} is fixed`);
+      row.requested = on;
+    }
+    const csum = table.get('tx-checksum-ip-generic');
+    for (const [name, row] of table) {
+      if (row.fixed) continue;
+      row.active = TSO_FEATURES.includes(name) ? row.requested && (csum?.requested ?? false) : row.requested;
+    }
+    const changed = [...table]
+      .filter(([name, row]) => before.get(name) !== row.active)
+      .map(([name, row]) => ({ name, before: before.get(name) ?? false, after: row.active }));
+    if (changed.length > 0) this.#announce(this.link(ifindex), { kernelEvent: 'features' });
+    return changed;
+  }
+
+  /** Another agent (a udev RUN rule, `ethtool -K`) turns one feature on or off. */
+  setFeature(ifindex: number, name: string, on: boolean): void {
+    this.setFeatures(ifindex, { [name]: on });
+  }
+
+  /** Forgets every queued notification (the kernel dropped them: ENOBUFS). Returns how many. */
+  loseQueued(): number {
+    return this.queue.splice(0).length;
+  }
+
+  #announce(
+    link: LinkInfo,
+    options: { created?: boolean; kernelEvent?: LinkKernelEvent | null } = {},
+  ): void {
+    this.queue.push({
+      kind: 'link',
+      link: cloneLink(link),
+      created: options.created ?? false,
+      kernelEvent: options.kernelEvent ?? null,
+    });
+  }
+
+  #flushNeighbours(ifindex: number): void {
+    for (const [key, entry] of this.neighbours) {
+      if (entry.ifindex !== ifindex || entry.family === 'bridge') continue;
+      this.neighbours.delete(key);
+      this.queue.push({ kind: 'delneigh', neighbour: cloneNeighbour(entry), portid: 0 });
+    }
+  }
+}
+
+// --- the monitor ----------------------------------------------------------------
+
+function sameLink(a: LinkInfo, b: LinkInfo): boolean {
+  return (
+    a.name === b.name &&
+    a.mac === b.mac &&
+    a.flags === b.flags &&
+    a.operstate === b.operstate &&
+    a.mtu === b.mtu &&
+    a.kind === b.kind &&
+    a.master === b.master &&
+    a.lowerIfindex === b.lowerIfindex &&
+    a.linkNetnsid === b.linkNetnsid &&
+    JSON.stringify(a.vxlan) === JSON.stringify(b.vxlan)
+  );
+}
+
+function sameNeighbour(a: NeighbourInfo, b: NeighbourInfo): boolean {
+  return a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master;
+}
+
+/** Every event the monitor emitted, in order (for re-emitting one, or checking order). */
+export type EmittedEvent = {
+  [Name in keyof LinkMonitorEvents]: { type: Name; args: LinkMonitorEvents[Name] };
+}[keyof LinkMonitorEvents];
+
+export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements GuardMonitor {
+  readonly kernel: FakeKernel;
+  readonly emitted: EmittedEvent[] = [];
+  refs = 0;
+  unrefs = 0;
+  closeCalls = 0;
+  #links = new Map<number, LinkInfo>();
+  #neighbours = new Map<string, NeighbourInfo>();
+  #flushing = new Set<number>();
+  #ready = false;
+  #closed = false;
+
+  constructor(kernel: FakeKernel) {
+    super();
+    this.kernel = kernel;
+  }
+
+  get isReady(): boolean {
+    return this.#ready;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  links(): LinkInfo[] {
+    return [...this.#links.values()];
+  }
+
+  getLink(ifindex: number): LinkInfo | undefined {
+    return this.#links.get(ifindex);
+  }
+
+  neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
+    const all = [...this.#neighbours.values()];
+    return filter.ifindex === undefined ? all : all.filter((n) => n.ifindex === filter.ifindex);
+  }
+
+  ready(): Promise<void> {
+    if (this.#ready) return Promise.resolve();
+    if (this.#closed) return Promise.reject(new Error('monitor closed'));
+    return new Promise((resolve, reject) => {
+      const onReady = (): void => {
+        this.off('close', onClose);
+        resolve();
+      };
+      const onClose = (): void => {
+        this.off('ready', onReady);
+        reject(new Error('monitor closed before it was ready'));
+      };
+      this.once('ready', onReady);
+      this.once('close', onClose);
+    });
+  }
+
+  ref(): this {
+    this.refs += 1;
+    return this;
+  }
+
+  unref(): this {
+    this.unrefs += 1;
+    return this;
+  }
+
+  close(): void {
+    this.closeCalls += 1;
+    if (this.#closed) return;
+    this.#closed = true;
+    this.emit('close');
+  }
+
+  override emit<Name extends keyof LinkMonitorEvents>(
+    name: Name,
+    ...args: LinkMonitorEvents[Name]
+  ): boolean {
+    this.emitted.push({ type: name, args } as EmittedEvent);
+    return (super.emit as (name: string, ...args: unknown[]) => boolean)(name, ...args);
+  }
+
+  /**
+   * The initial dump: the kernel's current state becomes the snapshot without
+   * per-object events (notifications queued so far are part of the dump), then `ready`.
+   */
+  start(): void {
+    if (this.#ready) throw new Error('already started');
+    this.kernel.loseQueued();
+    for (const link of this.kernel.links.values()) this.#links.set(link.ifindex, cloneLink(link));
+    for (const [key, entry] of this.kernel.neighbours) this.#neighbours.set(key, cloneNeighbour(entry));
+    this.#ready = true;
+    this.emit('ready');
+  }
+
+  /** Delivers the oldest queued notification; false when there was none. */
+  pumpOne(): boolean {
+    const message = this.kernel.queue.shift();
+    if (!message) return false;
+    this.deliver(message);
+    return true;
+  }
+
+  /**
+   * Delivers queued notifications, including those the guard's reactions
+   * queue, until none is left. Throws when more than `limit` are delivered: a
+   * write/echo loop.
+   */
+  pump(limit = 500): number {
+    let delivered = 0;
+    while (this.pumpOne()) {
+      delivered += 1;
+      if (delivered > limit) throw new Error(`more than ${limit} notifications: a write/echo loop`);
+    }
+    return delivered;
+  }
+
+  deliver(message: KernelMessage, fromDump = false): void {
+    if (this.#closed) return;
+    switch (message.kind) {
+      case 'link':
+        this.#onLink(message.link, fromDump, message.created, message.kernelEvent);
+        return;
+      case 'dellink':
+        this.#onDelLink(message.ifindex);
+        return;
+      case 'neigh':
+        this.#onNeighbour(message.neighbour, fromDump, message.portid);
+        return;
+      case 'delneigh':
+        this.#onDelNeighbour(message.neighbour, message.portid);
+        return;
+    }
+  }
+
+  /**
+   * Lost notifications (ENOBUFS): the queued ones are dropped, an `overrun` is
+   * emitted, and one coalesced re-dump reconciles the snapshot with the kernel,
+   * as LinkMonitor does. The dump is taken before any of its items is handled.
+   */
+  overrunAndResync(consistent = true): void {
+    this.kernel.loseQueued();
+    this.emit('overrun', { cause: 'ENOBUFS' });
+    this.resync('overrun', consistent);
+  }
+
+  resync(reason: 'overrun' | 'requested', consistent = true): void {
+    const links = [...this.kernel.links.values()].map(cloneLink);
+    const neighbours = [...this.kernel.neighbours.values()].map(cloneNeighbour);
+    const seenLinks = new Set<number>();
+    const seenNeighbours = new Set<string>();
+    this.emit('resync', { phase: 'begin', reason });
+    for (const link of links) {
+      seenLinks.add(link.ifindex);
+      this.#onLink(link, true, false, null);
+    }
+    for (const entry of neighbours) {
+      seenNeighbours.add(neighbourKey(entry));
+      this.#onNeighbour(entry, true, 0);
+    }
+    if (consistent) {
+      for (const [ifindex, link] of this.#links) {
+        if (seenLinks.has(ifindex)) continue;
+        this.#links.delete(ifindex);
+        this.#emitRemovedLink(link, 'resync');
+      }
+      for (const [key, entry] of this.#neighbours) {
+        if (seenNeighbours.has(key)) continue;
+        this.#neighbours.delete(key);
+        this.#emitRemovedNeighbour(entry, 'resync', 'resync', 0);
+      }
+    }
+    this.emit('resync', { phase: 'end', consistent });
+  }
+
+  #onLink(
+    raw: LinkInfo,
+    fromDump: boolean,
+    created: boolean,
+    kernelEvent: LinkKernelEvent | null,
+  ): void {
+    const previous = this.#links.get(raw.ifindex);
+    const link = cloneLink(raw);
+    this.#links.set(link.ifindex, link);
+    if (!fromDump) {
+      const wentDown = previous !== undefined && previous.up && !link.up;
+      if ((previous && previous.mac !== link.mac) || wentDown) this.#flushing.add(link.ifindex);
+      else this.#flushing.delete(link.ifindex);
+    }
+    if (!this.#ready) return;
+    const source: ChangeSource = fromDump ? 'resync' : 'event';
+    if (!previous) {
+      this.emit('linkAdded', { link, source, created: !fromDump && created });
+    } else if (kernelEvent !== null || !sameLink(previous, link)) {
+      this.emit('linkChanged', { link, previous, source, kernelEvent });
+    }
+  }
+
+  #onDelLink(ifindex: number): void {
+    this.#flushing.delete(ifindex);
+    const previous = this.#links.get(ifindex);
+    if (!previous) return;
+    this.#links.delete(ifindex);
+    for (const [key, entry] of this.#neighbours) {
+      if (entry.ifindex !== ifindex) continue;
+      this.#neighbours.delete(key);
+      this.#emitRemovedNeighbour(entry, 'event', 'device-removed', 0);
+    }
+    this.#emitRemovedLink(previous, 'event');
+  }
+
+  #onNeighbour(raw: NeighbourInfo, fromDump: boolean, portid: number): void {
+    const neighbour = cloneNeighbour(raw);
+    const key = neighbourKey(neighbour);
+    const previous = this.#neighbours.get(key);
+    if (!fromDump) this.#flushing.delete(neighbour.ifindex);
+    this.#neighbours.set(key, neighbour);
+    if (!this.#ready) return;
+    const source: ChangeSource = fromDump ? 'resync' : 'event';
+    if (!previous) this.emit('neighbourAdded', { neighbour, source, portid });
+    else if (!sameNeighbour(previous, neighbour)) {
+      this.emit('neighbourChanged', { neighbour, previous, source, portid });
+    }
+  }
+
+  #onDelNeighbour(raw: NeighbourInfo, portid: number): void {
+    const key = neighbourKey(raw);
+    const previous = this.#neighbours.get(key);
+    const flushed = raw.family !== 'bridge' && this.#flushing.has(raw.ifindex);
+    if (!previous) return;
+    this.#neighbours.delete(key);
+    this.#emitRemovedNeighbour(previous, 'event', flushed ? 'flush' : 'deleted', portid);
+  }
+
+  #emitRemovedLink(link: LinkInfo, source: ChangeSource): void {
+    if (this.#ready) this.emit('linkRemoved', { link, source });
+  }
+
+  #emitRemovedNeighbour(
+    neighbour: NeighbourInfo,
+    source: ChangeSource,
+    cause: NeighbourRemovalCause,
+    portid: number,
+  ): void {
+    if (this.#ready) this.emit('neighbourRemoved', { neighbour, source, cause, portid });
+  }
+}
+
+// --- the ports --------------------------------------------------------------------
+
+export type PortCall =
+  | { method: 'getLink'; ifindex: number }
+  | { method: 'setLinkMac'; ifindex: number; mac: string; name: string }
+  | { method: 'replaceNeighbour'; entry: NeighbourInfo; name: string }
+  | { method: 'getFeatures'; name: string }
+  | { method: 'setFeatures'; name: string; wanted: Record<string, boolean> }
+  | { method: 'addrAssignType'; ifindex: number }
+  | { method: 'probeWriteAccess' }
+  | { method: 'close' };
+
+export type PortMethod = PortCall['method'];
+
+const WRITE_METHODS: readonly PortMethod[] = ['setLinkMac', 'replaceNeighbour', 'setFeatures'];
+
+/** A recording GuardPorts over a FakeKernel, with scripted failures and races. */
+export class FakePorts implements GuardPorts {
+  readonly kernel: FakeKernel;
+  readonly calls: PortCall[] = [];
+  #faults = new Map<PortMethod, { error: Error; times: number }>();
+  #hooks = new Map<PortMethod, () => void>();
+
+  constructor(kernel: FakeKernel) {
+    this.kernel = kernel;
+  }
+
+  /** The next `times` calls of `method` throw `error` (before doing anything). */
+  fail(method: PortMethod, error: Error, times = 1): void {
+    this.#faults.set(method, { error, times });
+  }
+
+  /** Runs `hook` once, right before the next call of `method` (a race with another agent). */
+  before(method: PortMethod, hook: () => void): void {
+    this.#hooks.set(method, hook);
+  }
+
+  clear(): void {
+    this.calls.length = 0;
+  }
+
+  methods(): PortMethod[] {
+    return this.calls.map((call) => call.method);
+  }
+
+  writes(): PortCall[] {
+    return this.calls.filter((call) => WRITE_METHODS.includes(call.method));
+  }
+
+  macWrites(): Extract<PortCall, { method: 'setLinkMac' }>[] {
+    return this.calls.filter(
+      (call): call is Extract<PortCall, { method: 'setLinkMac' }> => call.method === 'setLinkMac',
+    );
+  }
+
+  neighbourWrites(): Extract<PortCall, { method: 'replaceNeighbour' }>[] {
+    return this.calls.filter(
+      (call): call is Extract<PortCall, { method: 'replaceNeighbour' }> =>
+        call.method === 'replaceNeighbour',
+    );
+  }
+
+  featureWrites(): Extract<PortCall, { method: 'setFeatures' }>[] {
+    return this.calls.filter(
+      (call): call is Extract<PortCall, { method: 'setFeatures' }> => call.method === 'setFeatures',
+    );
+  }
+
+  getLink(ifindex: number): LinkInfo | null {
+    this.#enter({ method: 'getLink', ifindex });
+    const link = this.kernel.links.get(ifindex);
+    return link ? cloneLink(link) : null;
+  }
+
+  setLinkMac(ifindex: number, mac: string, name: string): void {
+    this.#enter({ method: 'setLinkMac', ifindex, mac, name });
+    if (!this.kernel.links.has(ifindex)) throw enodev(`setlink ${name} (ifindex ${ifindex})`);
+    this.kernel.setMac(ifindex, mac);
+  }
+
+  replaceNeighbour(entry: NeighbourInfo, name: string): void {
+    this.#enter({ method: 'replaceNeighbour', entry: cloneNeighbour(entry), name });
+    this.kernel.replaceNeighbour(entry, GUARD_PORTID);
+  }
+
+  getFeatures(name: string): FeatureState[] {
+    this.#enter({ method: 'getFeatures', name });
+    return this.kernel.featureTable(this.#ifindexOf(name));
+  }
+
+  setFeatures(name: string, wanted: Record<string, boolean>): FeatureSetResult {
+    this.#enter({ method: 'setFeatures', name, wanted: { ...wanted } });
+    const ifindex = this.#ifindexOf(name);
+    const requested = Object.keys(wanted);
+    const before = new Map(this.kernel.featureTable(ifindex).map((f) => [f.name, f.active]));
+    const written = requested.some((feature) => before.get(feature) !== wanted[feature]);
+    const changed = written ? this.kernel.setFeatures(ifindex, wanted) : [];
+    const active = Object.fromEntries(requested.map((f) => [f, this.kernel.feature(ifindex, f)]));
+    return {
+      interface: name,
+      written,
+      legacy: false,
+      requested: { ...wanted },
+      active,
+      sideEffects: changed.filter((change) => !requested.includes(change.name)),
+      notApplied: requested.filter((f) => active[f] !== wanted[f]),
+    };
+  }
+
+  addrAssignType(link: LinkInfo): number | null {
+    this.#enter({ method: 'addrAssignType', ifindex: link.ifindex });
+    return this.kernel.links.get(link.ifindex)?.addrAssignType ?? null;
+  }
+
+  probeWriteAccess(): void {
+    this.#enter({ method: 'probeWriteAccess' });
+  }
+
+  close(): void {
+    this.#enter({ method: 'close' });
+  }
+
+  #ifindexOf(name: string): number {
+    const link = this.kernel.linkByName(name);
+    if (!link) throw enodev(name);
+    return link.ifindex;
+  }
+
+  #enter(call: PortCall): void {
+    this.calls.push(call);
+    const hook = this.#hooks.get(call.method);
+    if (hook) {
+      this.#hooks.delete(call.method);
+      hook();
+    }
+    const fault = this.#faults.get(call.method);
+    if (fault) {
+      fault.times -= 1;
+      if (fault.times <= 0) this.#faults.delete(call.method);
+      throw fault.error;
+    }
+  }
+}
+
+// --- the clock ----------------------------------------------------------------------
+
+interface Timer {
+  id: number;
+  due: number;
+  callback: () => void;
+}
+
+/** A GuardClock whose timers fire only from `advance`, in due order. */
+export class FakeClock implements GuardClock {
+  #now: number;
+  #timers: Timer[] = [];
+  #nextId = 1;
+
+  constructor(start = 1_000) {
+    this.#now = start;
+  }
+
+  now(): number {
+    return this.#now;
+  }
+
+  setTimeout(callback: () => void, ms: number): () => void {
+    const timer: Timer = { id: this.#nextId++, due: this.#now + ms, callback };
+    this.#timers.push(timer);
+    return () => {
+      this.#timers = this.#timers.filter((t) => t !== timer);
+    };
+  }
+
+  /** Delays (from now) of the pending timers, soonest first. */
+  pending(): number[] {
+    return this.#timers.map((t) => t.due - this.#now).sort((a, b) => a - b);
+  }
+
+  /** Moves time forward, running each timer that falls due at its own instant. */
+  advance(ms: number): void {
+    const target = this.#now + ms;
+    for (;;) {
+      const next = [...this.#timers]
+        .filter((t) => t.due <= target)
+        .sort((a, b) => a.due - b.due || a.id - b.id)[0];
+      if (!next) break;
+      this.#timers = this.#timers.filter((t) => t !== next);
+      this.#now = Math.max(this.#now, next.due);
+      next.callback();
+    }
+    this.#now = target;
+  }
+}
