@@ -182,7 +182,10 @@ export interface RawParsedMessage {
 }
 
 export interface RawBinding {
-  Monitor: new (options: RawMonitorOptions, onBatch: (batch: RawMonitorItem[]) => void) => RawMonitor;
+  Monitor: new (
+    options: RawMonitorOptions,
+    onBatch: (batch: RawMonitorItem[]) => void,
+  ) => RawMonitor;
   Control: new (options?: RawNetnsOptions) => RawControl;
   parseDatagram(bytes: Buffer): {
     messages: RawParsedMessage[];

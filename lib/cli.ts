@@ -85,7 +85,8 @@ function parseOffloadFlags(
   const known = knownFeatures();
   for (const value of values) {
     const match = /^([a-z0-9-]+)=(on|off)$/.exec(value);
-    if (!match?.[1] || !match[2]) throw new UsageError(`--offload ${value}: expected FEATURE=on|off or none`);
+    if (!match?.[1] || !match[2])
+      throw new UsageError(`--offload ${value}: expected FEATURE=on|off or none`);
     if (!known.has(match[1])) {
       throw new UsageError(`--offload ${value}: unknown feature ${match[1]} (see ethtool -k)`);
     }
@@ -97,7 +98,8 @@ function parseOffloadFlags(
 function checkNetns(netns: string | undefined): void {
   if (netns === undefined) return;
   const path = resolveNetnsPath(netns);
-  if (!existsSync(path)) throw new UsageError(`--netns ${netns}: no such network namespace (${path})`);
+  if (!existsSync(path))
+    throw new UsageError(`--netns ${netns}: no such network namespace (${path})`);
 }
 
 /** Every feature name the kernel knows: the string set is the same for every device, lo included. */
@@ -110,7 +112,9 @@ function kernelFeatureNames(netns: string | undefined): Set<string> {
   }
 }
 
-function commonOptions(flags: CommonFlags): Pick<FlannelGuardOptions, 'netns' | 'interfaces' | 'mac' | 'offload'> {
+function commonOptions(
+  flags: CommonFlags,
+): Pick<FlannelGuardOptions, 'netns' | 'interfaces' | 'mac' | 'offload'> {
   checkNetns(flags.netns);
   const interfaces = flags.iface ?? [...DEFAULT_INTERFACES];
   for (const glob of interfaces) compileInterfaceGlob(glob);
@@ -134,58 +138,60 @@ function jsonLine(event: string, payload: object): string {
 }
 
 function errorFields(error: Error): object {
-  return { message: error.message, ...(isSystemError(error) ? { ...error } : {}) };
+  return { message: error.message, ...Object.fromEntries(Object.entries(error)) };
 }
 
 function onOff(value: boolean | null | undefined): string {
   return value === null || value === undefined ? '?' : value ? 'on' : 'off';
 }
 
-function describe(event: GuardEventName, payload: FlannelGuardEvents[GuardEventName][0]): string {
-  const p = payload as unknown as Record<string, unknown>;
-  switch (event) {
-    case 'ready': {
-      const ready = payload as FlannelGuardEvents['ready'][0];
-      const devices = ready.devices.map(
-        (d) =>
-          `${d.name} (ifindex ${d.ifindex}) mac ${d.mac ?? 'none'}` +
-          (d.desiredMac ? ` desired ${d.desiredMac} [${d.macSource}]` : ' [not pinned]') +
-          Object.entries(d.offloads)
-            .map(([name, active]) => ` ${name}=${onOff(active)}`)
-            .join(''),
-      );
-      return `ready${ready.dryRun ? ' (dry run)' : ''}: ${devices.length === 0 ? 'no managed device yet' : devices.join('; ')}`;
-    }
-    case 'rewrite':
-      return `rewrite: ${String(p.device)} ${String(p.previous)} -> ${String(p.mac)} (expected ${String(p.expected)}): ${String(p.detail)}`;
-    case 'restored':
-      return `restored: ${String(p.device)} mac ${String(p.mac)} and ${String(p.neighbours)} neighbour entries in ${(p.latencyMs as number).toFixed(3)} ms${p.deferred ? ' (after backoff)' : ''}`;
-    case 'offload': {
-      const offload = payload as FlannelGuardEvents['offload'][0];
-      const changes = Object.entries(offload.active).map(([name, active]) => `${name}=${onOff(active)}`);
-      const side = offload.sideEffects.map((s) => `${s.name} ${onOff(s.before)}->${onOff(s.after)}`);
-      return `offload: ${offload.device} ${changes.join(' ')}${offload.written ? '' : ' (not written)'} [${offload.reason}]${side.length ? `; also changed: ${side.join(', ')}` : ''}`;
-    }
-    case 'contested':
-      return `contested: ${String(p.detail)}`;
-    case 'resumed':
-      return `resumed: ${String(p.device)} ${String(p.what)}${p.feature ? ` ${String(p.feature)}` : ''}`;
-    case 'released':
-      return `released: ${String(p.device)} (ifindex ${String(p.ifindex)}) ${String(p.reason)}`;
-    case 'overrun':
-      return `overrun: netlink events lost (${String(p.cause)}); re-reading the namespace`;
-    case 'resync':
-      return p.phase === 'begin'
-        ? `resync: begin (${String(p.reason)})`
-        : `resync: end${p.consistent ? '' : ' (inconsistent)'}`;
-    case 'error':
-      return `error: ${(payload as Error).message}`;
-  }
+const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name][0]) => string } = {
+  ready: (ready) => {
+    const devices = ready.devices.map(
+      (d) =>
+        `${d.name} (ifindex ${d.ifindex}) mac ${d.mac ?? 'none'}` +
+        (d.desiredMac ? ` desired ${d.desiredMac} [${d.macSource}]` : ' [not pinned]') +
+        Object.entries(d.offloads)
+          .map(([name, active]) => ` ${name}=${onOff(active)}`)
+          .join(''),
+    );
+    const list = devices.length === 0 ? 'no managed device yet' : devices.join('; ');
+    return `ready${ready.dryRun ? ' (dry run)' : ''}: ${list}`;
+  },
+  rewrite: (e) =>
+    `rewrite: ${e.device} ${e.previous ?? 'none'} -> ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''}: ${e.detail}`,
+  restored: (e) =>
+    `restored: ${e.device} mac ${e.mac} and ${e.neighbours} neighbour entries in ${e.latencyMs.toFixed(3)} ms${e.deferred ? ' (after backoff)' : ''}`,
+  offload: (e) => {
+    const states = Object.entries(e.active).map(([name, active]) => `${name}=${onOff(active)}`);
+    const side = e.sideEffects.map((s) => `${s.name} ${onOff(s.before)}->${onOff(s.after)}`);
+    return `offload: ${e.device} ${states.join(' ')}${e.written ? '' : ' (not written)'} [${e.reason}]${side.length > 0 ? `; also changed: ${side.join(', ')}` : ''}`;
+  },
+  contested: (e) => `contested: ${e.detail}`,
+  resumed: (e) => `resumed: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`}`,
+  released: (e) => `released: ${e.device} (ifindex ${e.ifindex}) ${e.reason}`,
+  overrun: (e) => `overrun: netlink events lost (${e.cause}); re-reading the namespace`,
+  resync: (e) =>
+    e.phase === 'begin'
+      ? `resync: begin (${e.reason ?? 'requested'})`
+      : `resync: end${e.consistent === false ? ' (inconsistent)' : ''}`,
+  error: (e) => `error: ${e.message}`,
+};
+
+function describe<Name extends GuardEventName>(
+  event: Name,
+  payload: FlannelGuardEvents[Name][0],
+): string {
+  return describers[event](payload);
 }
 
-function printer(json: boolean): (event: GuardEventName, payload: FlannelGuardEvents[GuardEventName][0]) => void {
+function printer(
+  json: boolean,
+): <Name extends GuardEventName>(event: Name, payload: FlannelGuardEvents[Name][0]) => void {
   return (event, payload) => {
-    const line = json ? jsonLine(event, payload) : `${new Date().toISOString()} ${describe(event, payload)}`;
+    const line = json
+      ? jsonLine(event, payload)
+      : `${new Date().toISOString()} ${describe(event, payload)}`;
     process.stdout.write(`${line}\n`);
   };
 }
@@ -221,7 +227,8 @@ async function watch(flags: WatchFlags): Promise<number> {
     'error',
   ];
   const events = guard as EventEmitter;
-  for (const name of names) events.on(name, (payload: FlannelGuardEvents[typeof name][0]) => print(name, payload));
+  for (const name of names)
+    events.on(name, (payload: FlannelGuardEvents[typeof name][0]) => print(name, payload));
   try {
     await guard.ready();
   } catch (error) {
@@ -260,12 +267,25 @@ function formatStatus(report: StatusReport): string {
       .join(' ') || '-',
   ]);
   if (rows.length === 0) return `no managed devices in ${report.netns ?? 'this namespace'}\n`;
-  const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i]?.length ?? 0)));
-  return [header, ...rows].map((row) => row.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ').trimEnd()).join('\n') + '\n';
+  const widths = header.map((title, i) =>
+    Math.max(title.length, ...rows.map((row) => row[i]?.length ?? 0)),
+  );
+  return (
+    [header, ...rows]
+      .map((row) =>
+        row
+          .map((cell, i) => cell.padEnd(widths[i] ?? 0))
+          .join('  ')
+          .trimEnd(),
+      )
+      .join('\n') + '\n'
+  );
 }
 
 function packageVersion(): string {
-  const manifest = JSON.parse(readFileSync(join(__dirname, '..', '..', 'package.json'), 'utf8')) as {
+  const manifest = JSON.parse(
+    readFileSync(join(__dirname, '..', '..', 'package.json'), 'utf8'),
+  ) as {
     version: string;
   };
   return manifest.version;
@@ -293,7 +313,10 @@ function program(): Command {
     '--netns <name>',
     "network namespace, by ip netns name or path (default: this process's own)",
   );
-  const macOption = new Option('--mac <iface=mac>', 'desired MAC of a device, repeatable (default: none)').argParser(collect);
+  const macOption = new Option(
+    '--mac <iface=mac>',
+    'desired MAC of a device, repeatable (default: none)',
+  ).argParser(collect);
 
   root
     .command('watch')
@@ -301,7 +324,10 @@ function program(): Command {
     .addOption(ifaceOption)
     .addOption(macOption)
     .addOption(
-      new Option('--pin <mode>', 'desired MAC of devices without --mac: the first one seen, or none')
+      new Option(
+        '--pin <mode>',
+        'desired MAC of devices without --mac: the first one seen, or none',
+      )
         .choices(['first-seen', 'none'])
         .default('first-seen'),
     )
@@ -309,13 +335,20 @@ function program(): Command {
     .addOption(netnsOption)
     .option('--dry-run', 'report what would be done, never write')
     .option('--json', 'one JSON object per line (field "event" first)')
-    .option('--receive-buffer <bytes>', 'netlink socket receive buffer (default: the kernel default)')
+    .option(
+      '--receive-buffer <bytes>',
+      'netlink socket receive buffer (default: the kernel default)',
+    )
     .option(
       '--max-rewrites <n>',
       'rewrites within the window after which a device is contested and left alone',
       String(DEFAULT_FIGHT_POLICY.maxRewrites),
     )
-    .option('--rewrite-window <ms>', 'window for counting rewrites', String(DEFAULT_FIGHT_POLICY.windowMs))
+    .option(
+      '--rewrite-window <ms>',
+      'window for counting rewrites',
+      String(DEFAULT_FIGHT_POLICY.windowMs),
+    )
     .option(
       '--quiet-period <ms>',
       'a contested device is corrected again after this long without a rewrite',
@@ -358,7 +391,9 @@ function fail(error: unknown): number {
     );
     return EXIT_NOPERM;
   }
-  process.stderr.write(`flannel-guard: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.stderr.write(
+    `flannel-guard: ${error instanceof Error ? error.message : String(error)}\n`,
+  );
   return 1;
 }
 

@@ -56,7 +56,11 @@ export class FightTracker {
   readonly #random: () => number;
   readonly #states = new Map<string, FightState>();
 
-  constructor(policy: Partial<FightPolicy> = {}, now: () => number, random: () => number = Math.random) {
+  constructor(
+    policy: Partial<FightPolicy> = {},
+    now: () => number,
+    random: () => number = Math.random,
+  ) {
     this.policy = { ...DEFAULT_FIGHT_POLICY, ...policy };
     this.#now = now;
     this.#random = random;
@@ -104,6 +108,7 @@ export class FightTracker {
 
   /** Forgets every key starting with `prefix`. */
   resetPrefix(prefix: string): void {
-    for (const key of [...this.#states.keys()]) if (key.startsWith(prefix)) this.#states.delete(key);
+    for (const key of [...this.#states.keys()])
+      if (key.startsWith(prefix)) this.#states.delete(key);
   }
 }

@@ -34,7 +34,9 @@ import type { FeatureSetResult, LinkInfo, NeighbourInfo } from './types';
 import { compileInterfaceGlob, resolveNetnsPath, type InterfaceGlob } from './validate';
 
 export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
-export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = { 'tx-checksum-ip-generic': false };
+export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = {
+  'tx-checksum-ip-generic': false,
+};
 /**
  * The first rewrite this soon after a device's creation is attributed to
  * udev's MACAddressPolicy (it lands 1-50 ms after the add event).
@@ -90,7 +92,8 @@ export interface GuardReadyEvent {
   dryRun: boolean;
 }
 
-export type RewriteCause = 'udev-mac-policy' | 'external-write' | 'found-on-resync' | 'found-at-start';
+export type RewriteCause =
+  'udev-mac-policy' | 'external-write' | 'found-on-resync' | 'found-at-start';
 
 export interface RewriteEvent {
   device: string;
@@ -261,7 +264,9 @@ export interface GuardInternals {
 function openInternals(options: FlannelGuardOptions): GuardInternals {
   const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
   const ports = controlPorts(
-    new binding.Control(netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' }),
+    new binding.Control(
+      netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
+    ),
   );
   try {
     if (!options.dryRun) ports.probeWriteAccess();
@@ -330,11 +335,16 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
    * Opens the sockets (throwing EPERM at once when writes are not allowed)
    * and starts; attach listeners, then await `ready()`.
    */
-  constructor(options: FlannelGuardOptions = {}, internals: GuardInternals = openInternals(options)) {
+  constructor(
+    options: FlannelGuardOptions = {},
+    internals: GuardInternals = openInternals(options),
+  ) {
     super();
     this.netns = options.netns ?? null;
     this.dryRun = options.dryRun ?? false;
-    this.#globs = (options.interfaces ?? DEFAULT_INTERFACES).map((glob) => compileInterfaceGlob(glob));
+    this.#globs = (options.interfaces ?? DEFAULT_INTERFACES).map((glob) =>
+      compileInterfaceGlob(glob),
+    );
     this.#explicit = options.mac ? explicitMacSource(options.mac) : undefined;
     this.#source = options.source;
     this.#pinFirstSeen = (options.pin ?? 'first-seen') === 'first-seen';
@@ -360,7 +370,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     // Adopt in the same turn as the snapshot, before any later event is handled.
     if (monitor.isReady) this.#initialize();
     else monitor.once('ready', () => this.#handle(() => this.#initialize()));
-    this.#unsubscribeSource = this.#source?.subscribe?.(() => this.#handle(() => this.#reconcileAll()));
+    this.#unsubscribeSource = this.#source?.subscribe?.(() =>
+      this.#handle(() => this.#reconcileAll()),
+    );
   }
 
   /** Resolves once the guard has adopted its devices and emitted `ready`. */
@@ -439,7 +451,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   #onLinkAdded(event: LinkAddedEvent): void {
     if (!this.#started || !this.#isManaged(event.link)) return;
-    this.#adopt(event.link, event.created ? 'created' : event.source === 'resync' ? 'resync' : 'managed');
+    this.#adopt(
+      event.link,
+      event.created ? 'created' : event.source === 'resync' ? 'resync' : 'managed',
+    );
   }
 
   #onLinkChanged(event: LinkChangedEvent): void {
@@ -532,7 +547,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#checkOffloads(device, reason);
     const link = this.#currentLink(device);
     const desired = this.#desiredMac(device);
-    if (link && desired && link.mac !== desired.mac) this.#onMacChanged(device, link, link.mac, 'adopt');
+    if (link && desired && link.mac !== desired.mac)
+      this.#onMacChanged(device, link, link.mac, 'adopt');
   }
 
   #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
@@ -584,7 +600,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         ? 'found-at-start'
         : origin === 'resync'
           ? 'found-on-resync'
-          : device.rewrites === 1 && sinceCreation !== null && sinceCreation <= UDEV_REWRITE_WINDOW_MS
+          : device.rewrites === 1 &&
+              sinceCreation !== null &&
+              sinceCreation <= UDEV_REWRITE_WINDOW_MS
             ? 'udev-mac-policy'
             : 'external-write';
     this.emit('rewrite', {
@@ -618,7 +636,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     decision: FightDecision,
     actions: {
       correct: (deferred: boolean) => void;
-      contested: (rewrites: number) => Omit<ContestedEvent, 'device' | 'ifindex' | 'windowMs' | 'quietMs'>;
+      contested: (
+        rewrites: number,
+      ) => Omit<ContestedEvent, 'device' | 'ifindex' | 'windowMs' | 'quietMs'>;
     },
   ): void {
     switch (decision.action) {
@@ -626,7 +646,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         actions.correct(false);
         return;
       case 'defer':
-        if (device.timers.has(key)) return;  // one pending correction is enough
+        if (device.timers.has(key)) return; // one pending correction is enough
         device.timers.set(
           key,
           this.#clock.setTimeout(() => {
@@ -804,7 +824,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         written: false,
         legacy: false,
         requested: drifted,
-        active: Object.fromEntries(Object.keys(drifted).map((name) => [name, active.get(name) ?? false])),
+        active: Object.fromEntries(
+          Object.keys(drifted).map((name) => [name, active.get(name) ?? false]),
+        ),
         sideEffects: [],
         notApplied: Object.keys(drifted),
       });
@@ -853,7 +875,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#emitOffload(device, reason, result);
   }
 
-  #emitOffload(device: ManagedDevice, reason: OffloadEvent['reason'], result: FeatureSetResult): void {
+  #emitOffload(
+    device: ManagedDevice,
+    reason: OffloadEvent['reason'],
+    result: FeatureSetResult,
+  ): void {
     this.emit('offload', {
       ...result,
       device: device.name,

@@ -45,12 +45,7 @@ export interface LinkAddedEvent {
 
 /** IFLA_EVENT: why the kernel re-announced a device whose state may be unchanged. */
 export type LinkKernelEvent =
-  | 'reboot'
-  | 'features'
-  | 'bonding-failover'
-  | 'notify-peers'
-  | 'igmp-resend'
-  | 'bonding-options';
+  'reboot' | 'features' | 'bonding-failover' | 'notify-peers' | 'igmp-resend' | 'bonding-options';
 
 const KERNEL_EVENTS: readonly (LinkKernelEvent | null)[] = [
   null,
@@ -135,7 +130,9 @@ export interface LinkMonitorEvents {
 
 /** One event as yielded by async iteration: its name and its payload. */
 export type LinkMonitorEvent = {
-  [Name in Exclude<keyof LinkMonitorEvents, 'close'>]: LinkMonitorEvents[Name] extends [infer Payload]
+  [Name in Exclude<keyof LinkMonitorEvents, 'close'>]: LinkMonitorEvents[Name] extends [
+    infer Payload,
+  ]
     ? { type: Name } & Payload
     : { type: Name };
 }[Exclude<keyof LinkMonitorEvents, 'close'>];
@@ -176,7 +173,9 @@ function sameLink(a: LinkInfo, b: LinkInfo): boolean {
 }
 
 function sameNeighbour(a: NeighbourInfo, b: NeighbourInfo): boolean {
-  return a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master;
+  return (
+    a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master
+  );
 }
 
 function abortError(signal: AbortSignal): Error {
@@ -332,8 +331,10 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   events(options: { signal?: AbortSignal } = {}): AsyncIterableIterator<LinkMonitorEvent> {
     const { signal } = options;
     const queue: LinkMonitorEvent[] = [];
-    const waiting: { resolve: (r: IteratorResult<LinkMonitorEvent>) => void; reject: (e: Error) => void }[] =
-      [];
+    const waiting: {
+      resolve: (r: IteratorResult<LinkMonitorEvent>) => void;
+      reject: (e: Error) => void;
+    }[] = [];
     let finished = this.#closed;
     let failure: Error | undefined = signal?.aborted ? abortError(signal) : undefined;
 
@@ -457,7 +458,10 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       if (this.#ready) this.emit('linkRemoved', { link: previous, source: this.#source(fromDump) });
       return;
     }
-    const link = toLinkInfo(raw, this.#readAddrAssignType ? this.#addrAssignType(raw, previous) : null);
+    const link = toLinkInfo(
+      raw,
+      this.#readAddrAssignType ? this.#addrAssignType(raw, previous) : null,
+    );
     this.#links.set(raw.ifindex, link);
     if (!fromDump) {
       // The DELNEIGHs a MAC change or a down causes follow its RTM_NEWLINK directly.
@@ -516,7 +520,12 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       if (neighbour.ifindex !== ifindex) continue;
       this.#neighbours.delete(key);
       if (this.#ready) {
-        this.emit('neighbourRemoved', { neighbour, source: 'event', cause: 'device-removed', portid: 0 });
+        this.emit('neighbourRemoved', {
+          neighbour,
+          source: 'event',
+          cause: 'device-removed',
+          portid: 0,
+        });
       }
     }
   }
@@ -542,7 +551,12 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
         if (seenNeighbours.has(key)) continue;
         this.#neighbours.delete(key);
         if (this.#ready) {
-          this.emit('neighbourRemoved', { neighbour, source: 'resync', cause: 'resync', portid: 0 });
+          this.emit('neighbourRemoved', {
+            neighbour,
+            source: 'resync',
+            cause: 'resync',
+            portid: 0,
+          });
         }
       }
     }

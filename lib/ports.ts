@@ -59,7 +59,9 @@ export function controlPorts(control: RawControl): GuardPorts {
       return toFeatureSetResult(name, control.setFeatures(name, wanted));
     },
     addrAssignType(link) {
-      return link.mac === null ? null : control.readAddrAssignType(link.name, link.ifindex, link.mac);
+      return link.mac === null
+        ? null
+        : control.readAddrAssignType(link.name, link.ifindex, link.mac);
     },
     probeWriteAccess() {
       control.probeWriteAccess();

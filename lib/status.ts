@@ -41,9 +41,12 @@ export interface StatusReport {
 }
 
 export async function readStatus(options: StatusOptions = {}): Promise<StatusReport> {
-  const globs = (options.interfaces ?? ['flannel.*', 'flannel-v6.*']).map((g) => compileInterfaceGlob(g));
+  const globs = (options.interfaces ?? ['flannel.*', 'flannel-v6.*']).map((g) =>
+    compileInterfaceGlob(g),
+  );
   const source = options.mac ? explicitMacSource(options.mac) : undefined;
-  const policy = options.offload === 'none' ? {} : (options.offload ?? { 'tx-checksum-ip-generic': false });
+  const policy =
+    options.offload === 'none' ? {} : (options.offload ?? { 'tx-checksum-ip-generic': false });
   const control = openControl(options.netns);
   try {
     const links = (await control.dumpLinks(true))

@@ -56,7 +56,9 @@ export function validateInterfaceName(value: unknown, what = 'interface name'): 
   for (const char of value) {
     const code = char.codePointAt(0) ?? 0;
     if (code <= 32 || code >= 127) {
-      throw invalidArgument(`${what} ${shown} contains whitespace, control or non-ASCII characters`);
+      throw invalidArgument(
+        `${what} ${shown} contains whitespace, control or non-ASCII characters`,
+      );
     }
     if (char === '/' || char === ':') {
       throw invalidArgument(`${what} ${shown} contains ${JSON.stringify(char)}`);
@@ -93,7 +95,9 @@ export function compileInterfaceGlob(pattern: unknown, allowAll = false): Interf
   }
   const source = pattern
     .split('')
-    .map((char) => (char === '*' ? '.*' : char === '?' ? '.' : char.replace(/[.+^${}()|[\]\\]/g, '\\$&')))
+    .map((char) =>
+      char === '*' ? '.*' : char === '?' ? '.' : char.replace(/[.+^${}()|[\]\\]/g, '\\$&'),
+    )
     .join('');
   const regex = new RegExp(`^${source}$`);
   const wildcard = pattern.search(/[*?]/);

@@ -15,7 +15,8 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
   if (options.neighbours) socketOptions.groups.push_back(RTNLGRP_NEIGH);
   Result<NetlinkSocket> socket = NetlinkSocket::Open(options.netns, socketOptions);
   if (!socket.ok()) return socket.error();
-  return std::unique_ptr<MonitorCore>(new MonitorCore(std::move(socket.value()), options.neighbours));
+  return std::unique_ptr<MonitorCore>(
+      new MonitorCore(std::move(socket.value()), options.neighbours));
 }
 
 void MonitorCore::RequestResync(const char* reason, std::vector<MonitorItem>* out) {
@@ -66,12 +67,12 @@ void MonitorCore::FinishDump(int32_t error, std::vector<MonitorItem>* out) {
     }
     ++stats_.inconsistentDumps;
     resyncConsistent_ = false;
-    out->push_back(WarningItem{"EAGAIN", "dump still inconsistent after " +
-                                             std::to_string(kDumpAttempts) + " attempts"});
+    out->push_back(WarningItem{
+        "EAGAIN", "dump still inconsistent after " + std::to_string(kDumpAttempts) + " attempts"});
   } else if (error != 0) {
     resyncConsistent_ = false;
-    out->push_back(WarningItem{ErrnoName(-error), "dump request failed: " +
-                                                     std::string(std::strerror(-error))});
+    out->push_back(WarningItem{ErrnoName(-error),
+                               "dump request failed: " + std::string(std::strerror(-error))});
   }
 
   switch (phase_) {
@@ -168,8 +169,8 @@ void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* o
     for (netlink::Message& message : parsed.messages) HandleMessage(message, out);
     if (parsed.error) {
       ++stats_.malformed;
-      out->push_back(WarningItem{"EBADMSG", parsed.error->reason + " at offset " +
-                                                std::to_string(parsed.error->offset)});
+      out->push_back(WarningItem{
+          "EBADMSG", parsed.error->reason + " at offset " + std::to_string(parsed.error->offset)});
     }
   }
 }

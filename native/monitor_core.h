@@ -18,8 +18,8 @@ namespace fg {
 
 struct MonitorOptions {
   NetnsTarget netns;
-  int receiveBuffer = 0;    // 0: kernel default
-  bool neighbours = true;   // RTNLGRP_NEIGH plus neighbour and FDB dumps
+  int receiveBuffer = 0;   // 0: kernel default
+  bool neighbours = true;  // RTNLGRP_NEIGH plus neighbour and FDB dumps
 };
 
 struct LinkItem {
@@ -59,7 +59,8 @@ struct FatalItem {
   SysError error;
 };
 
-using MonitorItem = std::variant<LinkItem, NeighItem, ResyncItem, OverrunItem, WarningItem, FatalItem>;
+using MonitorItem =
+    std::variant<LinkItem, NeighItem, ResyncItem, OverrunItem, WarningItem, FatalItem>;
 
 struct MonitorStats {
   uint64_t wakeups = 0;

@@ -56,7 +56,8 @@ class RequestWriter {
 
 std::vector<uint8_t> BuildDumpRequest(uint16_t type, uint8_t family, uint32_t seq) {
   const bool link = type == RTM_GETLINK;
-  RequestWriter writer(type, NLM_F_REQUEST | NLM_F_DUMP, seq, link ? sizeof(ifinfomsg) : sizeof(ndmsg));
+  RequestWriter writer(type, NLM_F_REQUEST | NLM_F_DUMP, seq,
+                       link ? sizeof(ifinfomsg) : sizeof(ndmsg));
   if (link) {
     writer.FamilyHeader<ifinfomsg>()->ifi_family = family;
     // Statistics are a third of every link message and are never used here.

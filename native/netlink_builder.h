@@ -30,7 +30,7 @@ std::vector<uint8_t> BuildSetLinkAddressRequest(int32_t ifindex, const std::arra
 std::vector<uint8_t> BuildNoopSetLinkRequest(uint32_t seq);
 
 struct NeighbourEntry {
-  uint8_t family = 0;                // AF_INET, AF_INET6 or AF_BRIDGE
+  uint8_t family = 0;  // AF_INET, AF_INET6 or AF_BRIDGE
   int32_t ifindex = 0;
   std::vector<uint8_t> destination;  // 4 or 16 bytes (FDB: remote VTEP IP), or empty
   std::array<uint8_t, 6> lladdr{};

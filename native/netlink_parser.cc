@@ -1,10 +1,10 @@
 #include "netlink_parser.h"
 
+#include <arpa/inet.h>
 #include <linux/if_link.h>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
-#include <arpa/inet.h>
 #include <sys/socket.h>
 
 #include <algorithm>

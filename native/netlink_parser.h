@@ -36,29 +36,29 @@ struct VxlanInfo {
 struct LinkRecord {
   bool deleted = false;  // RTM_DELLINK
   int32_t ifindex = 0;
-  uint16_t deviceType = 0;  // ifi_type (ARPHRD_*)
-  uint32_t flags = 0;       // ifi_flags (IFF_*)
-  uint32_t changeMask = 0;  // ifi_change: ~0u when the kernel announces a new device
-  std::string name;         // at most 15 bytes, up to NUL or attribute end
-  bool nameTooLong = false; // the attribute carried more than 15 name bytes
+  uint16_t deviceType = 0;   // ifi_type (ARPHRD_*)
+  uint32_t flags = 0;        // ifi_flags (IFF_*)
+  uint32_t changeMask = 0;   // ifi_change: ~0u when the kernel announces a new device
+  std::string name;          // at most 15 bytes, up to NUL or attribute end
+  bool nameTooLong = false;  // the attribute carried more than 15 name bytes
   MacField mac;
   std::optional<uint32_t> mtu;
   std::optional<uint8_t> operstate;
-  std::optional<uint32_t> master;         // IFLA_MASTER
-  std::optional<uint32_t> lowerIfindex;   // IFLA_LINK
-  std::optional<int32_t> linkNetnsid;     // IFLA_LINK_NETNSID: IFLA_LINK is in another netns
-  std::optional<uint32_t> event;          // IFLA_EVENT
-  std::string kind;                       // IFLA_LINKINFO / IFLA_INFO_KIND
-  std::optional<VxlanInfo> vxlan;         // when kind == "vxlan"
+  std::optional<uint32_t> master;        // IFLA_MASTER
+  std::optional<uint32_t> lowerIfindex;  // IFLA_LINK
+  std::optional<int32_t> linkNetnsid;    // IFLA_LINK_NETNSID: IFLA_LINK is in another netns
+  std::optional<uint32_t> event;         // IFLA_EVENT
+  std::string kind;                      // IFLA_LINKINFO / IFLA_INFO_KIND
+  std::optional<VxlanInfo> vxlan;        // when kind == "vxlan"
 };
 
 struct NeighRecord {
   bool deleted = false;  // RTM_DELNEIGH
   uint8_t family = 0;    // AF_INET, AF_INET6, AF_BRIDGE (FDB)
   int32_t ifindex = 0;
-  uint16_t state = 0;  // NUD_*
-  uint8_t flags = 0;   // NTF_*
-  uint8_t type = 0;    // RTN_*
+  uint16_t state = 0;                // NUD_*
+  uint8_t flags = 0;                 // NTF_*
+  uint8_t type = 0;                  // RTN_*
   std::vector<uint8_t> destination;  // NDA_DST: 4 or 16 bytes (FDB: remote VTEP IP), may be empty
   MacField lladdr;
   std::optional<uint32_t> vni;     // NDA_VNI
@@ -67,8 +67,8 @@ struct NeighRecord {
 
 // NLMSG_ERROR: error 0 is an ACK.
 struct AckRecord {
-  int32_t error = 0;         // 0 or -errno
-  std::string extackMessage; // NLMSGERR_ATTR_MSG, empty when absent or malformed
+  int32_t error = 0;          // 0 or -errno
+  std::string extackMessage;  // NLMSGERR_ATTR_MSG, empty when absent or malformed
 };
 
 // NLMSG_DONE ends a dump; a kernel may append an errno.

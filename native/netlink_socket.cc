@@ -79,8 +79,9 @@ Result<uint64_t> NetnsInode(const NetnsTarget& target) {
 
 NetlinkSocket::NetlinkSocket(int fd, uint32_t portid) : fd_(fd), portid_(portid) {
   // Sequence numbers start away from 0, which the kernel uses for notifications.
-  seq_ = static_cast<uint32_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count() & 0x3fffffff) | 1u;
+  seq_ = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count() &
+                               0x3fffffff) |
+         1u;
 }
 
 NetlinkSocket::NetlinkSocket(NetlinkSocket&& other) noexcept { *this = std::move(other); }
@@ -170,7 +171,7 @@ Result<Unit> NetlinkSocket::Send(const std::vector<uint8_t>& request) {
 }
 
 Result<NetlinkSocket::Received> NetlinkSocket::Receive(std::vector<uint8_t>* buffer,
-                                                         size_t* length) {
+                                                       size_t* length) {
   ssize_t size;
   do {
     size = recv(fd_, nullptr, 0, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);

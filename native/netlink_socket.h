@@ -110,8 +110,8 @@ class NetlinkRequester {
   // NLMSG_DONE; a dump reply flagged NLM_F_DUMP_INTR sets *interrupted.
   Result<std::vector<netlink::Message>> Exchange(const std::vector<uint8_t>& request, uint32_t seq,
                                                  bool* interrupted);
-  Result<Unit> Acknowledged(const std::vector<uint8_t>& request, uint32_t seq,
-                            const char* syscall, int32_t ifindex);
+  Result<Unit> Acknowledged(const std::vector<uint8_t>& request, uint32_t seq, const char* syscall,
+                            int32_t ifindex);
   Result<netlink::LinkRecord> FetchLink(const std::vector<uint8_t>& request, uint32_t seq,
                                         int32_t ifindex, const std::string& name);
   template <typename Record>

@@ -17,12 +17,12 @@ struct SysError {
   SysError(int errnumber, std::string call, std::string why = {})
       : errnum(errnumber), syscall(std::move(call)), detail(std::move(why)) {}
 
-  int errnum = 0;           // positive errno value (EPERM, ENODEV, ...)
-  std::string syscall;      // "ioctl(ETHTOOL_SFEATURES)", "setlink", "setns"
-  std::string interface;    // interface name when known, else empty
-  int ifindex = 0;          // interface index when known, else 0
-  std::string detail;       // our own explanation, when there is one
-  std::string extack;       // the kernel's extended-ACK message, when it sent one
+  int errnum = 0;         // positive errno value (EPERM, ENODEV, ...)
+  std::string syscall;    // "ioctl(ETHTOOL_SFEATURES)", "setlink", "setns"
+  std::string interface;  // interface name when known, else empty
+  int ifindex = 0;        // interface index when known, else 0
+  std::string detail;     // our own explanation, when there is one
+  std::string extack;     // the kernel's extended-ACK message, when it sent one
 };
 
 // The errno's symbolic name ("EPERM"), as Node reports it in `error.code`.
@@ -35,8 +35,8 @@ inline std::string ErrnoName(int errnum) {
 template <typename T>
 class Result {
  public:
-  Result(T value) : state_(std::move(value)) {}          // NOLINT(runtime/explicit)
-  Result(SysError error) : state_(std::move(error)) {}   // NOLINT(runtime/explicit)
+  Result(T value) : state_(std::move(value)) {}         // NOLINT(runtime/explicit)
+  Result(SysError error) : state_(std::move(error)) {}  // NOLINT(runtime/explicit)
 
   bool ok() const { return std::holds_alternative<T>(state_); }
   const T& value() const { return std::get<T>(state_); }

@@ -29,14 +29,24 @@ if (!existsSync(join(root, 'build', 'Release', 'flannel_guard.node'))) {
   run(bin('node-gyp'), ['rebuild', '-j', '2'], 'building the addon');
 }
 run(bin('tsc'), ['-p', 'tsconfig.json'], 'compiling TypeScript');
-run('cmake', ['-S', 'native', '-B', 'build/native-tests', '-DFG_SANITIZE=ON', '-DCMAKE_BUILD_TYPE=Debug'], 'configuring the native unit tests');
+run(
+  'cmake',
+  ['-S', 'native', '-B', 'build/native-tests', '-DFG_SANITIZE=ON', '-DCMAKE_BUILD_TYPE=Debug'],
+  'configuring the native unit tests',
+);
 run('cmake', ['--build', 'build/native-tests', '-j', '2'], 'building the native unit tests');
 
 mkdirSync(dirname(resultsFile), { recursive: true });
 rmSync(resultsFile, { force: true });
 const mocha = spawnSync(
   bin('mocha'),
-  ['--reporter', join(root, 'scripts', 'mocha-reporter.cjs'), '--reporter-option', `output=${resultsFile}`, ...process.argv.slice(2)],
+  [
+    '--reporter',
+    join(root, 'scripts', 'mocha-reporter.cjs'),
+    '--reporter-option',
+    `output=${resultsFile}`,
+    ...process.argv.slice(2),
+  ],
   { cwd: root, stdio: 'inherit' },
 );
 
@@ -49,7 +59,8 @@ const { stats } = JSON.parse(readFileSync(resultsFile, 'utf8'));
 const problems = [];
 if (stats.pending > 0) problems.push(`${stats.pending} test(s) skipped: skipping is not allowed`);
 if (stats.tests === 0) problems.push('no tests ran');
-if (mocha.status !== 0 && stats.failures === 0) problems.push(`mocha exited with status ${mocha.status}`);
+if (mocha.status !== 0 && stats.failures === 0)
+  problems.push(`mocha exited with status ${mocha.status}`);
 for (const problem of problems) console.error(problem);
 const failed = stats.failures + (problems.length > 0 ? 1 : 0);
 console.log(`${stats.passes} passed, ${failed} failed`);

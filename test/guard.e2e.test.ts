@@ -39,12 +39,21 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
   }
 
   /** Restarts flannel on `node` and waits for the guard's correction of udev's rewrite. */
-  async function restartAndAwaitCorrection(node: TestbedNode, guard: GuardProcess): Promise<GuardLine> {
+  async function restartAndAwaitCorrection(
+    node: TestbedNode,
+    guard: GuardProcess,
+  ): Promise<GuardLine> {
     const from = guard.lines.length;
     const mac = await bed.restartFlannel(node);
-    const restored = await guard.waitFor((l) => l.event === 'restored' && l.mac === mac, 10_000, from);
+    const restored = await guard.waitFor(
+      (l) => l.event === 'restored' && l.mac === mac,
+      10_000,
+      from,
+    );
     // The test bed re-creates the device when udev beat its read; the last creation counts.
-    const rewrite = guard.lines.slice(from).find((l) => l.event === 'rewrite' && l.expected === mac);
+    const rewrite = guard.lines
+      .slice(from)
+      .find((l) => l.event === 'rewrite' && l.expected === mac);
     assert.equal(rewrite?.cause, 'udev-mac-policy', JSON.stringify(rewrite));
     const ifindex = rewrite.ifindex;
     const offload = guard.lines
@@ -88,7 +97,9 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
 
   it('started as a user starts it, corrects udev on every flannel restart, with offload off each time', async function () {
     const [n1, n2] = nodes();
-    guards = await Promise.all([n1, n2].map((node) => GuardProcess.start(['--netns', node.ns.name])));
+    guards = await Promise.all(
+      [n1, n2].map((node) => GuardProcess.start(['--netns', node.ns.name])),
+    );
     for (const guard of guards) {
       const ready = guard.events('ready')[0];
       assert.equal((ready?.devices as { macSource: string }[])[0]?.macSource, 'pinned-at-start');
@@ -150,7 +161,10 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
     assert.deepEqual(offload.active, { 'tx-checksum-ip-generic': false });
     assert.equal(await n1.feature('tx-checksum-ip-generic'), 'off');
     const off = await measure();
-    assert.ok(off.complete > 0, `complete inner checksums under the policy: ${JSON.stringify(off)}`);
+    assert.ok(
+      off.complete > 0,
+      `complete inner checksums under the policy: ${JSON.stringify(off)}`,
+    );
     assert.equal(off.partial, 0);
   });
 

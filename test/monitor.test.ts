@@ -67,7 +67,9 @@ describe('LinkMonitor (real kernel, netns)', function () {
     await ns.ip('link add eth0 type veth peer name eth0p');
     await ns.ip('addr add 192.0.2.10/24 dev eth0');
     const added = nextEvent(m, 'linkAdded', (e) => e.link.name === 'flannel.1');
-    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning local 192.0.2.10 dev eth0');
+    await ns.ip(
+      'link add flannel.1 type vxlan id 1 dstport 8472 nolearning local 192.0.2.10 dev eth0',
+    );
     const [event] = await added;
     const eth0 = m.getLink('eth0');
     assert.ok(eth0);
@@ -151,7 +153,11 @@ describe('LinkMonitor (real kernel, netns)', function () {
     await ns.ip('link set flannel.1 up');
     const m = await open();
 
-    const neighbour = nextEvent(m, 'neighbourAdded', (e) => e.neighbour.destination === '198.18.2.0');
+    const neighbour = nextEvent(
+      m,
+      'neighbourAdded',
+      (e) => e.neighbour.destination === '198.18.2.0',
+    );
     await ns.ip('neigh add 198.18.2.0 lladdr 0e:00:00:00:00:02 dev flannel.1 nud permanent');
     const [added] = await neighbour;
     assert.equal(added.neighbour.family, 'inet');
@@ -165,11 +171,19 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(fdbEntry.neighbour.lladdr, '0e:00:00:00:00:02');
 
     await ns.ip('neigh add 198.18.3.0 lladdr 0e:00:00:00:00:03 dev flannel.1 nud permanent');
-    const removedByDelete = nextEvent(m, 'neighbourRemoved', (e) => e.neighbour.destination === '198.18.3.0');
+    const removedByDelete = nextEvent(
+      m,
+      'neighbourRemoved',
+      (e) => e.neighbour.destination === '198.18.3.0',
+    );
     await ns.ip('neigh del 198.18.3.0 dev flannel.1');
     assert.equal((await removedByDelete)[0].cause, 'deleted');
 
-    const flushed = nextEvent(m, 'neighbourRemoved', (e) => e.neighbour.destination === '198.18.2.0');
+    const flushed = nextEvent(
+      m,
+      'neighbourRemoved',
+      (e) => e.neighbour.destination === '198.18.2.0',
+    );
     await ns.ip('link set flannel.1 address 0e:00:00:00:00:99');
     const [flush] = await flushed;
     assert.equal(flush.cause, 'flush');
@@ -256,7 +270,11 @@ describe('LinkMonitor (real kernel, netns)', function () {
     const first = await iterator.next();
     assert.deepEqual(first.value, { type: 'overrun', cause: 'queue' });
     assert.equal(m.stats().queueOverruns, 1, 'one overrun for the whole backlog');
-    assert.equal(m.links().filter((l) => l.name.startsWith('ifb')).length, 12, 'the snapshot is whole');
+    assert.equal(
+      m.links().filter((l) => l.name.startsWith('ifb')).length,
+      12,
+      'the snapshot is whole',
+    );
     const added = nextEvent(m, 'linkAdded', (e) => e.link.name === 'ifb99');
     await ns.ip('link add ifb99 type ifb');
     await added;

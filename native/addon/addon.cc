@@ -16,11 +16,11 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
  public:
   FlannelGuardAddon(Napi::Env env, Napi::Object exports) {
     DefineAddon(exports, {
-                              InstanceValue("Monitor", MonitorWrap::Define(env)),
-                              InstanceValue("Control", ControlWrap::Define(env)),
-                              InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
-                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
-                          });
+                             InstanceValue("Monitor", MonitorWrap::Define(env)),
+                             InstanceValue("Control", ControlWrap::Define(env)),
+                             InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
+                             InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
+                         });
   }
 
  private:

@@ -61,8 +61,9 @@ class Job final : public Napi::AsyncWorker {
 
 // Synchronous unless argument `asyncIndex` is true.
 template <typename T>
-Napi::Value Run(const Napi::CallbackInfo& info, size_t asyncIndex, const std::shared_ptr<Core>& core,
-                const std::string& netnsLabel, Work<T> work, ToJs<T> toJs) {
+Napi::Value Run(const Napi::CallbackInfo& info, size_t asyncIndex,
+                const std::shared_ptr<Core>& core, const std::string& netnsLabel, Work<T> work,
+                ToJs<T> toJs) {
   Napi::Env env = info.Env();
   if (info.Length() > asyncIndex && info[asyncIndex].ToBoolean().Value()) {
     auto* job = new Job<T>(env, core, std::move(work), std::move(toJs), netnsLabel);
@@ -76,7 +77,8 @@ Napi::Value Run(const Napi::CallbackInfo& info, size_t asyncIndex, const std::sh
 }
 
 std::string StringArgument(const Napi::CallbackInfo& info, size_t index, const char* what) {
-  if (!info[index].IsString()) throw Napi::TypeError::New(info.Env(), std::string(what) + " must be a string");
+  if (!info[index].IsString())
+    throw Napi::TypeError::New(info.Env(), std::string(what) + " must be a string");
   return info[index].As<Napi::String>().Utf8Value();
 }
 
@@ -117,24 +119,23 @@ std::string ReadSysfs(const std::string& name, const char* attribute) {
 }  // namespace
 
 Napi::Function ControlWrap::Define(Napi::Env env) {
-  return DefineClass(
-      env, "Control",
-      {
-          InstanceMethod<&ControlWrap::DumpLinks>("dumpLinks"),
-          InstanceMethod<&ControlWrap::DumpNeighbours>("dumpNeighbours"),
-          InstanceMethod<&ControlWrap::GetLink>("getLink"),
-          InstanceMethod<&ControlWrap::GetLinkByName>("getLinkByName"),
-          InstanceMethod<&ControlWrap::SetLinkAddress>("setLinkAddress"),
-          InstanceMethod<&ControlWrap::ReplaceNeighbour>("replaceNeighbour"),
-          InstanceMethod<&ControlWrap::ProbeWriteAccess>("probeWriteAccess"),
-          InstanceMethod<&ControlWrap::GetFeatures>("getFeatures"),
-          InstanceMethod<&ControlWrap::SetFeatures>("setFeatures"),
-          InstanceMethod<&ControlWrap::GetDriverInfo>("getDriverInfo"),
-          InstanceMethod<&ControlWrap::ReadAddrAssignType>("readAddrAssignType"),
-          InstanceMethod<&ControlWrap::Close>("close"),
-          InstanceAccessor<&ControlWrap::NetnsInodeGetter>("netnsInode"),
-          InstanceAccessor<&ControlWrap::OwnNetnsGetter>("ownNetns"),
-      });
+  return DefineClass(env, "Control",
+                     {
+                         InstanceMethod<&ControlWrap::DumpLinks>("dumpLinks"),
+                         InstanceMethod<&ControlWrap::DumpNeighbours>("dumpNeighbours"),
+                         InstanceMethod<&ControlWrap::GetLink>("getLink"),
+                         InstanceMethod<&ControlWrap::GetLinkByName>("getLinkByName"),
+                         InstanceMethod<&ControlWrap::SetLinkAddress>("setLinkAddress"),
+                         InstanceMethod<&ControlWrap::ReplaceNeighbour>("replaceNeighbour"),
+                         InstanceMethod<&ControlWrap::ProbeWriteAccess>("probeWriteAccess"),
+                         InstanceMethod<&ControlWrap::GetFeatures>("getFeatures"),
+                         InstanceMethod<&ControlWrap::SetFeatures>("setFeatures"),
+                         InstanceMethod<&ControlWrap::GetDriverInfo>("getDriverInfo"),
+                         InstanceMethod<&ControlWrap::ReadAddrAssignType>("readAddrAssignType"),
+                         InstanceMethod<&ControlWrap::Close>("close"),
+                         InstanceAccessor<&ControlWrap::NetnsInodeGetter>("netnsInode"),
+                         InstanceAccessor<&ControlWrap::OwnNetnsGetter>("ownNetns"),
+                     });
 }
 
 // new Control({ netns?, netnsLabel? })
@@ -161,10 +162,12 @@ ControlWrap::ControlWrap(const Napi::CallbackInfo& info)
 
 Napi::Value ControlWrap::DumpLinks(const Napi::CallbackInfo& info) {
   return Run<std::vector<netlink::LinkRecord>>(
-      info, 0, core_, netnsLabel_, [](NetlinkRequester& requester) { return requester.DumpLinks(); },
+      info, 0, core_, netnsLabel_,
+      [](NetlinkRequester& requester) { return requester.DumpLinks(); },
       [](Napi::Env env, const std::vector<netlink::LinkRecord>& links) -> Napi::Value {
         Napi::Array array = Napi::Array::New(env, links.size());
-        for (size_t i = 0; i < links.size(); ++i) array.Set(static_cast<uint32_t>(i), LinkToJs(env, links[i]));
+        for (size_t i = 0; i < links.size(); ++i)
+          array.Set(static_cast<uint32_t>(i), LinkToJs(env, links[i]));
         return array;
       });
 }
@@ -189,7 +192,9 @@ Napi::Value ControlWrap::GetLink(const Napi::CallbackInfo& info) {
   return Run<netlink::LinkRecord>(
       info, 1, core_, netnsLabel_,
       [ifindex](NetlinkRequester& requester) { return requester.GetLink(ifindex); },
-      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value { return LinkToJs(env, link); });
+      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value {
+        return LinkToJs(env, link);
+      });
 }
 
 Napi::Value ControlWrap::GetLinkByName(const Napi::CallbackInfo& info) {
@@ -197,7 +202,9 @@ Napi::Value ControlWrap::GetLinkByName(const Napi::CallbackInfo& info) {
   return Run<netlink::LinkRecord>(
       info, 1, core_, netnsLabel_,
       [name](NetlinkRequester& requester) { return requester.GetLinkByName(name); },
-      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value { return LinkToJs(env, link); });
+      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value {
+        return LinkToJs(env, link);
+      });
 }
 
 // setLinkAddress(ifindex, mac: Buffer(6), interfaceForErrors?: string, async?)
@@ -213,7 +220,8 @@ Napi::Value ControlWrap::SetLinkAddress(const Napi::CallbackInfo& info) {
       Nothing);
 }
 
-// replaceNeighbour({ family, ifindex, destination, lladdr, state, flags }, interfaceForErrors?, async?)
+// replaceNeighbour({ family, ifindex, destination, lladdr, state, flags }, interfaceForErrors?,
+// async?)
 Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsObject()) throw Napi::TypeError::New(env, "entry must be an object");

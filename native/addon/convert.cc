@@ -83,7 +83,8 @@ Napi::Object NeighToJs(Napi::Env env, const netlink::NeighRecord& neigh) {
   object.Set("state", neigh.state);
   object.Set("flags", neigh.flags);
   object.Set("type", neigh.type);
-  object.Set("destination", neigh.destination.empty() ? env.Null() : AddressToJs(env, neigh.destination));
+  object.Set("destination",
+             neigh.destination.empty() ? env.Null() : AddressToJs(env, neigh.destination));
   SetMac(object, "lladdr", "lladdrError", neigh.lladdr);
   SetOptional(object, "vni", neigh.vni);
   SetOptional(object, "master", neigh.master);

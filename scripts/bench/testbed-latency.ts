@@ -56,14 +56,26 @@ class CorrectionObserver {
   kind: Sample['kind'] = 'udev';
   #devices = new Map<
     number,
-    { pinned: string | null; rewriteAt: number | null; macAt: number | null; expected: number; added: number }
+    {
+      pinned: string | null;
+      rewriteAt: number | null;
+      macAt: number | null;
+      expected: number;
+      added: number;
+    }
   >();
   #waiters: (() => void)[] = [];
 
   constructor(readonly monitor: LinkMonitor) {
     monitor.on('linkAdded', ({ link, created }) => {
       if (link.name === VTEP && created) {
-        this.#devices.set(link.ifindex, { pinned: link.mac, rewriteAt: null, macAt: null, expected: 0, added: 0 });
+        this.#devices.set(link.ifindex, {
+          pinned: link.mac,
+          rewriteAt: null,
+          macAt: null,
+          expected: 0,
+          added: 0,
+        });
       }
     });
     monitor.on('linkChanged', ({ link }) => {
@@ -73,7 +85,9 @@ class CorrectionObserver {
       if (link.mac !== device.pinned && device.rewriteAt === null) {
         device.rewriteAt = now;
         // The flush follows this event, so the snapshot still holds what it will remove.
-        device.expected = monitor.neighbours({ ifindex: link.ifindex }).filter((n) => n.permanent && n.family === 'inet').length;
+        device.expected = monitor
+          .neighbours({ ifindex: link.ifindex })
+          .filter((n) => n.permanent && n.family === 'inet').length;
       } else if (link.mac === device.pinned && device.rewriteAt !== null && device.macAt === null) {
         device.macAt = now;
         this.#complete(link.ifindex);
@@ -81,7 +95,8 @@ class CorrectionObserver {
     });
     monitor.on('neighbourAdded', ({ neighbour }) => {
       const device = this.#devices.get(neighbour.ifindex);
-      if (!device || device.macAt === null || !neighbour.permanent || neighbour.family !== 'inet') return;
+      if (!device || device.macAt === null || !neighbour.permanent || neighbour.family !== 'inet')
+        return;
       device.added += 1;
       this.#complete(neighbour.ifindex);
     });
@@ -105,7 +120,13 @@ class CorrectionObserver {
 
   #complete(ifindex: number): void {
     const device = this.#devices.get(ifindex);
-    if (!device || device.rewriteAt === null || device.macAt === null || device.added < device.expected) return;
+    if (
+      !device ||
+      device.rewriteAt === null ||
+      device.macAt === null ||
+      device.added < device.expected
+    )
+      return;
     const now = performance.now();
     this.samples.push({
       kind: this.kind,
@@ -130,7 +151,14 @@ async function main(): Promise<void> {
     // Node 1 was rewritten by udev before its guard started: tell that guard the published MAC.
     // Node 2's guard pins each new device's first MAC, as flanneld publishes it.
     guards.push(
-      await GuardProcess.start(['--netns', n1.ns.name, '--mac', `${VTEP}=${n1.publishedMac}`, '--rewrite-window', '1']),
+      await GuardProcess.start([
+        '--netns',
+        n1.ns.name,
+        '--mac',
+        `${VTEP}=${n1.publishedMac}`,
+        '--rewrite-window',
+        '1',
+      ]),
       await GuardProcess.start(['--netns', n2.ns.name, '--rewrite-window', '1']),
     );
     monitor = await LinkMonitor.open({ netns: n2.ns.name, addrAssignType: false });
@@ -156,18 +184,50 @@ async function main(): Promise<void> {
     const samples = observer.samples;
     const udev = samples.filter((s) => s.kind === 'udev');
     const ipLink = samples.filter((s) => s.kind === 'ip-link');
-    console.log(`flannel-guard: rewrite -> restored in the test bed (${samples.length} rewrites, real udevd)`);
-    console.log(summary('udev rewrite: MAC back', udev.map((s) => s.macMs)));
-    console.log(summary('ip link set: MAC back', ipLink.map((s) => s.macMs)));
-    console.log(summary(`ip link set: MAC + ${peers} neighbour(s)`, ipLink.map((s) => s.neighboursMs)));
-    console.log(summary('all: MAC and neighbours back', samples.map((s) => s.neighboursMs)));
-    console.log(`neighbour entries re-installed per ip-link rewrite: ${[...new Set(ipLink.map((s) => s.neighbours))].join(', ')}`);
+    console.log(
+      `flannel-guard: rewrite -> restored in the test bed (${samples.length} rewrites, real udevd)`,
+    );
+    console.log(
+      summary(
+        'udev rewrite: MAC back',
+        udev.map((s) => s.macMs),
+      ),
+    );
+    console.log(
+      summary(
+        'ip link set: MAC back',
+        ipLink.map((s) => s.macMs),
+      ),
+    );
+    console.log(
+      summary(
+        `ip link set: MAC + ${peers} neighbour(s)`,
+        ipLink.map((s) => s.neighboursMs),
+      ),
+    );
+    console.log(
+      summary(
+        'all: MAC and neighbours back',
+        samples.map((s) => s.neighboursMs),
+      ),
+    );
+    console.log(
+      `neighbour entries re-installed per ip-link rewrite: ${[...new Set(ipLink.map((s) => s.neighbours))].join(', ')}`,
+    );
     console.log(`cross-node ping and TCP after the run: ${traffic ? 'working' : 'BROKEN'}`);
     if (!traffic && process.env.FG_DEBUG) {
       for (const node of [n1, n2]) {
-        console.log(node.name, node.publishedMac, await node.currentMac(), JSON.stringify(await node.neighbours()), JSON.stringify(await node.fdb()));
+        console.log(
+          node.name,
+          node.publishedMac,
+          await node.currentMac(),
+          JSON.stringify(await node.neighbours()),
+          JSON.stringify(await node.fdb()),
+        );
       }
-      console.log(guards.map((g) => g.lines.map((l) => JSON.stringify(l)).join('\n')).join('\n----\n'));
+      console.log(
+        guards.map((g) => g.lines.map((l) => JSON.stringify(l)).join('\n')).join('\n----\n'),
+      );
     }
   } finally {
     monitor?.close();

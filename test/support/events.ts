@@ -5,7 +5,10 @@ import type { EventEmitter } from 'node:events';
  * Resolves with the first `name` event whose payload satisfies `predicate`;
  * rejects after `timeoutMs`. Start waiting before causing the event.
  */
-export function nextEvent<Events extends Record<keyof Events, unknown[]>, Name extends keyof Events & string>(
+export function nextEvent<
+  Events extends Record<keyof Events, unknown[]>,
+  Name extends keyof Events & string,
+>(
   emitter: EventEmitter<Events>,
   name: Name,
   predicate: (...args: Events[Name]) => boolean = () => true,
@@ -28,10 +31,10 @@ export function nextEvent<Events extends Record<keyof Events, unknown[]>, Name e
 }
 
 /** Collects every `name` event into an array until `stop()` is called. */
-export function collectEvents<Events extends Record<keyof Events, unknown[]>, Name extends keyof Events & string>(
-  emitter: EventEmitter<Events>,
-  name: Name,
-): { events: Events[Name][0][]; stop: () => void } {
+export function collectEvents<
+  Events extends Record<keyof Events, unknown[]>,
+  Name extends keyof Events & string,
+>(emitter: EventEmitter<Events>, name: Name): { events: Events[Name][0][]; stop: () => void } {
   const untyped = emitter as unknown as EventEmitter;
   const events: Events[Name][0][] = [];
   const listener = (payload: unknown): void => {

@@ -43,7 +43,11 @@ export class GuardProcess {
 
   /** Starts `flannel-guard watch --json ARGS` and waits for its `ready` line. */
   static async start(args: readonly string[], timeoutMs = 10_000): Promise<GuardProcess> {
-    const child = trackChild(spawn(process.execPath, [CLI, 'watch', '--json', ...args], { stdio: ['ignore', 'pipe', 'pipe'] }));
+    const child = trackChild(
+      spawn(process.execPath, [CLI, 'watch', '--json', ...args], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    );
     const guard = new GuardProcess(child);
     await guard.waitFor((line) => line.event === 'ready', timeoutMs);
     return guard;
@@ -69,14 +73,22 @@ export class GuardProcess {
         }
         if (this.#child.exitCode !== null || this.#child.signalCode !== null) {
           finish();
-          reject(new Error(`flannel-guard exited (${this.#child.exitCode ?? this.#child.signalCode}): ${this.stderr}`));
+          reject(
+            new Error(
+              `flannel-guard exited (${this.#child.exitCode ?? this.#child.signalCode}): ${this.stderr}`,
+            ),
+          );
           return true;
         }
         return false;
       };
       const timer = setTimeout(() => {
         finish();
-        reject(new Error(`no matching flannel-guard line within ${timeoutMs} ms; got:\n${this.lines.map((l) => JSON.stringify(l)).join('\n')}\n${this.stderr}`));
+        reject(
+          new Error(
+            `no matching flannel-guard line within ${timeoutMs} ms; got:\n${this.lines.map((l) => JSON.stringify(l)).join('\n')}\n${this.stderr}`,
+          ),
+        );
       }, timeoutMs);
       const finish = (): void => {
         clearTimeout(timer);

@@ -18,7 +18,14 @@
  */
 import { EventEmitter } from 'node:events';
 
-import { IFF_LOOPBACK, IFF_UP, NTF_SELF, NUD_NOARP, NUD_PERMANENT, NUD_REACHABLE } from '../../lib/constants';
+import {
+  IFF_LOOPBACK,
+  IFF_UP,
+  NTF_SELF,
+  NUD_NOARP,
+  NUD_PERMANENT,
+  NUD_REACHABLE,
+} from '../../lib/constants';
 import type { GuardClock, GuardMonitor } from '../../lib/guard';
 import type {
   ChangeSource,
@@ -47,7 +54,8 @@ export function errnoError(code: string, errno: number, message: string): ErrnoE
 }
 
 export const enodev = (what = 'no such device'): ErrnoError => errnoError('ENODEV', -19, what);
-export const eperm = (what = 'operation not permitted'): ErrnoError => errnoError('EPERM', -1, what);
+export const eperm = (what = 'operation not permitted'): ErrnoError =>
+  errnoError('EPERM', -1, what);
 export const eopnotsupp = (what = 'not supported'): ErrnoError =>
   errnoError('EOPNOTSUPP', -95, what);
 
@@ -251,7 +259,8 @@ export class FakeKernel {
     this.setUp(ifindex, false);
     this.links.delete(ifindex);
     this.features.delete(ifindex);
-    for (const [key, entry] of this.neighbours) if (entry.ifindex === ifindex) this.neighbours.delete(key);
+    for (const [key, entry] of this.neighbours)
+      if (entry.ifindex === ifindex) this.neighbours.delete(key);
     this.queue.push({ kind: 'dellink', ifindex });
   }
 
@@ -311,7 +320,9 @@ export class FakeKernel {
     const csum = table.get('tx-checksum-ip-generic');
     for (const [name, row] of table) {
       if (row.fixed) continue;
-      row.active = TSO_FEATURES.includes(name) ? row.requested && (csum?.requested ?? false) : row.requested;
+      row.active = TSO_FEATURES.includes(name)
+        ? row.requested && (csum?.requested ?? false)
+        : row.requested;
     }
     const changed = [...table]
       .filter(([name, row]) => before.get(name) !== row.active)
@@ -369,7 +380,9 @@ function sameLink(a: LinkInfo, b: LinkInfo): boolean {
 }
 
 function sameNeighbour(a: NeighbourInfo, b: NeighbourInfo): boolean {
-  return a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master;
+  return (
+    a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master
+  );
 }
 
 /** Every event the monitor emitted, in order (for re-emitting one, or checking order). */
@@ -465,7 +478,8 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
     if (this.#ready) throw new Error('already started');
     this.kernel.loseQueued();
     for (const link of this.kernel.links.values()) this.#links.set(link.ifindex, cloneLink(link));
-    for (const [key, entry] of this.kernel.neighbours) this.#neighbours.set(key, cloneNeighbour(entry));
+    for (const [key, entry] of this.kernel.neighbours)
+      this.#neighbours.set(key, cloneNeighbour(entry));
     this.#ready = true;
     this.emit('ready');
   }
@@ -664,8 +678,9 @@ export class FakePorts implements GuardPorts {
     this.calls.length = 0;
   }
 
+  /** The methods called, in order, leaving out the addrAssignType reads `status()` makes. */
   methods(): PortMethod[] {
-    return this.calls.map((call) => call.method);
+    return this.calls.map((call) => call.method).filter((method) => method !== 'addrAssignType');
   }
 
   writes(): PortCall[] {

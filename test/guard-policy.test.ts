@@ -1,0 +1,1194 @@
+/**
+ * FlannelGuard's policy on scripted event sequences: no kernel, no
+ * privileges. A FakeKernel produces the notifications a real one would (in
+ * kernel order), a ScriptedMonitor delivers them with LinkMonitor's event
+ * logic, FakePorts records every system call and applies the guard's writes to
+ * the FakeKernel (their echoes arrive only when the test pumps them), and a
+ * FakeClock runs the backoff timers only when advanced.
+ */
+import assert from 'node:assert/strict';
+
+import type { SystemError } from '../lib/errors';
+import {
+  FlannelGuard,
+  type ContestedEvent,
+  type FlannelGuardOptions,
+  type GuardReadyEvent,
+  type OffloadEvent,
+  type ReleasedEvent,
+  type RestoredEvent,
+  type ResumedEvent,
+  type RewriteEvent,
+} from '../lib/guard';
+import type { OverrunEvent, ResyncEvent } from '../lib/monitor';
+import type { DesiredMacSource } from '../lib/sources';
+import {
+  FakeClock,
+  FakeKernel,
+  FakePorts,
+  GUARD_PORTID,
+  IP_PORTID,
+  ScriptedMonitor,
+  enodev,
+  eopnotsupp,
+  permanentArp,
+  permanentFdb,
+  permanentNdp,
+  reachableArp,
+  type EmittedEvent,
+} from './support/scripted-monitor';
+
+// flannel publishes FLANNEL_MAC; systemd-udevd (MACAddressPolicy=persistent) rewrites it to UDEV_MAC.
+const FLANNEL_MAC = '5e:89:db:49:c6:a4';
+const UDEV_MAC = 'd6:02:e3:df:ea:7a';
+const FLANNEL6_MAC = '5e:89:db:49:c6:a6';
+const FOREIGN_MAC = '02:00:00:00:0f:01';
+const EXPLICIT_MAC = '02:00:00:00:e0:01';
+const SOURCE_MAC = '02:00:00:00:5c:01';
+const ETH_MAC = '52:54:00:12:34:56';
+const REMOTE_A = '7a:11:22:33:44:01';
+const REMOTE_B = '7a:11:22:33:44:02';
+const CSUM = 'tx-checksum-ip-generic';
+
+const DAY = 86_400_000;
+
+// --- helpers ------------------------------------------------------------------------
+
+function nth<T>(items: readonly T[], index: number): T {
+  const item = items[index];
+  assert.ok(item !== undefined, `expected an item at ${index}, have ${items.length}`);
+  return item;
+}
+
+function only<T>(items: readonly T[]): T {
+  assert.equal(items.length, 1, `expected exactly one item, have ${items.length}`);
+  return nth(items, 0);
+}
+
+function last<T>(items: readonly T[]): T {
+  return nth(items, items.length - 1);
+}
+
+/** Every event the guard emitted, by name, plus their order. */
+class GuardLog {
+  readonly order: string[] = [];
+  readonly ready: GuardReadyEvent[] = [];
+  readonly rewrite: RewriteEvent[] = [];
+  readonly restored: RestoredEvent[] = [];
+  readonly offload: OffloadEvent[] = [];
+  readonly contested: ContestedEvent[] = [];
+  readonly resumed: ResumedEvent[] = [];
+  readonly released: ReleasedEvent[] = [];
+  readonly overrun: OverrunEvent[] = [];
+  readonly resync: ResyncEvent[] = [];
+  readonly error: SystemError[] = [];
+  closes = 0;
+
+  constructor(guard: FlannelGuard) {
+    guard.on('ready', (e) => this.#push('ready', this.ready, e));
+    guard.on('rewrite', (e) => this.#push('rewrite', this.rewrite, e));
+    guard.on('restored', (e) => this.#push('restored', this.restored, e));
+    guard.on('offload', (e) => this.#push('offload', this.offload, e));
+    guard.on('contested', (e) => this.#push('contested', this.contested, e));
+    guard.on('resumed', (e) => this.#push('resumed', this.resumed, e));
+    guard.on('released', (e) => this.#push('released', this.released, e));
+    guard.on('overrun', (e) => this.#push('overrun', this.overrun, e));
+    guard.on('resync', (e) => this.#push('resync', this.resync, e));
+    guard.on('error', (e) => this.#push('error', this.error, e));
+    guard.on('close', () => {
+      this.order.push('close');
+      this.closes += 1;
+    });
+  }
+
+  #push<T>(name: string, list: T[], event: T): void {
+    this.order.push(name);
+    list.push(event);
+  }
+}
+
+interface Rig {
+  kernel: FakeKernel;
+  monitor: ScriptedMonitor;
+  ports: FakePorts;
+  clock: FakeClock;
+  guard: FlannelGuard;
+  log: GuardLog;
+}
+
+const open: FlannelGuard[] = [];
+
+/**
+ * A guard over a fake namespace that holds `lo` plus whatever `prepare` adds;
+ * the monitor's initial dump is loaded and `ready` emitted before this returns.
+ */
+function rig(
+  options: FlannelGuardOptions = {},
+  prepare: (kernel: FakeKernel) => void = () => {},
+  random: () => number = () => 0.5,
+): Rig {
+  const kernel = new FakeKernel();
+  kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
+  prepare(kernel);
+  const monitor = new ScriptedMonitor(kernel);
+  const ports = new FakePorts(kernel);
+  const clock = new FakeClock();
+  const guard = new FlannelGuard(options, { monitor, ports, clock, random });
+  open.push(guard);
+  const log = new GuardLog(guard);
+  monitor.start();
+  return { kernel, monitor, ports, clock, guard, log };
+}
+
+/**
+ * flannel.1 present at start, pinned at FLANNEL_MAC, with two permanent ARP
+ * entries and their two FDB entries, checksum offload already off, and the
+ * start-up settled (no calls recorded yet).
+ */
+function rigWithDevice(
+  options: FlannelGuardOptions = {},
+  random: () => number = () => 0.5,
+): Rig & { ifindex: number } {
+  let ifindex = 0;
+  const r = rig(
+    options,
+    (kernel) => {
+      ifindex = kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC }).ifindex;
+      addFlannelNeighbours(kernel, ifindex);
+      kernel.setFeature(ifindex, CSUM, false);
+    },
+    random,
+  );
+  r.monitor.pump();
+  r.ports.clear();
+  return { ...r, ifindex };
+}
+
+function addFlannelNeighbours(kernel: FakeKernel, ifindex: number): void {
+  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.1.0', REMOTE_A));
+  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.2.0', REMOTE_B));
+  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_A, '192.0.2.11'));
+  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_B, '192.0.2.12'));
+}
+
+/** Another writer sets the MAC, and the notifications (NEWLINK + flush) reach the guard. */
+function rewrite(r: Rig, ifindex: number, mac: string): void {
+  r.kernel.setMac(ifindex, mac);
+  r.monitor.pump();
+}
+
+function destinations(r: Rig): (string | null)[] {
+  return r.ports
+    .neighbourWrites()
+    .map((call) => call.entry.destination)
+    .sort();
+}
+
+function lastEmitted<Name extends EmittedEvent['type']>(
+  monitor: ScriptedMonitor,
+  type: Name,
+): Extract<EmittedEvent, { type: Name }> {
+  const found = [...monitor.emitted]
+    .reverse()
+    .find((event): event is Extract<EmittedEvent, { type: Name }> => event.type === type);
+  assert.ok(found, `the monitor emitted no ${type}`);
+  return found;
+}
+
+function removalCauses(monitor: ScriptedMonitor): string[] {
+  return monitor.emitted.flatMap((event) =>
+    event.type === 'neighbourRemoved'
+      ? [`${event.args[0].neighbour.destination ?? ''}:${event.args[0].cause}`]
+      : [],
+  );
+}
+
+class TestSource implements DesiredMacSource {
+  readonly name = 'kubernetes';
+  readonly table = new Map<string, string>();
+  readonly listeners = new Set<() => void>();
+
+  desiredMac(device: string): string | undefined {
+    return this.table.get(device);
+  }
+
+  subscribe(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  set(device: string, mac: string): void {
+    this.table.set(device, mac);
+    for (const listener of this.listeners) listener();
+  }
+}
+
+// --- tests ----------------------------------------------------------------------------
+
+describe('FlannelGuard policy (scripted monitor, fake ports and clock)', function () {
+  afterEach(function () {
+    for (const guard of open.splice(0)) guard.close();
+  });
+
+  describe('adoption', function () {
+    it('adopts devices present at start, pinned at their current MAC; default globs flannel.* and flannel-v6.*', async function () {
+      const r = rig({}, (kernel) => {
+        kernel.addLink({ name: 'eth0', mac: ETH_MAC, kind: '' });
+        kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+        kernel.addLink({ name: 'flannel-v6.1', mac: FLANNEL6_MAC });
+        kernel.addLink({ name: 'flannelx', mac: '02:00:00:00:00:0a' });
+        kernel.addLink({ name: 'cni0', mac: '02:00:00:00:00:0b', kind: 'bridge' });
+        // Matches flannel.* but is a loopback device: never managed (S7).
+        kernel.addLink({ name: 'flannel.lo', mac: '02:00:00:00:00:0c', loopback: true });
+      });
+      await r.guard.ready();
+      r.monitor.pump(); // the echoes of the start-up offload writes
+
+      const ready = only(r.log.ready);
+      assert.equal(ready.dryRun, false);
+      assert.equal(ready.netns, null);
+      const devices = [...ready.devices].sort((a, b) => a.name.localeCompare(b.name));
+      assert.deepEqual(
+        devices.map((d) => [d.name, d.mac, d.desiredMac, d.macSource, d.contested]),
+        [
+          ['flannel-v6.1', FLANNEL6_MAC, FLANNEL6_MAC, 'pinned-at-start', false],
+          ['flannel.1', FLANNEL_MAC, FLANNEL_MAC, 'pinned-at-start', false],
+        ],
+      );
+      // The only writes: the offload policy on the two managed devices.
+      assert.deepEqual(
+        r.ports.writes().map((call) => (call.method === 'setFeatures' ? call.name : call.method)),
+        ['flannel.1', 'flannel-v6.1'],
+      );
+      assert.equal(r.ports.macWrites().length, 0);
+
+      // Rewrites of unmanaged devices are none of the guard's business.
+      r.ports.clear();
+      assert.deepEqual(r.kernel.queue, []);
+      for (const link of [...r.kernel.links.values()]) {
+        if (!['flannel.1', 'flannel-v6.1'].includes(link.name)) {
+          rewrite(r, link.ifindex, FOREIGN_MAC);
+        }
+      }
+      assert.deepEqual(r.ports.calls, []);
+      assert.deepEqual(r.log.rewrite, []);
+      assert.deepEqual(r.log.error, []);
+    });
+
+    it('manages only the configured globs when `interfaces` is given', async function () {
+      const r = rig({ interfaces: ['vxlan-*'] }, (kernel) => {
+        kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+        kernel.addLink({ name: 'vxlan-a', mac: FLANNEL6_MAC });
+      });
+      await r.guard.ready();
+      assert.deepEqual(
+        r.guard.status().map((d) => d.name),
+        ['vxlan-a'],
+      );
+      assert.deepEqual(
+        r.ports.featureWrites().map((call) => call.name),
+        ['vxlan-a'],
+      );
+    });
+
+    it('pins a created device at its first MAC and applies the offload policy when it is on', function () {
+      const r = rig();
+      const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      assert.equal(r.kernel.feature(ifindex, CSUM), true);
+      r.monitor.pumpOne(); // the RTM_NEWLINK announcing the new device
+
+      // Read, check the write target, write exactly the policy.
+      assert.deepEqual(r.ports.methods(), ['getFeatures', 'getLink', 'setFeatures']);
+      const status = only(r.guard.status());
+      assert.equal(status.macSource, 'first-seen');
+      assert.equal(status.desiredMac, FLANNEL_MAC);
+      assert.deepEqual(r.ports.featureWrites(), [
+        { method: 'setFeatures', name: 'flannel.1', wanted: { [CSUM]: false } },
+      ]);
+      assert.equal(r.kernel.feature(ifindex, CSUM), false);
+      const offload = only(r.log.offload);
+      assert.equal(offload.reason, 'created');
+      assert.equal(offload.written, true);
+      assert.equal(offload.dryRun, false);
+      assert.deepEqual(offload.active, { [CSUM]: false });
+      assert.deepEqual(
+        offload.sideEffects.map((s) => s.name),
+        ['tx-tcp-segmentation', 'tx-tcp6-segmentation'],
+      );
+      assert.deepEqual(status.offloads, { [CSUM]: false });
+      assert.equal(r.guard.counters.offloadApplications, 1);
+      assert.equal(r.guard.counters.writes, 1);
+
+      // Its own SFEATURES echo (IFLA_EVENT_FEATURES) is only re-read, never re-applied (E9).
+      r.ports.clear();
+      r.monitor.pump();
+      assert.deepEqual(r.ports.methods(), ['getFeatures']);
+      assert.equal(r.log.offload.length, 1);
+    });
+
+    it('writes no feature when the created device already has the offload off (F4, E10)', function () {
+      const r = rig();
+      const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      r.kernel.setFeature(ifindex, CSUM, false); // e.g. flannel's own `ethtool -K`
+      r.monitor.pump();
+
+      assert.equal(only(r.guard.status()).macSource, 'first-seen');
+      assert.deepEqual(r.ports.writes(), []);
+      assert.deepEqual(r.log.offload, []);
+      assert.equal(r.guard.counters.writes, 0);
+      assert.equal(r.guard.counters.offloadChecks, 2); // creation + the features event
+      assert.deepEqual(only(r.guard.status()).offloads, { [CSUM]: false });
+    });
+
+    it('leaves offloads alone with offload: none', function () {
+      const r = rig({ offload: 'none' });
+      r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      r.monitor.pump();
+      assert.equal(r.guard.status().length, 1);
+      assert.deepEqual(r.ports.writes(), []);
+      assert.ok(!r.ports.methods().includes('getFeatures'));
+    });
+  });
+
+  describe('MAC rewrites', function () {
+    it('corrects a udev rewrite 3 ms after creation: MAC, then the neighbours it had before the flush, then verify', function () {
+      const r = rig();
+      const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      addFlannelNeighbours(r.kernel, ifindex);
+      r.monitor.pump();
+      assert.equal(only(r.guard.status()).neighbours, 2); // ARP entries only, no FDB
+      const before = r.guard.counters;
+
+      r.clock.advance(3);
+      r.kernel.setMac(ifindex, UDEV_MAC); // NEWLINK, then DELNEIGH x2 (flush)
+      assert.deepEqual(
+        r.kernel.queue.map((m) => m.kind),
+        ['link', 'delneigh', 'delneigh'],
+      );
+      r.ports.clear();
+      r.monitor.pumpOne(); // only the NEWLINK: the correction runs in its turn
+
+      const event = only(r.log.rewrite);
+      assert.deepEqual(
+        { ...event, detail: '' },
+        {
+          device: 'flannel.1',
+          ifindex,
+          expected: FLANNEL_MAC,
+          mac: UDEV_MAC,
+          previous: FLANNEL_MAC,
+          cause: 'udev-mac-policy',
+          detail: '',
+          msSinceCreation: 3,
+          dryRun: false,
+        },
+      );
+      assert.match(event.detail, /MACAddressPolicy/);
+      assert.deepEqual(r.ports.methods(), [
+        'getLink', // write target check (S6/S8)
+        'setLinkMac',
+        'replaceNeighbour',
+        'replaceNeighbour',
+        'getLink', // verify
+        'getFeatures', // offload check after the correction
+      ]);
+      assert.deepEqual(nth(r.ports.calls, 1), {
+        method: 'setLinkMac',
+        ifindex,
+        mac: FLANNEL_MAC,
+        name: 'flannel.1',
+      });
+      assert.deepEqual(
+        r.ports
+          .neighbourWrites()
+          .map((c) => [
+            c.entry.family,
+            c.entry.destination,
+            c.entry.lladdr,
+            c.entry.permanent,
+            c.name,
+          ]),
+        [
+          ['inet', '10.244.1.0', REMOTE_A, true, 'flannel.1'],
+          ['inet', '10.244.2.0', REMOTE_B, true, 'flannel.1'],
+        ],
+      );
+      const restored = only(r.log.restored);
+      assert.deepEqual(
+        { ...restored, latencyMs: 0 },
+        {
+          device: 'flannel.1',
+          ifindex,
+          mac: FLANNEL_MAC,
+          neighbours: 2,
+          latencyMs: 0,
+          deferred: false,
+        },
+      );
+      assert.deepEqual(r.log.order.slice(-2), ['rewrite', 'restored']);
+      const after = r.guard.counters;
+      assert.equal(after.rewrites - before.rewrites, 1);
+      assert.equal(after.corrections - before.corrections, 1);
+      assert.equal(after.deferredCorrections - before.deferredCorrections, 0);
+      assert.equal(after.neighboursRestored - before.neighboursRestored, 2);
+      assert.equal(after.writes - before.writes, 3);
+
+      // The flush DELNEIGHs of udev's change arrive after the correction: they must not shrink the table.
+      r.ports.clear();
+      r.monitor.pump();
+      assert.deepEqual(removalCauses(r.monitor), ['10.244.1.0:flush', '10.244.2.0:flush']);
+      assert.equal(only(r.guard.status()).neighbours, 2);
+      assert.deepEqual(r.ports.writes(), []);
+      assert.equal(r.kernel.link(ifindex).mac, FLANNEL_MAC);
+      assert.deepEqual(
+        r.kernel
+          .neighboursOf(ifindex)
+          .filter((n) => n.family === 'inet')
+          .map((n) => n.destination)
+          .sort(),
+        ['10.244.1.0', '10.244.2.0'],
+      );
+    });
+
+    it('attributes causes: within 10 s of creation udev, later or for devices found at start an external write', function () {
+      const r = rig({}, (kernel) => {
+        kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      });
+      const found = r.guard.status()[0];
+      assert.ok(found);
+      const created = r.kernel.addLink({ name: 'flannel.2', mac: FLANNEL6_MAC });
+      r.monitor.pump();
+
+      r.clock.advance(10_001);
+      rewrite(r, created.ifindex, UDEV_MAC);
+      rewrite(r, found.ifindex, FOREIGN_MAC);
+      assert.deepEqual(
+        r.log.rewrite.map((e) => [e.device, e.cause, e.msSinceCreation]),
+        [
+          ['flannel.2', 'external-write', 10_001],
+          ['flannel.1', 'external-write', null],
+        ],
+      );
+      assert.match(nth(r.log.rewrite, 0).detail, /userspace write/);
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => [c.name, c.mac]),
+        [
+          ['flannel.2', FLANNEL6_MAC],
+          ['flannel.1', FLANNEL_MAC],
+        ],
+      );
+    });
+
+    it('recognises the echo of its own write by value: not a rewrite, no second write, no loop (F3)', function () {
+      const r = rigWithDevice();
+      rewrite(r, r.ifindex, FOREIGN_MAC); // delivers the rewrite, its flush, then the guard's echo
+      assert.equal(r.ports.macWrites().length, 1);
+      const echo = lastEmitted(r.monitor, 'linkChanged');
+      assert.equal(echo.args[0].previous.mac, FOREIGN_MAC);
+      assert.equal(echo.args[0].link.mac, FLANNEL_MAC);
+      const counters = r.guard.counters;
+      assert.equal(counters.rewrites, 1);
+      assert.equal(counters.echoes, 1);
+      assert.equal(r.log.rewrite.length, 1);
+      assert.equal(r.kernel.queue.length, 0);
+
+      // The same event again changes nothing.
+      r.ports.clear();
+      r.monitor.emit('linkChanged', ...echo.args);
+      // And the same state re-announced is no event at all.
+      r.monitor.deliver({
+        kind: 'link',
+        link: r.kernel.link(r.ifindex),
+        created: false,
+        kernelEvent: null,
+      });
+      r.clock.advance(DAY);
+      assert.deepEqual(r.ports.writes(), []);
+      assert.equal(r.guard.counters.rewrites, 1);
+      assert.equal(r.log.rewrite.length, 1);
+      assert.equal(r.log.restored.length, 1);
+      assert.equal(r.kernel.queue.length, 0);
+    });
+
+    it('ignores MTU, operstate and feature re-announcements with the MAC unchanged (N13)', function () {
+      const r = rigWithDevice();
+      r.kernel.setMtu(r.ifindex, 1400);
+      r.kernel.setOperstate(r.ifindex, 'lowerlayerdown');
+      r.kernel.setFeature(r.ifindex, 'rx-checksum', false); // IFLA_EVENT_FEATURES, policy feature unchanged
+      const delivered = r.monitor.pump();
+      assert.equal(delivered, 3);
+      assert.equal(
+        r.monitor.emitted.filter((e) => e.type === 'linkChanged').length,
+        3,
+        'each change reached the guard as linkChanged',
+      );
+      assert.deepEqual(r.ports.writes(), []);
+      assert.deepEqual(r.ports.methods(), ['getFeatures']); // the features event is re-read, nothing else
+      assert.equal(r.guard.counters.rewrites, 0);
+      assert.deepEqual(r.log.rewrite, []);
+      assert.deepEqual(r.log.offload, []);
+    });
+
+    it('forgets entries deleted on purpose, never restores FDB or non-permanent entries, tracks new permanent ones', function () {
+      const r = rigWithDevice();
+      r.kernel.replaceNeighbour(reachableArp(r.ifindex, '10.244.9.9', REMOTE_B)); // learnt, not permanent
+      r.kernel.replaceNeighbour(permanentArp(r.ifindex, '10.244.3.0', REMOTE_A)); // a node joined
+      r.kernel.deleteNeighbour(permanentArp(r.ifindex, '10.244.2.0', REMOTE_B), IP_PORTID); // `ip neigh del`
+      r.monitor.pump();
+      assert.deepEqual(removalCauses(r.monitor), ['10.244.2.0:deleted']);
+      assert.equal(only(r.guard.status()).neighbours, 2);
+
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      assert.deepEqual(destinations(r), ['10.244.1.0', '10.244.3.0']);
+      assert.ok(
+        r.ports.neighbourWrites().every((c) => c.entry.family === 'inet' && c.entry.permanent),
+      );
+      assert.equal(nth(r.log.restored, 0).neighbours, 2);
+    });
+
+    it('keeps and restores permanent NDP entries on flannel-v6 devices', function () {
+      const r = rig({}, (kernel) => {
+        const { ifindex } = kernel.addLink({ name: 'flannel-v6.1', mac: FLANNEL6_MAC });
+        kernel.replaceNeighbour(permanentNdp(ifindex, 'fd00:10:244:1::', REMOTE_A));
+      });
+      const device = only(r.guard.status());
+      assert.equal(device.neighbours, 1);
+      r.monitor.pump();
+      r.ports.clear();
+      rewrite(r, device.ifindex, FOREIGN_MAC);
+      assert.deepEqual(
+        r.ports.neighbourWrites().map((c) => [c.entry.family, c.entry.destination]),
+        [['inet6', 'fd00:10:244:1::']],
+      );
+    });
+
+    it('re-installs the permanent entries a down flushed when the device comes back up', function () {
+      const r = rigWithDevice();
+      r.kernel.setUp(r.ifindex, false);
+      r.monitor.pump();
+      assert.deepEqual(removalCauses(r.monitor), ['10.244.1.0:flush', '10.244.2.0:flush']);
+      assert.equal(only(r.guard.status()).neighbours, 2);
+      assert.deepEqual(r.ports.writes(), []);
+
+      r.kernel.setUp(r.ifindex, true);
+      r.monitor.pump();
+      assert.deepEqual(destinations(r), ['10.244.1.0', '10.244.2.0']);
+      assert.equal(r.ports.macWrites().length, 0);
+      assert.deepEqual(
+        r.kernel
+          .neighboursOf(r.ifindex)
+          .filter((n) => n.family === 'inet')
+          .map((n) => n.destination)
+          .sort(),
+        ['10.244.1.0', '10.244.2.0'],
+      );
+    });
+  });
+
+  describe('device identity (N14, N15, S6, S8)', function () {
+    it('releases a device renamed out of the glob and never touches it again, pending corrections included', function () {
+      const r = rigWithDevice();
+      rewrite(r, r.ifindex, FOREIGN_MAC); // corrected at once
+      r.clock.advance(100);
+      rewrite(r, r.ifindex, UDEV_MAC); // deferred
+      assert.equal(r.clock.pending().length, 1);
+
+      r.kernel.rename(r.ifindex, 'vxlan0');
+      r.monitor.pump();
+      assert.deepEqual(only(r.log.released), {
+        device: 'flannel.1',
+        ifindex: r.ifindex,
+        reason: 'renamed',
+      });
+      assert.deepEqual(r.guard.status(), []);
+      assert.deepEqual(r.clock.pending(), []);
+
+      r.ports.clear();
+      r.clock.advance(DAY);
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      r.kernel.setFeature(r.ifindex, CSUM, true);
+      r.kernel.setUp(r.ifindex, false);
+      r.kernel.setUp(r.ifindex, true);
+      r.monitor.pump();
+      assert.deepEqual(r.ports.calls, []);
+      assert.equal(r.log.rewrite.length, 2);
+      assert.equal(r.log.released.length, 1);
+    });
+
+    it('adopts a device renamed into the glob, pinned at its current MAC, and checks its offloads', function () {
+      let ifindex = 0;
+      const r = rig({}, (kernel) => {
+        ifindex = kernel.addLink({ name: 'vxlan0', mac: FOREIGN_MAC }).ifindex;
+      });
+      assert.deepEqual(r.guard.status(), []);
+      r.kernel.rename(ifindex, 'flannel.1');
+      r.monitor.pumpOne();
+
+      const status = only(r.guard.status());
+      assert.equal(status.macSource, 'pinned-at-start');
+      assert.equal(status.desiredMac, FOREIGN_MAC);
+      assert.equal(only(r.log.offload).reason, 'managed');
+      assert.deepEqual(r.ports.featureWrites(), [
+        { method: 'setFeatures', name: 'flannel.1', wanted: { [CSUM]: false } },
+      ]);
+      assert.equal(r.ports.macWrites().length, 0);
+
+      r.monitor.pump();
+      rewrite(r, ifindex, UDEV_MAC);
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => c.mac),
+        [FOREIGN_MAC],
+      );
+    });
+
+    it('treats a new device reusing a removed ifindex as new: fresh first-seen pin, empty table, fresh fight state (N15)', function () {
+      const r = rig();
+      const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      addFlannelNeighbours(r.kernel, ifindex);
+      r.monitor.pump();
+      r.clock.advance(3);
+      rewrite(r, ifindex, UDEV_MAC); // one rewrite in the old device's window
+
+      r.kernel.removeLink(ifindex);
+      r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL6_MAC, ifindex });
+      r.monitor.pump();
+      assert.deepEqual(only(r.log.released), { device: 'flannel.1', ifindex, reason: 'removed' });
+      const status = only(r.guard.status());
+      assert.equal(status.macSource, 'first-seen');
+      assert.equal(status.desiredMac, FLANNEL6_MAC);
+      assert.equal(status.neighbours, 0);
+
+      r.ports.clear();
+      r.clock.advance(5);
+      r.kernel.setMac(ifindex, UDEV_MAC);
+      r.monitor.pumpOne();
+      const event = last(r.log.rewrite);
+      assert.equal(event.expected, FLANNEL6_MAC);
+      assert.equal(event.cause, 'udev-mac-policy');
+      assert.equal(event.msSinceCreation, 5);
+      // Corrected at once (no backoff inherited from the old device), with nothing of its table.
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => c.mac),
+        [FLANNEL6_MAC],
+      );
+      assert.deepEqual(r.ports.neighbourWrites(), []);
+      assert.equal(last(r.log.restored).neighbours, 0);
+    });
+
+    it('writes nothing and reports EACCES when the device was renamed between the event and the write (S6/S8)', function () {
+      const r = rigWithDevice();
+      r.kernel.setMac(r.ifindex, FOREIGN_MAC);
+      r.kernel.rename(r.ifindex, 'eth9'); // its NEWLINK is still queued behind the rewrite
+      r.monitor.pumpOne();
+
+      assert.equal(r.log.rewrite.length, 1);
+      assert.deepEqual(r.ports.methods(), ['getLink']);
+      assert.deepEqual(r.ports.writes(), []);
+      const error = only(r.log.error);
+      assert.equal(error.code, 'EACCES');
+      assert.equal(error.errno, -13);
+      assert.equal(error.ifindex, r.ifindex);
+      assert.equal(error.interface, 'eth9');
+      assert.match(error.message, /not managed/);
+      assert.equal(r.guard.counters.errors, 1);
+
+      r.monitor.pump();
+      assert.deepEqual(only(r.log.released).reason, 'renamed');
+      assert.deepEqual(r.ports.writes(), []);
+      assert.equal(r.kernel.link(r.ifindex).mac, FOREIGN_MAC);
+    });
+
+    it('releases quietly on ENODEV when the device vanishes mid-correction', function () {
+      for (const failing of ['setLinkMac', 'replaceNeighbour'] as const) {
+        const r = rigWithDevice();
+        if (failing === 'setLinkMac')
+          r.ports.before('setLinkMac', () => r.kernel.removeLink(r.ifindex));
+        else r.ports.fail('replaceNeighbour', enodev('flannel.1'));
+        rewrite(r, r.ifindex, FOREIGN_MAC);
+
+        assert.deepEqual(r.log.error, [], failing);
+        assert.equal(r.guard.counters.errors, 0, failing);
+        assert.deepEqual(only(r.log.released), {
+          device: 'flannel.1',
+          ifindex: r.ifindex,
+          reason: 'removed',
+        });
+        assert.deepEqual(r.log.restored, [], failing);
+        assert.deepEqual(r.guard.status(), [], failing);
+        assert.equal(r.ports.macWrites().length, 1, failing);
+        assert.equal(r.guard.counters.corrections, 0, failing);
+      }
+    });
+  });
+
+  describe('desired MAC sources', function () {
+    it('corrects a device found at start with another MAC than the explicit one (found-at-start)', function () {
+      const r = rig({ mac: { 'flannel.1': EXPLICIT_MAC.toUpperCase() } }, (kernel) => {
+        kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      });
+      const event = only(r.log.rewrite);
+      assert.equal(event.cause, 'found-at-start');
+      assert.equal(event.expected, EXPLICIT_MAC);
+      assert.equal(event.mac, FLANNEL_MAC);
+      assert.match(event.detail, /began managing/);
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => c.mac),
+        [EXPLICIT_MAC],
+      );
+      const status = only(r.guard.status());
+      assert.equal(status.macSource, 'explicit');
+      assert.equal(status.desiredMac, EXPLICIT_MAC);
+      assert.equal(status.mac, FLANNEL_MAC); // the monitor's view until the echo arrives
+      r.monitor.pump();
+      assert.equal(only(r.guard.status()).mac, EXPLICIT_MAC);
+      assert.equal(r.ports.macWrites().length, 1);
+    });
+
+    it('lets the explicit MAC win over first-seen on a created device', function () {
+      const r = rig({ mac: { 'flannel.1': EXPLICIT_MAC } });
+      const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      r.monitor.pump();
+      assert.equal(only(r.guard.status()).macSource, 'explicit');
+      assert.equal(r.kernel.link(ifindex).mac, EXPLICIT_MAC);
+
+      r.clock.advance(3);
+      rewrite(r, ifindex, UDEV_MAC);
+      r.clock.advance(DAY);
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => c.mac),
+        [EXPLICIT_MAC, EXPLICIT_MAC],
+      );
+      assert.equal(r.kernel.link(ifindex).mac, EXPLICIT_MAC);
+    });
+
+    it('follows a subscribed source: a changed answer is corrected without counting a rewrite', function () {
+      const source = new TestSource();
+      source.table.set('flannel.1', FLANNEL_MAC);
+      const r = rigWithDevice({ source });
+      const status = only(r.guard.status());
+      assert.equal(status.macSource, 'source');
+      assert.equal(status.sourceName, 'kubernetes');
+      assert.deepEqual(r.log.rewrite, []);
+      assert.equal(source.listeners.size, 1);
+
+      source.set('flannel.1', SOURCE_MAC);
+      assert.deepEqual(r.ports.methods().slice(0, 5), [
+        'getLink',
+        'setLinkMac',
+        'replaceNeighbour',
+        'replaceNeighbour',
+        'getLink',
+      ]);
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => c.mac),
+        [SOURCE_MAC],
+      );
+      assert.equal(only(r.log.restored).neighbours, 2);
+      assert.deepEqual(r.log.rewrite, []);
+      assert.equal(r.guard.counters.rewrites, 0);
+      assert.equal(r.guard.counters.corrections, 1);
+
+      // Its echo (and the flush of the entries that were in place) changes nothing more.
+      r.monitor.pump();
+      assert.deepEqual(removalCauses(r.monitor), ['10.244.1.0:flush', '10.244.2.0:flush']);
+      assert.equal(r.ports.macWrites().length, 1);
+      assert.equal(r.guard.counters.echoes, 1);
+      assert.equal(only(r.guard.status()).neighbours, 2);
+
+      // An unchanged answer writes nothing.
+      r.ports.clear();
+      source.set('flannel.1', SOURCE_MAC);
+      assert.deepEqual(r.ports.writes(), []);
+
+      r.guard.close();
+      assert.equal(source.listeners.size, 0);
+    });
+
+    it('does not correct rewrites with pin: none and no source', function () {
+      const r = rigWithDevice({ pin: 'none' });
+      const status = only(r.guard.status());
+      assert.equal(status.macSource, 'none');
+      assert.equal(status.desiredMac, null);
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      r.clock.advance(DAY);
+      assert.deepEqual(r.ports.macWrites(), []);
+      assert.deepEqual(r.ports.neighbourWrites(), []);
+      assert.deepEqual(r.log.restored, []);
+      assert.equal(r.kernel.link(r.ifindex).mac, FOREIGN_MAC);
+    });
+  });
+
+  describe('dry run', function () {
+    it('reports rewrites and offload drift but writes nothing of any kind', function () {
+      const source = new TestSource();
+      const r = rig({ dryRun: true, source }, (kernel) => {
+        const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+        addFlannelNeighbours(kernel, ifindex);
+      });
+      const ifindex = only(r.guard.status()).ifindex;
+      assert.equal(only(r.log.ready).dryRun, true);
+      const offload = only(r.log.offload);
+      assert.equal(offload.reason, 'start');
+      assert.equal(offload.dryRun, true);
+      assert.equal(offload.written, false);
+      assert.deepEqual(offload.requested, { [CSUM]: false });
+      assert.deepEqual(offload.active, { [CSUM]: true });
+      assert.deepEqual(offload.notApplied, [CSUM]);
+
+      r.clock.advance(3);
+      rewrite(r, ifindex, UDEV_MAC);
+      const event = only(r.log.rewrite);
+      assert.equal(event.dryRun, true);
+      assert.equal(event.expected, FLANNEL_MAC);
+      rewrite(r, ifindex, FOREIGN_MAC);
+      r.kernel.setUp(ifindex, false);
+      r.kernel.setUp(ifindex, true);
+      r.kernel.setFeature(ifindex, 'rx-checksum', false);
+      r.monitor.pump();
+      source.set('flannel.1', SOURCE_MAC);
+      r.monitor.overrunAndResync();
+      r.clock.advance(DAY);
+
+      assert.deepEqual(r.ports.writes(), []);
+      assert.equal(r.guard.counters.writes, 0);
+      assert.deepEqual(r.log.restored, []);
+      assert.deepEqual(r.log.contested, []);
+      assert.ok(r.log.offload.every((e) => !e.written && e.dryRun));
+      assert.equal(r.kernel.link(ifindex).mac, FOREIGN_MAC);
+      assert.equal(r.kernel.feature(ifindex, CSUM), true);
+    });
+  });
+
+  describe('fights (F1, F2, F5, F7)', function () {
+    it('backs off exponentially, goes contested once after maxRewrites within windowMs, resumes after quietMs', function () {
+      const r = rigWithDevice();
+      const flip = (mac: string): void => rewrite(r, r.ifindex, mac);
+
+      flip('02:00:00:00:0f:01'); // 1: corrected at once
+      assert.equal(r.ports.macWrites().length, 1);
+      assert.deepEqual(r.clock.pending(), []);
+
+      // 2, 3, 4: each deferred by the doubled, jittered (random 0.5: ±0) delay.
+      let writes = 1;
+      for (const [i, delay] of [1_000, 2_000, 4_000].entries()) {
+        r.clock.advance(100);
+        flip(`02:00:00:00:0f:0${i + 2}`);
+        assert.equal(
+          r.ports.macWrites().length,
+          writes,
+          `rewrite ${i + 2} is not corrected at once`,
+        );
+        assert.deepEqual(r.clock.pending(), [delay]);
+        r.clock.advance(delay - 1);
+        assert.equal(r.ports.macWrites().length, writes, `still waiting at ${delay - 1} ms`);
+        r.clock.advance(1);
+        writes += 1;
+        assert.equal(r.ports.macWrites().length, writes, `corrected after ${delay} ms`);
+        const restored = last(r.log.restored);
+        assert.equal(restored.deferred, true);
+        // The flush of the previous rewrite arrived before this correction: nothing lost.
+        assert.equal(restored.neighbours, 2);
+        r.monitor.pump(); // the echo
+      }
+      assert.equal(r.guard.counters.deferredCorrections, 3);
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => c.mac),
+        Array<string>(4).fill(FLANNEL_MAC),
+      );
+
+      // 5: contested. One alert with both MACs and the count, no more writes.
+      r.clock.advance(100);
+      const contestedAt = r.clock.now();
+      flip('02:00:00:00:0f:05');
+      const contested = only(r.log.contested);
+      assert.deepEqual(
+        { ...contested, detail: '' },
+        {
+          device: 'flannel.1',
+          ifindex: r.ifindex,
+          what: 'mac',
+          expected: FLANNEL_MAC,
+          observed: '02:00:00:00:0f:05',
+          rewrites: 5,
+          windowMs: 60_000,
+          quietMs: 300_000,
+          detail: '',
+        },
+      );
+      assert.ok(!('feature' in contested));
+      assert.ok(contested.detail.includes(FLANNEL_MAC), contested.detail);
+      assert.ok(contested.detail.includes('02:00:00:00:0f:05'), contested.detail);
+      assert.equal(r.ports.macWrites().length, 4);
+      assert.equal(only(r.guard.status()).contested, true);
+      assert.equal(r.guard.counters.contested, 1);
+
+      // The writer keeps going: observed, never answered, alerted only once.
+      r.clock.advance(10_000);
+      flip('02:00:00:00:0f:06');
+      r.clock.advance(10_000);
+      flip('02:00:00:00:0f:07');
+      const lastRewriteAt = r.clock.now();
+      assert.equal(r.log.rewrite.length, 7);
+      assert.equal(r.log.contested.length, 1);
+      assert.equal(r.ports.macWrites().length, 4);
+
+      // F2: the rewrites during the quiet period pushed the resumption back.
+      r.clock.advance(contestedAt + 300_000 - r.clock.now());
+      assert.deepEqual(r.log.resumed, []);
+      r.clock.advance(lastRewriteAt + 300_000 - 1 - r.clock.now());
+      assert.deepEqual(r.log.resumed, []);
+      assert.equal(r.ports.macWrites().length, 4);
+      r.clock.advance(1);
+      assert.deepEqual(only(r.log.resumed), {
+        device: 'flannel.1',
+        ifindex: r.ifindex,
+        what: 'mac',
+      });
+      assert.equal(r.ports.macWrites().length, 5); // exactly one correction
+      assert.equal(last(r.ports.macWrites()).mac, FLANNEL_MAC);
+      assert.equal(only(r.guard.status()).contested, false);
+      r.monitor.pump();
+      r.clock.advance(DAY);
+      assert.equal(r.ports.macWrites().length, 5);
+
+      // The backoff was reset: the next rewrite is corrected at once again.
+      flip('02:00:00:00:0f:08');
+      assert.equal(r.ports.macWrites().length, 6);
+      assert.equal(last(r.log.restored).deferred, false);
+    });
+
+    it('applies the injected jitter to the backoff delay', function () {
+      const randoms = [0, 0.75];
+      const r = rigWithDevice({}, () => randoms.shift() ?? 0.5);
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      r.clock.advance(10);
+      rewrite(r, r.ifindex, UDEV_MAC);
+      assert.deepEqual(r.clock.pending(), [800]); // 1000 ms -20 %
+      r.clock.advance(800);
+      assert.equal(r.ports.macWrites().length, 2);
+      r.monitor.pump();
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      assert.deepEqual(r.clock.pending(), [2_200]); // 2000 ms +10 %
+    });
+
+    it('keeps one pending correction when rewrites arrive while one is deferred', function () {
+      const r = rigWithDevice({ fight: { maxRewrites: 10 } });
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      r.clock.advance(10);
+      rewrite(r, r.ifindex, UDEV_MAC);
+      r.clock.advance(10);
+      rewrite(r, r.ifindex, '02:00:00:00:0f:09');
+      assert.deepEqual(r.clock.pending(), [990]);
+      r.clock.advance(990);
+      assert.equal(r.ports.macWrites().length, 2);
+      assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
+    });
+
+    it('drops a deferred correction when someone else puts the MAC back first', function () {
+      const r = rigWithDevice();
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      r.clock.advance(10);
+      rewrite(r, r.ifindex, UDEV_MAC);
+      assert.equal(r.clock.pending().length, 1);
+      rewrite(r, r.ifindex, FLANNEL_MAC); // e.g. flannel itself
+      assert.deepEqual(r.clock.pending(), []);
+      r.clock.advance(DAY);
+      assert.equal(r.ports.macWrites().length, 1);
+      assert.equal(r.guard.counters.echoes, 2);
+    });
+
+    it('forgets old rewrites after windowMs: a slow writer is corrected at once every time', function () {
+      const r = rigWithDevice({ fight: { windowMs: 1_000 } });
+      for (let i = 0; i < 8; i += 1) {
+        rewrite(r, r.ifindex, i % 2 === 0 ? FOREIGN_MAC : UDEV_MAC);
+        assert.equal(r.ports.macWrites().length, i + 1);
+        r.clock.advance(1_000);
+      }
+      assert.deepEqual(r.log.contested, []);
+      assert.ok(r.log.restored.every((e) => !e.deferred));
+    });
+
+    it('backs off and goes contested per feature when offloads flap (F7)', function () {
+      const r = rigWithDevice({ offload: { [CSUM]: false, 'tx-gso-partial': false } });
+      const flap = (): void => {
+        r.kernel.setFeature(r.ifindex, CSUM, true); // a udev RUN rule turning it back on
+        r.monitor.pump();
+      };
+
+      flap();
+      assert.deepEqual(r.ports.featureWrites(), [
+        { method: 'setFeatures', name: 'flannel.1', wanted: { [CSUM]: false } },
+      ]);
+      assert.equal(last(r.log.offload).reason, 'drift');
+      assert.equal(r.guard.counters.offloadDrifts, 1);
+
+      let writes = 1;
+      for (const delay of [1_000, 2_000, 4_000]) {
+        r.clock.advance(100);
+        flap();
+        assert.equal(r.ports.featureWrites().length, writes);
+        assert.deepEqual(r.clock.pending(), [delay]);
+
+        // Another feature of the same device has its own fight state: corrected at once.
+        if (delay === 1_000) {
+          r.kernel.setFeature(r.ifindex, 'tx-gso-partial', true);
+          r.monitor.pump();
+          writes += 1;
+          assert.deepEqual(last(r.ports.featureWrites()).wanted, { 'tx-gso-partial': false });
+        }
+
+        r.clock.advance(delay);
+        writes += 1;
+        assert.equal(r.ports.featureWrites().length, writes);
+        assert.deepEqual(last(r.ports.featureWrites()).wanted, { [CSUM]: false });
+        r.monitor.pump();
+      }
+
+      r.clock.advance(100);
+      flap();
+      const contested = only(r.log.contested);
+      assert.equal(contested.what, 'offload');
+      assert.equal(contested.feature, CSUM);
+      assert.equal(contested.expected, 'off');
+      assert.equal(contested.observed, 'on');
+      assert.equal(contested.rewrites, 5);
+      assert.match(contested.detail, /udev RUN rule/);
+      assert.equal(only(r.guard.status()).contested, false, 'the MAC is not contested');
+
+      // Still flapping (off by hand, on again by the rule): observed, not answered.
+      r.clock.advance(1_000);
+      r.kernel.setFeature(r.ifindex, CSUM, false);
+      r.monitor.pump();
+      flap();
+      assert.equal(r.ports.featureWrites().length, writes, 'no write while contested');
+      assert.equal(r.log.contested.length, 1);
+
+      r.clock.advance(300_000);
+      assert.deepEqual(only(r.log.resumed), {
+        device: 'flannel.1',
+        ifindex: r.ifindex,
+        what: 'offload',
+        feature: CSUM,
+      });
+      assert.equal(r.ports.featureWrites().length, writes + 1);
+      assert.equal(r.kernel.feature(r.ifindex, CSUM), false);
+      // MAC corrections were never involved.
+      assert.deepEqual(r.ports.macWrites(), []);
+    });
+  });
+
+  describe('overruns and resyncs', function () {
+    it('corrects a rewrite found by the re-dump and keeps the entries missing from it on the drifted device', function () {
+      const r = rigWithDevice();
+      r.clock.advance(60_000);
+      r.kernel.setMac(r.ifindex, FOREIGN_MAC); // NEWLINK + flush ...
+      r.monitor.overrunAndResync(); // ... lost: the re-dump finds the MAC and the missing entries
+
+      assert.equal(only(r.log.overrun).cause, 'ENOBUFS');
+      assert.equal(r.guard.counters.overruns, 1);
+      assert.equal(r.guard.counters.resyncs, 1);
+      assert.deepEqual(
+        r.log.resync.map((e) => e.phase),
+        ['begin', 'end'],
+      );
+      const event = only(r.log.rewrite);
+      assert.equal(event.cause, 'found-on-resync');
+      assert.equal(event.previous, FLANNEL_MAC);
+      assert.match(event.detail, /lost notifications/);
+      assert.deepEqual(
+        r.ports.macWrites().map((c) => c.mac),
+        [FLANNEL_MAC],
+      );
+      assert.deepEqual(destinations(r), ['10.244.1.0', '10.244.2.0']);
+      assert.deepEqual(removalCauses(r.monitor), ['10.244.1.0:resync', '10.244.2.0:resync']);
+      assert.equal(only(r.guard.status()).neighbours, 2, 'still kept for the next correction');
+      assert.ok(r.ports.methods().includes('getFeatures'), 'offloads re-checked at the end');
+
+      r.monitor.pump();
+      r.ports.clear();
+      r.clock.advance(60_000);
+      rewrite(r, r.ifindex, UDEV_MAC);
+      assert.deepEqual(destinations(r), ['10.244.1.0', '10.244.2.0']);
+    });
+
+    it('drops the entries missing from the re-dump of a device that is not drifted', function () {
+      const r = rigWithDevice();
+      r.kernel.deleteNeighbour(permanentArp(r.ifindex, '10.244.2.0', REMOTE_B));
+      r.monitor.overrunAndResync();
+      assert.deepEqual(removalCauses(r.monitor), ['10.244.2.0:resync']);
+      assert.equal(only(r.guard.status()).neighbours, 1);
+      assert.deepEqual(r.ports.writes(), []);
+
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      assert.deepEqual(destinations(r), ['10.244.1.0']);
+    });
+
+    it('re-applies an offload turned back on while notifications were lost', function () {
+      const r = rigWithDevice();
+      r.kernel.setFeature(r.ifindex, CSUM, true);
+      r.monitor.overrunAndResync();
+      assert.deepEqual(r.ports.featureWrites(), [
+        { method: 'setFeatures', name: 'flannel.1', wanted: { [CSUM]: false } },
+      ]);
+      assert.equal(last(r.log.offload).reason, 'resync');
+      assert.equal(r.kernel.feature(r.ifindex, CSUM), false);
+    });
+  });
+
+  describe('lifecycle', function () {
+    it('close() is idempotent, cancels timers and closes the monitor and the ports', function () {
+      const source = new TestSource();
+      const r = rigWithDevice({ source });
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      r.clock.advance(10);
+      r.kernel.setMac(r.ifindex, UDEV_MAC);
+      r.monitor.pumpOne(); // deferred correction pending
+      const rewriteEvent = lastEmitted(r.monitor, 'linkChanged');
+      assert.equal(r.clock.pending().length, 1);
+
+      r.guard.close();
+      r.guard.close();
+      assert.equal(r.log.closes, 1);
+      assert.equal(r.monitor.closed, true);
+      assert.equal(r.monitor.closeCalls, 1);
+      assert.equal(r.ports.calls.filter((c) => c.method === 'close').length, 1);
+      assert.deepEqual(r.clock.pending(), []);
+      assert.equal(source.listeners.size, 0);
+
+      r.ports.clear();
+      r.clock.advance(DAY);
+      r.monitor.emit('linkChanged', ...rewriteEvent.args); // a straggler
+      assert.deepEqual(r.ports.calls, []);
+      assert.equal(r.log.rewrite.length, 2);
+    });
+
+    it('resolves ready() once adopted, and forwards ref/unref to the monitor', async function () {
+      const r = rigWithDevice();
+      await r.guard.ready();
+      assert.equal(r.guard.ref(), r.guard);
+      assert.equal(r.guard.unref(), r.guard);
+      assert.equal(r.monitor.refs, 1);
+      assert.equal(r.monitor.unrefs, 1);
+    });
+
+    it('marks the guard-written entries with its own port id in the echoes', function () {
+      const r = rigWithDevice();
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      const added = r.monitor.emitted.flatMap((e) =>
+        e.type === 'neighbourAdded' ? [e.args[0]] : [],
+      );
+      assert.ok(added.length >= 2);
+      assert.ok(added.every((e) => e.portid === GUARD_PORTID));
+    });
+
+    it('surfaces a failed write as an error event and keeps guarding', function () {
+      const r = rigWithDevice();
+      r.ports.fail('setFeatures', eopnotsupp('tx-checksum-ip-generic is fixed'));
+      r.kernel.setFeature(r.ifindex, CSUM, true);
+      r.monitor.pump();
+      assert.equal(only(r.log.error).code, 'EOPNOTSUPP');
+      rewrite(r, r.ifindex, FOREIGN_MAC);
+      assert.equal(r.ports.macWrites().length, 1);
+    });
+  });
+});
