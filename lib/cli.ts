@@ -130,7 +130,7 @@ function commonOptions(
 
 // --- output -------------------------------------------------------------------
 
-type GuardEventName = Exclude<keyof FlannelGuardEvents, 'close'>;
+export type GuardEventName = Exclude<keyof FlannelGuardEvents, 'close'>;
 
 function jsonLine(event: string, payload: object): string {
   const body = payload instanceof Error ? errorFields(payload) : payload;
@@ -178,7 +178,8 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
   error: (e) => `error: ${e.message}`,
 };
 
-function describe<Name extends GuardEventName>(
+/** One readable line for a guard event, as `watch` prints it without --json. */
+export function describe<Name extends GuardEventName>(
   event: Name,
   payload: FlannelGuardEvents[Name][0],
 ): string {

@@ -14,7 +14,11 @@ function sources(dir) {
 
 const check = process.argv.includes('--check');
 const files = sources('native');
-const result = spawnSync('clang-format', [check ? '--dry-run' : '-i', ...(check ? ['--Werror'] : []), ...files], {
-  stdio: 'inherit',
-});
+const result = spawnSync(
+  'clang-format',
+  [check ? '--dry-run' : '-i', ...(check ? ['--Werror'] : []), ...files],
+  {
+    stdio: 'inherit',
+  },
+);
 process.exit(result.status ?? 1);

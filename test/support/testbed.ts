@@ -17,13 +17,12 @@
  */
 import { Netns } from './netns';
 import { Udevd } from './udevd';
+import { IpLinkMonitor } from './ip-monitor';
 import { EchoAgent, pingFrom, tcpEchoFrom, udpEchoFrom } from './traffic';
 
 export const VTEP = 'flannel.1';
 export const VXLAN_PORT = 8472;
 export const VTEP_MTU = 1450;
-/** Bound on VTEP re-creations when udev's rewrite beats our immediate read. */
-const MAX_VTEP_ATTEMPTS = 5;
 
 /** Options for `FlannelTestbed.create`. */
 export interface TestbedOptions {
@@ -54,8 +53,6 @@ export interface VtepCreation {
   finalMac: string;
   /** The MAC udev said it applied ("Applying persistent MAC address: ..."), if any. */
   udevAppliedMac: string | null;
-  /** Attempts needed (>1 only if udev's rewrite beat our read and we re-created the VTEP). */
-  attempts: number;
 }
 
 /** One node of the testbed. */
@@ -66,6 +63,8 @@ export class TestbedNode {
   lastCreation: VtepCreation | undefined;
   agent: EchoAgent | undefined;
   udevd: Udevd | undefined;
+  /** `ip monitor link` in the node since set-up: how flanneld's read of a new VTEP is modelled. */
+  linkEvents: IpLinkMonitor | undefined;
 
   constructor(
     /** 1-based node number. */
@@ -281,6 +280,7 @@ export class FlannelTestbed {
       this.nodes.map(async (n) => {
         await attempt(async () => n.agent?.stop());
         await attempt(async () => n.udevd?.stop());
+        await attempt(async () => n.linkEvents?.stop());
         await attempt(() => n.podNs.destroy());
         await attempt(() => n.ns.destroy());
       }),
@@ -319,6 +319,7 @@ export class FlannelTestbed {
       'link set eth0 up',
       `route add default via ${n.gatewayIp}`,
     ]);
+    n.linkEvents = await IpLinkMonitor.start(n.ns);
     if (this.options.udev) {
       n.udevd = await Udevd.start(n.ns, {
         linkFiles: this.options.linkFiles,
@@ -328,50 +329,55 @@ export class FlannelTestbed {
   }
 
   /**
-   * Create flannel.1 and read its MAC in the same `ip -batch` process (flanneld: LinkAdd, then
-   * LinkByIndex). With udev, wait until udev has processed the `add` event; if udev applied a MAC
-   * equal to the one we read (its rewrite beat our read), re-create (bounded: MAX_VTEP_ATTEMPTS).
-   * Then add 198.18.<i>.0/32 and bring the link up.
+   * Create flannel.1 and publish the MAC the kernel announced it with - the MAC flanneld reads
+   * right after LinkAdd, before udev's rewrite lands (the node's `ip monitor`, running since
+   * set-up, sees that first RTM_NEWLINK whatever udev does next). With udev, wait until udev has
+   * processed the `add` event. Then add 198.18.<i>.0/32 and bring the link up.
    */
   private async createVtep(n: TestbedNode): Promise<void> {
     const udevd = n.udevd;
-    for (let attempt = 1; attempt <= MAX_VTEP_ATTEMPTS; attempt++) {
-      const offset = udevd?.logOffset() ?? 0;
-      const out = await n.ns.ipBatch(
-        [
-          `link add ${VTEP} mtu ${VTEP_MTU} type vxlan id 1 dstport ${VXLAN_PORT} nolearning ` +
-            `local ${n.underlayIp} dev eth0`,
-          `link show dev ${VTEP}`,
-        ],
-        { json: true },
-      );
-      const published = parseFirstMac(out);
-      let udevApplied: string | null = null;
-      if (udevd !== undefined) {
-        await udevd.waitForDeviceProcessed(VTEP, offset, 5000);
-        const text = udevd.log().slice(offset);
-        const m = new RegExp(
-          `^${VTEP.replace('.', '\\.')}: Applying persistent MAC address: ([0-9a-f:]{17})`,
-          'm',
-        ).exec(text);
-        udevApplied = m?.[1] ?? null;
-      }
-      const finalMac = await n.currentMac();
-      if (udevApplied !== null && udevApplied === published && attempt < MAX_VTEP_ATTEMPTS) {
-        // udev was faster than our read: not the flanneld race we want to model. Retry.
-        await n.ns.ip(['link', 'del', VTEP]);
-        continue;
-      }
-      n.publishedMac = published;
-      n.lastCreation = {
-        publishedMac: published,
-        finalMac,
-        udevAppliedMac: udevApplied,
-        attempts: attempt,
-      };
-      await n.ns.ipBatch([`addr add ${n.vtepIp}/32 dev ${VTEP}`, `link set ${VTEP} up`]);
-      return;
+    const offset = udevd?.logOffset() ?? 0;
+    const linkEvents = n.linkEvents;
+    if (linkEvents === undefined) throw new Error(`${n.name} is not set up`);
+    const from = linkEvents.events.length;
+    await n.ns.ip([
+      'link',
+      'add',
+      VTEP,
+      'mtu',
+      String(VTEP_MTU),
+      'type',
+      'vxlan',
+      'id',
+      '1',
+      'dstport',
+      String(VXLAN_PORT),
+      'nolearning',
+      'local',
+      n.underlayIp,
+      'dev',
+      'eth0',
+    ]);
+    const created = await linkEvents.waitFor((e) => e.ifname === VTEP && !e.deleted, 5000, from);
+    if (created.mac === null) throw new Error(`no MAC in the creation event of ${VTEP}`);
+    const published = created.mac;
+    let udevApplied: string | null = null;
+    if (udevd !== undefined) {
+      await udevd.waitForDeviceProcessed(VTEP, offset, 5000);
+      const text = udevd.log().slice(offset);
+      const m = new RegExp(
+        `^${VTEP.replace('.', '\\.')}: Applying persistent MAC address: ([0-9a-f:]{17})`,
+        'm',
+      ).exec(text);
+      udevApplied = m?.[1] ?? null;
     }
+    n.publishedMac = published;
+    n.lastCreation = {
+      publishedMac: published,
+      finalMac: await n.currentMac(),
+      udevAppliedMac: udevApplied,
+    };
+    await n.ns.ipBatch([`addr add ${n.vtepIp}/32 dev ${VTEP}`, `link set ${VTEP} up`]);
   }
 }
 
@@ -390,18 +396,6 @@ async function programEntry(on: TestbedNode, peer: TestbedNode, mac: string): Pr
     'permanent',
   ]);
   await on.ns.ip(['route', 'replace', peer.podCidr, 'via', peer.vtepIp, 'dev', VTEP, 'onlink']);
-}
-
-function parseFirstMac(batchJson: string): string {
-  // `ip -j -batch` prints one JSON document per command that produces output.
-  for (const line of batchJson.split('\n')) {
-    const t = line.trim();
-    if (!t.startsWith('[')) continue;
-    const links = JSON.parse(t) as IpLink[];
-    const mac = links[0]?.address;
-    if (mac !== undefined) return mac;
-  }
-  throw new Error(`no MAC in ip -batch output: ${batchJson}`);
 }
 
 async function disableIpv6(ns: Netns): Promise<void> {
