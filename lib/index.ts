@@ -40,3 +40,25 @@ export type { OperState } from './constants';
 export { isSystemError } from './errors';
 export type { SystemError, SystemErrorFields } from './errors';
 export { compileInterfaceGlob, parseMac, validateInterfaceName } from './validate';
+export { FlannelGuard, DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './guard';
+export type {
+  ContestedEvent,
+  DeviceStatus,
+  FlannelGuardEvents,
+  FlannelGuardOptions,
+  GuardCounters,
+  GuardReadyEvent,
+  MacSourceKind,
+  OffloadEvent,
+  ReleasedEvent,
+  RestoredEvent,
+  ResumedEvent,
+  RewriteCause,
+  RewriteEvent,
+} from './guard';
+export { DEFAULT_FIGHT_POLICY } from './fight';
+export type { FightPolicy } from './fight';
+export { explicitMacSource } from './sources';
+export type { DesiredMacSource } from './sources';
+export { readStatus } from './status';
+export type { OffloadStatus, StatusDevice, StatusOptions, StatusReport } from './status';
