@@ -223,10 +223,17 @@ interface ManagedDevice {
   createdAt: number | null;
   /** Rewrites seen since the guard took the device on. */
   rewrites: number;
+  /** When the MAC left the desired value (start of the correction latency); null when at it. */
+  driftSince: number | null;
+  /** Set on ENODEV: the device is going away; nothing is written until its DELLINK. */
+  vanishing: boolean;
   /** Permanent neighbour entries by key, as they were before any flush. */
   neighbours: Map<string, NeighbourInfo>;
-  /** Cancels a deferred correction or a resume check, by fight key. */
-  timers: Map<string, () => void>;
+  /** Cancels a deferred correction, by fight key. */
+  deferred: Map<string, () => void>;
+  /** Cancels the check that ends a contested state, by fight key. */
+  resumeChecks: Map<string, () => void>;
+  /** Last known active state of each policy feature. */
   offloads: Record<string, boolean | null>;
 }
 
@@ -439,7 +446,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       .links()
       .filter((link) => this.#isManaged(link))
       .map((link) => this.#track(link, 'start'));
-    for (const device of adopted) this.#readOffloads(device);
+    // One device that cannot be read must not keep the others unguarded.
+    for (const device of adopted) this.#handle(() => this.#readOffloads(device));
     this.#started = true;
     this.emit('ready', {
       netns: this.netns,
@@ -470,9 +478,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       if (managed) this.#adopt(link, 'managed');
       return;
     }
+    if (device.vanishing) return;
     device.name = link.name;
     if (link.mac !== previous.mac) this.#onMacChanged(device, link, previous.mac, event.source);
-    if (!previous.up && link.up) this.#restoreNeighbours(device);
+    if (!previous.up && link.up) this.#restoreAfterUp(device);
     if (event.kernelEvent === 'features') this.#checkOffloads(device, 'drift');
   }
 
@@ -486,14 +495,20 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const device = this.#devices.get(entry.ifindex);
     if (!device || entry.family === 'bridge') return;
     const key = neighbourKey(entry);
-    if (isPermanentIpNeighbour(entry)) device.neighbours.set(key, entry);
-    else device.neighbours.delete(key);
+    if (isPermanentIpNeighbour(entry)) {
+      device.neighbours.set(key, entry);
+    } else if (event.portid !== 0) {
+      // A process made it non-permanent on purpose. The kernel's own entries for
+      // the same address (resolving, failed: port id 0) only appear once the
+      // permanent one was flushed, and must not replace it.
+      device.neighbours.delete(key);
+    }
   }
 
   #onNeighbourRemoved(event: NeighbourRemovedEvent): void {
     const entry = event.neighbour;
     const device = this.#devices.get(entry.ifindex);
-    if (!device || entry.family === 'bridge') return;
+    if (!device || entry.family === 'bridge' || !entry.permanent) return;
     // Flushed by a MAC change (or a down): not removed on purpose, so kept for
     // restoring. Missing after lost events on a device whose MAC drifted: the
     // same flush, seen late.
@@ -507,7 +522,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.emit('resync', event);
     // Feature notifications may have been lost with the rest.
     if (event.phase === 'end' && this.#started) {
-      for (const device of this.#devices.values()) this.#checkOffloads(device, 'resync');
+      for (const device of this.#devices.values()) {
+        this.#handle(() => this.#checkOffloads(device, 'resync'));
+      }
     }
   }
 
@@ -531,8 +548,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       pinKind: this.#pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
       createdAt: firstSeen ? this.#eventAt : null,
       rewrites: 0,
+      driftSince: null,
+      vanishing: false,
       neighbours: new Map(),
-      timers: new Map(),
+      deferred: new Map(),
+      resumeChecks: new Map(),
       offloads: {},
     };
     for (const entry of this.#monitor.neighbours({ ifindex: link.ifindex })) {
@@ -547,8 +567,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#checkOffloads(device, reason);
     const link = this.#currentLink(device);
     const desired = this.#desiredMac(device);
-    if (link && desired && link.mac !== desired.mac)
+    if (link && desired && link.mac !== desired.mac) {
       this.#onMacChanged(device, link, link.mac, 'adopt');
+    }
   }
 
   #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
@@ -577,6 +598,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     return desired !== null && link !== undefined && link.mac !== desired.mac;
   }
 
+  /** A correction is pending, or the key is contested: leave it to fight control. */
+  #heldBack(device: ManagedDevice, key: string): boolean {
+    return device.deferred.has(key) || this.#fight.isContested(key);
+  }
+
   #onMacChanged(
     device: ManagedDevice,
     link: LinkInfo,
@@ -585,13 +611,15 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   ): void {
     const desired = this.#desiredMac(device);
     if (!desired) return;
-    const key = `${device.ifindex}|mac`;
+    const key = macKey(device);
     if (link.mac === desired.mac) {
       // Back at the desired value: our own write's echo, or someone else's fix.
       this.#counters.echoes += 1;
-      this.#cancelTimer(device, key);
+      device.driftSince = null;
+      this.#cancelDeferred(device, key);
       return;
     }
+    device.driftSince ??= this.#eventAt;
     this.#counters.rewrites += 1;
     device.rewrites += 1;
     const sinceCreation = device.createdAt === null ? null : this.#eventAt - device.createdAt;
@@ -618,13 +646,15 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     });
     if (this.dryRun) return;
     this.#decide(device, key, this.#fight.recordRewrite(key), {
-      correct: (deferred) => this.#correctMac(device, deferred),
+      correct: (deferred) => {
+        this.#correctMac(device, deferred);
+      },
       contested: (rewrites) => ({
         what: 'mac',
         expected: desired.mac,
         observed: link.mac ?? 'none',
         rewrites,
-        detail: `${device.name} rewritten ${rewrites} times within ${this.#fight.policy.windowMs} ms (now ${link.mac}, expected ${desired.mac}): another agent is setting its MAC; correcting stops until it has been quiet for ${this.#fight.policy.quietMs} ms`,
+        detail: `${device.name} rewritten ${rewrites} times within ${this.#fight.policy.windowMs} ms (now ${link.mac ?? 'none'}, expected ${desired.mac}): another agent is setting its MAC; correcting stops until it has been quiet for ${this.#fight.policy.quietMs} ms`,
       }),
     });
   }
@@ -646,18 +676,20 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         actions.correct(false);
         return;
       case 'defer':
-        if (device.timers.has(key)) return; // one pending correction is enough
-        device.timers.set(
+        if (device.deferred.has(key)) return; // one pending correction is enough
+        device.deferred.set(
           key,
           this.#clock.setTimeout(() => {
-            device.timers.delete(key);
-            this.#handle(() => actions.correct(true));
+            device.deferred.delete(key);
+            this.#handle(() => {
+              actions.correct(true);
+            });
           }, decision.delayMs),
         );
         return;
       case 'contested':
         this.#counters.contested += 1;
-        this.#cancelTimer(device, key);
+        this.#cancelDeferred(device, key);
         this.emit('contested', {
           device: device.name,
           ifindex: device.ifindex,
@@ -665,20 +697,22 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
           quietMs: this.#fight.policy.quietMs,
           ...actions.contested(decision.rewrites),
         });
-        this.#scheduleResume(device, key, () => actions.correct(false));
+        this.#scheduleResume(device, key, () => {
+          actions.correct(false);
+        });
         return;
       case 'observe':
         return;
     }
   }
 
-  /** Re-checks a contested key once it may have been quiet long enough. */
+  /** Ends a contested state once the key has been quiet long enough, then corrects once. */
   #scheduleResume(device: ManagedDevice, key: string, correct: () => void): void {
     const wait = Math.max(this.#fight.quietRemaining(key), 1);
-    device.timers.set(
+    device.resumeChecks.set(
       key,
       this.#clock.setTimeout(() => {
-        device.timers.delete(key);
+        device.resumeChecks.delete(key);
         this.#handle(() => {
           if (this.#fight.quietRemaining(key) > 0) {
             this.#scheduleResume(device, key, correct);
@@ -700,21 +734,22 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   /** Verifies the write target, then MAC, neighbours, offloads, and a re-read. */
   #correctMac(device: ManagedDevice, deferred: boolean): void {
-    const desired = this.#desiredMac(device);
-    if (!desired || !this.#devices.has(device.ifindex)) return;
-    const target = this.#writeTarget(device);
-    if (!target) return;
-    if (target.mac === desired.mac) return; // someone else already put it back
-    try {
+    if (!this.#devices.has(device.ifindex) || device.vanishing) return;
+    this.#attempt(device, () => {
+      const target = this.#writeTarget(device);
+      // Desired after the target check: a rename within the globs may change it.
+      const desired = this.#desiredMac(device);
+      if (!target || !desired) return;
+      if (target.mac === desired.mac) return; // someone else already put it back
       this.#ports.setLinkMac(device.ifindex, desired.mac, device.name);
       this.#counters.writes += 1;
       const restored = this.#restoreNeighbours(device);
-      const latencyMs = this.#clock.now() - this.#eventAt;
+      const latencyMs = this.#clock.now() - (device.driftSince ?? this.#eventAt);
       const after = this.#ports.getLink(device.ifindex);
       if (!after || after.mac !== desired.mac || after.name !== device.name) {
         throw Object.assign(
           new Error(
-            `EIO: ${device.name} did not keep ${desired.mac} (re-read: ${after ? `${after.name} ${after.mac}` : 'gone'})`,
+            `EIO: ${device.name} did not keep ${desired.mac} (re-read: ${after ? `${after.name} ${after.mac ?? 'none'}` : 'gone'})`,
           ),
           { code: 'EIO', errno: -5, interface: device.name, ifindex: device.ifindex },
         );
@@ -730,23 +765,46 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         deferred,
       });
       this.#checkOffloads(device, 'correction');
+    });
+  }
+
+  /** The kernel flushes permanent entries when a device goes down: put them back once it is up. */
+  #restoreAfterUp(device: ManagedDevice): void {
+    if (this.dryRun || device.neighbours.size === 0) return;
+    this.#attempt(device, () => {
+      if (this.#writeTarget(device)) this.#restoreNeighbours(device);
+    });
+  }
+
+  /**
+   * Runs system calls for a device. ENODEV means it is going away, which its
+   * DELLINK will confirm: nothing more is done for it (undefined is returned).
+   */
+  #attempt<T>(device: ManagedDevice, calls: () => T): T | undefined {
+    try {
+      return calls();
     } catch (error) {
-      if (this.#vanished(error, device)) return;
+      if (isSystemError(error) && error.code === 'ENODEV') {
+        device.vanishing = true;
+        this.#cancelTimers(device);
+        return undefined;
+      }
       throw error;
     }
   }
 
   /**
-   * Re-reads the device by index right before a write: it must still exist,
-   * carry the name we manage it under, and match the globs (S6/S8).
+   * Re-reads the device by index right before a write (S6/S8): it must still
+   * exist and match the globs under its current name, which it is then known by.
    */
   #writeTarget(device: ManagedDevice): LinkInfo | null {
     const current = this.#ports.getLink(device.ifindex);
     if (!current) {
-      this.#release(device, 'removed');
+      device.vanishing = true;
+      this.#cancelTimers(device);
       return null;
     }
-    if (current.name !== device.name || !this.#isManaged(current)) {
+    if (!this.#isManaged(current)) {
       const error = Object.assign(
         new Error(
           `EACCES: interface not managed: ifindex ${device.ifindex} is now ${current.name}, not ${device.name}; nothing written`,
@@ -756,19 +814,12 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       this.#fail(error);
       return null;
     }
+    device.name = current.name;
     return current;
-  }
-
-  /** ENODEV mid-correction: the device went away, which its DELLINK will confirm. */
-  #vanished(error: unknown, device: ManagedDevice): boolean {
-    if (!isSystemError(error) || error.code !== 'ENODEV') return false;
-    this.#release(device, 'removed');
-    return true;
   }
 
   /** Re-installs every kept permanent entry (replace is idempotent). Returns how many. */
   #restoreNeighbours(device: ManagedDevice): number {
-    if (this.dryRun) return 0;
     let restored = 0;
     for (const entry of device.neighbours.values()) {
       this.#ports.replaceNeighbour(entry, device.name);
@@ -781,32 +832,26 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   // --- offloads ---------------------------------------------------------------
 
-  /** Reads the policy features' state; null when the device vanished. */
+  /** Reads the policy features' state into the device; null when the device vanished. */
   #readOffloads(device: ManagedDevice): Map<string, boolean> | null {
     const policy = this.#offload;
     if (!policy) return new Map();
     this.#counters.offloadChecks += 1;
-    let features;
-    try {
-      features = this.#ports.getFeatures(device.name);
-    } catch (error) {
-      if (this.#vanished(error, device)) return null;
-      throw error;
-    }
-    const active = new Map(features.map((f) => [f.name, f.active]));
+    const active = this.#attempt(
+      device,
+      () => new Map(this.#ports.getFeatures(device.name).map((f) => [f.name, f.active])),
+    );
+    if (!active) return null;
     for (const name of Object.keys(policy)) device.offloads[name] = active.get(name) ?? null;
     return active;
   }
 
   #checkOffloads(device: ManagedDevice, reason: OffloadEvent['reason']): void {
     const policy = this.#offload;
-    if (!policy) return;
+    if (!policy || device.vanishing) return;
+    const before = { ...device.offloads };
     const active = this.#readOffloads(device);
     if (!active) return;
-    const drifted: Record<string, boolean> = {};
-    for (const [name, wanted] of Object.entries(policy)) {
-      if (active.has(name) && active.get(name) !== wanted) drifted[name] = wanted;
-    }
     const unknown = Object.keys(policy).filter((name) => !active.has(name));
     if (unknown.length > 0 && reason !== 'drift') {
       this.#fail(
@@ -816,6 +861,39 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
           interface: device.name,
         }),
       );
+    }
+    const drifted: Record<string, boolean> = {};
+    for (const [name, wanted] of Object.entries(policy)) {
+      const key = offloadKey(device, name);
+      if (!active.has(name) || active.get(name) === wanted) {
+        if (active.has(name)) this.#cancelDeferred(device, key);
+        continue;
+      }
+      if (reason !== 'drift') {
+        if (!this.#heldBack(device, key)) drifted[name] = wanted;
+        continue;
+      }
+      // A rewrite is a flip away from the policy; a features event while the
+      // feature is still off-policy (a correction pending) is not another one.
+      if (before[name] !== wanted) continue;
+      this.#counters.offloadDrifts += 1;
+      if (this.dryRun) {
+        drifted[name] = wanted;
+        continue;
+      }
+      this.#decide(device, key, this.#fight.recordRewrite(key), {
+        correct: () => {
+          this.#applyOffloads(device, { [name]: wanted }, 'drift');
+        },
+        contested: (rewrites) => ({
+          what: 'offload',
+          feature: name,
+          expected: wanted ? 'on' : 'off',
+          observed: wanted ? 'off' : 'on',
+          rewrites,
+          detail: `${name} on ${device.name} turned back ${rewrites} times within ${this.#fight.policy.windowMs} ms: something (a udev RUN rule, another agent) re-applies it; remove it or align the policy`,
+        }),
+      });
     }
     if (Object.keys(drifted).length === 0) return;
     if (this.dryRun) {
@@ -832,26 +910,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       });
       return;
     }
-    if (reason !== 'drift') {
-      this.#applyOffloads(device, drifted, reason);
-      return;
-    }
-    // Someone turned a feature back: same fight control as for the MAC, per feature.
-    for (const [name, wanted] of Object.entries(drifted)) {
-      this.#counters.offloadDrifts += 1;
-      const key = `${device.ifindex}|offload|${name}`;
-      this.#decide(device, key, this.#fight.recordRewrite(key), {
-        correct: () => this.#applyOffloads(device, { [name]: wanted }, 'drift'),
-        contested: (rewrites) => ({
-          what: 'offload',
-          feature: name,
-          expected: wanted ? 'on' : 'off',
-          observed: wanted ? 'off' : 'on',
-          rewrites,
-          detail: `${name} on ${device.name} turned back ${rewrites} times within ${this.#fight.policy.windowMs} ms: something (a udev RUN rule, another agent) re-applies it; remove it or align the policy`,
-        }),
-      });
-    }
+    this.#applyOffloads(device, drifted, reason);
   }
 
   #applyOffloads(
@@ -859,20 +918,17 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     wanted: Record<string, boolean>,
     reason: OffloadEvent['reason'],
   ): void {
-    if (!this.#devices.has(device.ifindex) || !this.#writeTarget(device)) return;
-    let result;
-    try {
-      result = this.#ports.setFeatures(device.name, wanted);
-    } catch (error) {
-      if (this.#vanished(error, device)) return;
-      throw error;
-    }
-    if (result.written) {
-      this.#counters.writes += 1;
-      this.#counters.offloadApplications += 1;
-    }
-    for (const [name, state] of Object.entries(result.active)) device.offloads[name] = state;
-    this.#emitOffload(device, reason, result);
+    if (!this.#devices.has(device.ifindex) || device.vanishing) return;
+    this.#attempt(device, () => {
+      if (!this.#writeTarget(device)) return;
+      const result = this.#ports.setFeatures(device.name, wanted);
+      if (result.written) {
+        this.#counters.writes += 1;
+        this.#counters.offloadApplications += 1;
+      }
+      for (const [name, state] of Object.entries(result.active)) device.offloads[name] = state;
+      this.#emitOffload(device, reason, result);
+    });
   }
 
   #emitOffload(
@@ -895,18 +951,21 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   #reconcileAll(): void {
     if (!this.#started || this.dryRun) return;
     for (const device of this.#devices.values()) {
-      if (this.#isDrifted(device)) this.#correctMac(device, false);
+      if (this.#isDrifted(device) && !this.#heldBack(device, macKey(device))) {
+        this.#correctMac(device, false);
+      }
     }
   }
 
-  #cancelTimer(device: ManagedDevice, key: string): void {
-    device.timers.get(key)?.();
-    device.timers.delete(key);
+  #cancelDeferred(device: ManagedDevice, key: string): void {
+    device.deferred.get(key)?.();
+    device.deferred.delete(key);
   }
 
   #cancelTimers(device: ManagedDevice): void {
-    for (const cancel of device.timers.values()) cancel();
-    device.timers.clear();
+    for (const cancel of [...device.deferred.values(), ...device.resumeChecks.values()]) cancel();
+    device.deferred.clear();
+    device.resumeChecks.clear();
   }
 
   #deviceStatus(device: ManagedDevice): DeviceStatus {
@@ -921,9 +980,17 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       addrAssignType: link ? this.#ports.addrAssignType(link) : null,
       offloads: { ...device.offloads },
       neighbours: device.neighbours.size,
-      contested: this.#fight.isContested(`${device.ifindex}|mac`),
+      contested: this.#fight.isContested(macKey(device)),
     };
     if (desired?.kind === 'source' && this.#source) status.sourceName = this.#source.name;
     return status;
   }
+}
+
+function macKey(device: ManagedDevice): string {
+  return `${device.ifindex}|mac`;
+}
+
+function offloadKey(device: ManagedDevice, feature: string): string {
+  return `${device.ifindex}|offload|${feature}`;
 }

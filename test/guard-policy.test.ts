@@ -9,8 +9,10 @@
 import assert from 'node:assert/strict';
 
 import type { SystemError } from '../lib/errors';
+import { DEFAULT_FIGHT_POLICY } from '../lib/fight';
 import {
   FlannelGuard,
+  UDEV_REWRITE_WINDOW_MS,
   type ContestedEvent,
   type FlannelGuardOptions,
   type GuardReadyEvent,
@@ -177,6 +179,26 @@ function rewrite(r: Rig, ifindex: number, mac: string): void {
   r.monitor.pump();
 }
 
+/**
+ * Rewrites (alternating two foreign MACs, 10 ms apart) until the guard defers
+ * its correction instead of making it at once; returns how many rewrites that took.
+ */
+function rewriteUntilDeferred(r: Rig, ifindex: number): number {
+  for (let i = 1; i <= 10; i += 1) {
+    r.clock.advance(10);
+    rewrite(r, ifindex, i % 2 === 0 ? UDEV_MAC : FOREIGN_MAC);
+    if (r.clock.pending().length > 0) return i;
+  }
+  return assert.fail('the guard never deferred a correction');
+}
+
+/** The backoff delay of the n-th rewrite within the window (0: corrected at once), jitter at 0. */
+function backoffOf(n: number): number {
+  const { burst, backoffInitialMs, backoffMaxMs } = DEFAULT_FIGHT_POLICY;
+  if (n <= burst) return 0;
+  return Math.min(backoffInitialMs * 2 ** (n - burst - 1), backoffMaxMs);
+}
+
 function destinations(r: Rig): (string | null)[] {
   return r.ports
     .neighbourWrites()
@@ -255,7 +277,8 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
           ['flannel.1', FLANNEL_MAC, FLANNEL_MAC, 'pinned-at-start', false],
         ],
       );
-      // The only writes: the offload policy on the two managed devices.
+      // `ready` first, then the devices are brought to policy: the only writes are the offloads.
+      assert.deepEqual(r.log.order, ['ready', 'offload', 'offload']);
       assert.deepEqual(
         r.ports.writes().map((call) => (call.method === 'setFeatures' ? call.name : call.method)),
         ['flannel.1', 'flannel-v6.1'],
@@ -450,31 +473,39 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       );
     });
 
-    it('attributes causes: within 10 s of creation udev, later or for devices found at start an external write', function () {
+    it('attributes causes: the first rewrite just after creation to udev, others to an external write', function () {
       const r = rig({}, (kernel) => {
         kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
       });
       const found = r.guard.status()[0];
       assert.ok(found);
       const created = r.kernel.addLink({ name: 'flannel.2', mac: FLANNEL6_MAC });
+      const late = r.kernel.addLink({ name: 'flannel.3', mac: '5e:89:db:49:c6:a8' });
       r.monitor.pump();
 
-      r.clock.advance(10_001);
-      rewrite(r, created.ifindex, UDEV_MAC);
-      rewrite(r, found.ifindex, FOREIGN_MAC);
+      r.clock.advance(2);
+      rewrite(r, created.ifindex, UDEV_MAC); // udev, 2 ms after the add
+      rewrite(r, created.ifindex, FOREIGN_MAC); // a second one is not udev's
+      rewrite(r, found.ifindex, FOREIGN_MAC); // no creation seen
+      r.clock.advance(UDEV_REWRITE_WINDOW_MS);
+      rewrite(r, late.ifindex, UDEV_MAC); // too late for udev's policy
       assert.deepEqual(
         r.log.rewrite.map((e) => [e.device, e.cause, e.msSinceCreation]),
         [
-          ['flannel.2', 'external-write', 10_001],
+          ['flannel.2', 'udev-mac-policy', 2],
+          ['flannel.2', 'external-write', 2],
           ['flannel.1', 'external-write', null],
+          ['flannel.3', 'external-write', UDEV_REWRITE_WINDOW_MS + 2],
         ],
       );
-      assert.match(nth(r.log.rewrite, 0).detail, /userspace write/);
+      assert.match(last(r.log.rewrite).detail, /userspace write/);
       assert.deepEqual(
         r.ports.macWrites().map((c) => [c.name, c.mac]),
         [
           ['flannel.2', FLANNEL6_MAC],
+          ['flannel.2', FLANNEL6_MAC],
           ['flannel.1', FLANNEL_MAC],
+          ['flannel.3', '5e:89:db:49:c6:a8'],
         ],
       );
     });
@@ -588,9 +619,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
   describe('device identity (N14, N15, S6, S8)', function () {
     it('releases a device renamed out of the glob and never touches it again, pending corrections included', function () {
       const r = rigWithDevice();
-      rewrite(r, r.ifindex, FOREIGN_MAC); // corrected at once
-      r.clock.advance(100);
-      rewrite(r, r.ifindex, UDEV_MAC); // deferred
+      const rewrites = rewriteUntilDeferred(r, r.ifindex);
       assert.equal(r.clock.pending().length, 1);
 
       r.kernel.rename(r.ifindex, 'vxlan0');
@@ -605,13 +634,13 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
 
       r.ports.clear();
       r.clock.advance(DAY);
-      rewrite(r, r.ifindex, FOREIGN_MAC);
+      rewrite(r, r.ifindex, FLANNEL6_MAC);
       r.kernel.setFeature(r.ifindex, CSUM, true);
       r.kernel.setUp(r.ifindex, false);
       r.kernel.setUp(r.ifindex, true);
       r.monitor.pump();
       assert.deepEqual(r.ports.calls, []);
-      assert.equal(r.log.rewrite.length, 2);
+      assert.equal(r.log.rewrite.length, rewrites);
       assert.equal(r.log.released.length, 1);
     });
 
@@ -701,23 +730,39 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
     it('releases quietly on ENODEV when the device vanishes mid-correction', function () {
       for (const failing of ['setLinkMac', 'replaceNeighbour'] as const) {
         const r = rigWithDevice();
-        if (failing === 'setLinkMac')
-          r.ports.before('setLinkMac', () => r.kernel.removeLink(r.ifindex));
-        else r.ports.fail('replaceNeighbour', enodev('flannel.1'));
-        rewrite(r, r.ifindex, FOREIGN_MAC);
+        // The device is deleted right when the guard writes to it.
+        r.ports.before(failing, () => r.kernel.removeLink(r.ifindex));
+        if (failing === 'replaceNeighbour') r.ports.fail('replaceNeighbour', enodev('flannel.1'));
+        r.kernel.setMac(r.ifindex, FOREIGN_MAC);
+        r.monitor.pumpOne(); // the rewrite; its correction meets ENODEV
 
         assert.deepEqual(r.log.error, [], failing);
         assert.equal(r.guard.counters.errors, 0, failing);
-        assert.deepEqual(only(r.log.released), {
-          device: 'flannel.1',
-          ifindex: r.ifindex,
-          reason: 'removed',
-        });
         assert.deepEqual(r.log.restored, [], failing);
-        assert.deepEqual(r.guard.status(), [], failing);
         assert.equal(r.ports.macWrites().length, 1, failing);
         assert.equal(r.guard.counters.corrections, 0, failing);
+        assert.deepEqual(r.clock.pending(), [], failing);
+        // Released once, by the DELLINK that follows, not re-adopted by the events before it (B6).
+        r.monitor.pump();
+        assert.deepEqual(
+          only(r.log.released),
+          { device: 'flannel.1', ifindex: r.ifindex, reason: 'removed' },
+          failing,
+        );
+        assert.deepEqual(r.guard.status(), [], failing);
       }
+    });
+
+    it('has nothing left of a device whose DELLINK follows the ENODEV', function () {
+      const r = rigWithDevice();
+      r.ports.before('setLinkMac', () => r.kernel.removeLink(r.ifindex));
+      rewrite(r, r.ifindex, FOREIGN_MAC); // the rewrite, then the removal's down, flush and DELLINK
+      assert.deepEqual(r.log.error, []);
+      assert.deepEqual(r.guard.status(), []);
+      assert.equal(last(r.log.released).reason, 'removed');
+      assert.equal(r.ports.macWrites().length, 1);
+      assert.deepEqual(r.ports.neighbourWrites(), []);
+      assert.deepEqual(r.clock.pending(), []);
     });
   });
 
@@ -844,7 +889,14 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       r.kernel.setUp(ifindex, false);
       r.kernel.setUp(ifindex, true);
       r.kernel.setFeature(ifindex, 'rx-checksum', false);
+      r.kernel.setFeature(ifindex, CSUM, false); // by hand ...
       r.monitor.pump();
+      r.kernel.setFeature(ifindex, CSUM, true); // ... and back on: drift, reported only
+      r.monitor.pump();
+      const drift = last(r.log.offload);
+      assert.equal(drift.reason, 'drift');
+      assert.equal(drift.written, false);
+      assert.deepEqual(drift.notApplied, [CSUM]);
       source.set('flannel.1', SOURCE_MAC);
       r.monitor.overrunAndResync();
       r.clock.advance(DAY);
@@ -861,23 +913,29 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
 
   describe('fights (F1, F2, F5, F7)', function () {
     it('backs off exponentially, goes contested once after maxRewrites within windowMs, resumes after quietMs', function () {
+      const { maxRewrites, windowMs, quietMs } = DEFAULT_FIGHT_POLICY;
       const r = rigWithDevice();
-      const flip = (mac: string): void => rewrite(r, r.ifindex, mac);
+      const foreign = (n: number): string => `02:00:00:00:0f:${n.toString(16).padStart(2, '0')}`;
+      const flip = (n: number): void => rewrite(r, r.ifindex, foreign(n));
 
-      flip('02:00:00:00:0f:01'); // 1: corrected at once
-      assert.equal(r.ports.macWrites().length, 1);
-      assert.deepEqual(r.clock.pending(), []);
-
-      // 2, 3, 4: each deferred by the doubled, jittered (random 0.5: ±0) delay.
-      let writes = 1;
-      for (const [i, delay] of [1_000, 2_000, 4_000].entries()) {
+      // Rewrites 1 .. maxRewrites-1: at once within the burst, then after the
+      // doubling, jittered (random 0.5: +-0) delay.
+      const start = r.clock.now();
+      let writes = 0;
+      const delays: number[] = [];
+      for (let n = 1; n < maxRewrites; n += 1) {
         r.clock.advance(100);
-        flip(`02:00:00:00:0f:0${i + 2}`);
-        assert.equal(
-          r.ports.macWrites().length,
-          writes,
-          `rewrite ${i + 2} is not corrected at once`,
-        );
+        flip(n);
+        const delay = backoffOf(n);
+        if (delay === 0) {
+          writes += 1;
+          assert.equal(r.ports.macWrites().length, writes, `rewrite ${n} corrected at once`);
+          assert.deepEqual(r.clock.pending(), []);
+          assert.equal(last(r.log.restored).deferred, false);
+          continue;
+        }
+        delays.push(delay);
+        assert.equal(r.ports.macWrites().length, writes, `rewrite ${n} is not corrected at once`);
         assert.deepEqual(r.clock.pending(), [delay]);
         r.clock.advance(delay - 1);
         assert.equal(r.ports.macWrites().length, writes, `still waiting at ${delay - 1} ms`);
@@ -886,20 +944,27 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
         assert.equal(r.ports.macWrites().length, writes, `corrected after ${delay} ms`);
         const restored = last(r.log.restored);
         assert.equal(restored.deferred, true);
-        // The flush of the previous rewrite arrived before this correction: nothing lost.
+        // The flush of this rewrite arrived before the correction: nothing lost.
         assert.equal(restored.neighbours, 2);
         r.monitor.pump(); // the echo
       }
-      assert.equal(r.guard.counters.deferredCorrections, 3);
+      assert.ok(delays.length >= 2, `the scenario needs a backoff phase, got ${delays.length}`);
+      assert.deepEqual(
+        delays.slice(1).map((d, i) => d / nth(delays, i)),
+        Array<number>(delays.length - 1).fill(2),
+        'each delay doubles',
+      );
+      assert.equal(r.guard.counters.deferredCorrections, delays.length);
       assert.deepEqual(
         r.ports.macWrites().map((c) => c.mac),
-        Array<string>(4).fill(FLANNEL_MAC),
+        Array<string>(writes).fill(FLANNEL_MAC),
       );
 
-      // 5: contested. One alert with both MACs and the count, no more writes.
+      // maxRewrites: contested. One alert with both MACs and the count, no more writes.
       r.clock.advance(100);
       const contestedAt = r.clock.now();
-      flip('02:00:00:00:0f:05');
+      assert.ok(contestedAt - start < windowMs, 'all within one window');
+      flip(maxRewrites);
       const contested = only(r.log.contested);
       assert.deepEqual(
         { ...contested, detail: '' },
@@ -908,93 +973,140 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
           ifindex: r.ifindex,
           what: 'mac',
           expected: FLANNEL_MAC,
-          observed: '02:00:00:00:0f:05',
-          rewrites: 5,
-          windowMs: 60_000,
-          quietMs: 300_000,
+          observed: foreign(maxRewrites),
+          rewrites: maxRewrites,
+          windowMs,
+          quietMs,
           detail: '',
         },
       );
       assert.ok(!('feature' in contested));
       assert.ok(contested.detail.includes(FLANNEL_MAC), contested.detail);
-      assert.ok(contested.detail.includes('02:00:00:00:0f:05'), contested.detail);
-      assert.equal(r.ports.macWrites().length, 4);
+      assert.ok(contested.detail.includes(foreign(maxRewrites)), contested.detail);
+      assert.equal(r.ports.macWrites().length, writes);
       assert.equal(only(r.guard.status()).contested, true);
       assert.equal(r.guard.counters.contested, 1);
 
       // The writer keeps going: observed, never answered, alerted only once.
       r.clock.advance(10_000);
-      flip('02:00:00:00:0f:06');
+      flip(maxRewrites + 1);
       r.clock.advance(10_000);
-      flip('02:00:00:00:0f:07');
+      flip(maxRewrites + 2);
       const lastRewriteAt = r.clock.now();
-      assert.equal(r.log.rewrite.length, 7);
+      assert.equal(r.log.rewrite.length, maxRewrites + 2);
       assert.equal(r.log.contested.length, 1);
-      assert.equal(r.ports.macWrites().length, 4);
+      assert.equal(r.ports.macWrites().length, writes);
 
       // F2: the rewrites during the quiet period pushed the resumption back.
-      r.clock.advance(contestedAt + 300_000 - r.clock.now());
+      r.clock.advance(contestedAt + quietMs - r.clock.now());
       assert.deepEqual(r.log.resumed, []);
-      r.clock.advance(lastRewriteAt + 300_000 - 1 - r.clock.now());
+      r.clock.advance(lastRewriteAt + quietMs - 1 - r.clock.now());
       assert.deepEqual(r.log.resumed, []);
-      assert.equal(r.ports.macWrites().length, 4);
+      assert.equal(r.ports.macWrites().length, writes);
       r.clock.advance(1);
       assert.deepEqual(only(r.log.resumed), {
         device: 'flannel.1',
         ifindex: r.ifindex,
         what: 'mac',
       });
-      assert.equal(r.ports.macWrites().length, 5); // exactly one correction
+      assert.equal(r.ports.macWrites().length, writes + 1); // exactly one correction
       assert.equal(last(r.ports.macWrites()).mac, FLANNEL_MAC);
       assert.equal(only(r.guard.status()).contested, false);
       r.monitor.pump();
       r.clock.advance(DAY);
-      assert.equal(r.ports.macWrites().length, 5);
+      assert.equal(r.ports.macWrites().length, writes + 1);
 
       // The backoff was reset: the next rewrite is corrected at once again.
-      flip('02:00:00:00:0f:08');
-      assert.equal(r.ports.macWrites().length, 6);
+      flip(maxRewrites + 3);
+      assert.equal(r.ports.macWrites().length, writes + 2);
       assert.equal(last(r.log.restored).deferred, false);
     });
 
     it('applies the injected jitter to the backoff delay', function () {
       const randoms = [0, 0.75];
       const r = rigWithDevice({}, () => randoms.shift() ?? 0.5);
-      rewrite(r, r.ifindex, FOREIGN_MAC);
-      r.clock.advance(10);
-      rewrite(r, r.ifindex, UDEV_MAC);
+      rewriteUntilDeferred(r, r.ifindex);
       assert.deepEqual(r.clock.pending(), [800]); // 1000 ms -20 %
       r.clock.advance(800);
-      assert.equal(r.ports.macWrites().length, 2);
+      assert.equal(last(r.log.restored).deferred, true);
       r.monitor.pump();
       rewrite(r, r.ifindex, FOREIGN_MAC);
       assert.deepEqual(r.clock.pending(), [2_200]); // 2000 ms +10 %
+      assert.deepEqual(randoms, []);
     });
 
     it('keeps one pending correction when rewrites arrive while one is deferred', function () {
       const r = rigWithDevice({ fight: { maxRewrites: 10 } });
-      rewrite(r, r.ifindex, FOREIGN_MAC);
-      r.clock.advance(10);
-      rewrite(r, r.ifindex, UDEV_MAC);
+      rewriteUntilDeferred(r, r.ifindex);
+      const writes = r.ports.macWrites().length;
+      assert.deepEqual(r.clock.pending(), [1_000]);
       r.clock.advance(10);
       rewrite(r, r.ifindex, '02:00:00:00:0f:09');
       assert.deepEqual(r.clock.pending(), [990]);
       r.clock.advance(990);
-      assert.equal(r.ports.macWrites().length, 2);
+      assert.equal(r.ports.macWrites().length, writes + 1);
+      assert.deepEqual(r.clock.pending(), []);
       assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
     });
 
     it('drops a deferred correction when someone else puts the MAC back first', function () {
       const r = rigWithDevice();
-      rewrite(r, r.ifindex, FOREIGN_MAC);
-      r.clock.advance(10);
-      rewrite(r, r.ifindex, UDEV_MAC);
-      assert.equal(r.clock.pending().length, 1);
+      rewriteUntilDeferred(r, r.ifindex);
+      const writes = r.ports.macWrites().length;
+      const echoes = r.guard.counters.echoes;
       rewrite(r, r.ifindex, FLANNEL_MAC); // e.g. flannel itself
       assert.deepEqual(r.clock.pending(), []);
       r.clock.advance(DAY);
-      assert.equal(r.ports.macWrites().length, 1);
-      assert.equal(r.guard.counters.echoes, 2);
+      assert.equal(r.ports.macWrites().length, writes);
+      assert.equal(r.guard.counters.echoes, echoes + 1);
+      assert.equal(r.guard.counters.deferredCorrections, 0);
+    });
+
+    it('two guards with different desired MACs both back off and go contested, no ping-pong (F5)', function () {
+      const { maxRewrites, windowMs } = DEFAULT_FIGHT_POLICY;
+      const kernel = new FakeKernel();
+      const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+      kernel.setFeature(ifindex, CSUM, false);
+      const clock = new FakeClock();
+      const sides = ['02:00:00:00:aa:01', '02:00:00:00:bb:01'].map((mac) => {
+        const monitor = new ScriptedMonitor(kernel, kernel.openQueue());
+        const ports = new FakePorts(kernel);
+        const guard = new FlannelGuard(
+          { mac: { 'flannel.1': mac } },
+          { monitor, ports, clock, random: () => 0.5 },
+        );
+        open.push(guard);
+        return { mac, monitor, ports, guard, log: new GuardLog(guard) };
+      });
+      for (const side of sides) side.monitor.start();
+
+      // Let them fight for 20 s, each reading its socket every 100 ms.
+      const writesAt: number[] = [];
+      for (let round = 0; round < 200; round += 1) {
+        for (const side of sides) side.monitor.pump();
+        clock.advance(100);
+        const writes = sides.reduce((sum, side) => sum + side.ports.macWrites().length, 0);
+        if (writes > writesAt.length) writesAt.push(clock.now());
+      }
+      assert.ok(clock.now() < windowMs);
+      // One of them reached maxRewrites first and stopped with one alert naming both MACs; the
+      // other, backing off too, found its MAC in place and had nothing left to correct.
+      const loser = only(sides.filter((side) => side.log.contested.length > 0));
+      const winner = only(sides.filter((side) => side !== loser));
+      const contested = only(loser.log.contested);
+      assert.equal(contested.what, 'mac');
+      assert.equal(contested.expected, loser.mac);
+      assert.equal(contested.observed, winner.mac);
+      assert.equal(contested.rewrites, maxRewrites);
+      assert.equal(only(loser.guard.status()).contested, true);
+      assert.equal(kernel.link(ifindex).mac, winner.mac);
+      for (const side of sides) {
+        assert.ok(side.ports.macWrites().length < maxRewrites, 'bounded writes');
+        assert.ok(side.ports.macWrites().every((c) => c.mac === side.mac));
+        assert.ok(side.guard.counters.deferredCorrections > 0, 'both backed off');
+      }
+      // Both stopped: nothing written in the last seconds of the window.
+      assert.ok(last(writesAt) < clock.now() - 10_000, `last write at ${last(writesAt)}`);
     });
 
     it('forgets old rewrites after windowMs: a slow writer is corrected at once every time', function () {
@@ -1008,62 +1120,90 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       assert.ok(r.log.restored.every((e) => !e.deferred));
     });
 
-    it('backs off and goes contested per feature when offloads flap (F7)', function () {
+    it('backs off and goes contested per (device, feature) when offloads flap (F7)', function () {
+      const { burst, maxRewrites, quietMs } = DEFAULT_FIGHT_POLICY;
       const r = rigWithDevice({ offload: { [CSUM]: false, 'tx-gso-partial': false } });
-      const flap = (): void => {
-        r.kernel.setFeature(r.ifindex, CSUM, true); // a udev RUN rule turning it back on
+      const flap = (feature: string): void => {
+        r.kernel.setFeature(r.ifindex, feature, true); // a udev RUN rule turning it back on
         r.monitor.pump();
       };
 
-      flap();
-      assert.deepEqual(r.ports.featureWrites(), [
-        { method: 'setFeatures', name: 'flannel.1', wanted: { [CSUM]: false } },
-      ]);
-      assert.equal(last(r.log.offload).reason, 'drift');
-      assert.equal(r.guard.counters.offloadDrifts, 1);
-
-      let writes = 1;
-      for (const delay of [1_000, 2_000, 4_000]) {
+      // Another feature's flaps first: corrected, and no part of the checksum's fight.
+      for (let n = 1; n <= burst; n += 1) {
         r.clock.advance(100);
-        flap();
-        assert.equal(r.ports.featureWrites().length, writes);
-        assert.deepEqual(r.clock.pending(), [delay]);
+        flap('tx-gso-partial');
+        assert.deepEqual(last(r.ports.featureWrites()).wanted, { 'tx-gso-partial': false });
+      }
+      let writes = r.ports.featureWrites().length;
+      assert.equal(writes, burst);
+      assert.deepEqual(r.clock.pending(), []);
 
-        // Another feature of the same device has its own fight state: corrected at once.
-        if (delay === 1_000) {
-          r.kernel.setFeature(r.ifindex, 'tx-gso-partial', true);
-          r.monitor.pump();
+      const delays: number[] = [];
+      for (let n = 1; n < maxRewrites; n += 1) {
+        r.clock.advance(100);
+        flap(CSUM);
+        const delay = backoffOf(n);
+        if (delay === 0) {
           writes += 1;
-          assert.deepEqual(last(r.ports.featureWrites()).wanted, { 'tx-gso-partial': false });
+          assert.equal(r.ports.featureWrites().length, writes, `flap ${n} corrected at once`);
+          assert.deepEqual(last(r.ports.featureWrites()), {
+            method: 'setFeatures',
+            name: 'flannel.1',
+            wanted: { [CSUM]: false },
+          });
+          const offload = last(r.log.offload);
+          assert.equal(offload.reason, 'drift');
+          assert.equal(offload.written, true);
+          continue;
         }
-
-        r.clock.advance(delay);
+        delays.push(delay);
+        assert.equal(r.ports.featureWrites().length, writes, `flap ${n} waits`);
+        assert.deepEqual(r.clock.pending(), [delay]);
+        r.clock.advance(delay - 1);
+        assert.equal(r.ports.featureWrites().length, writes);
+        r.clock.advance(1);
         writes += 1;
         assert.equal(r.ports.featureWrites().length, writes);
         assert.deepEqual(last(r.ports.featureWrites()).wanted, { [CSUM]: false });
         r.monitor.pump();
       }
+      assert.ok(delays.length >= 2, 'some flaps were deferred');
+      assert.ok(delays.every((d, i) => i === 0 || d === 2 * nth(delays, i - 1)));
+      assert.equal(r.guard.counters.offloadDrifts, burst + maxRewrites - 1);
 
       r.clock.advance(100);
-      flap();
+      flap(CSUM);
       const contested = only(r.log.contested);
-      assert.equal(contested.what, 'offload');
-      assert.equal(contested.feature, CSUM);
-      assert.equal(contested.expected, 'off');
-      assert.equal(contested.observed, 'on');
-      assert.equal(contested.rewrites, 5);
+      assert.deepEqual(
+        { ...contested, detail: '' },
+        {
+          device: 'flannel.1',
+          ifindex: r.ifindex,
+          what: 'offload',
+          feature: CSUM,
+          expected: 'off',
+          observed: 'on',
+          rewrites: maxRewrites,
+          windowMs: DEFAULT_FIGHT_POLICY.windowMs,
+          quietMs,
+          detail: '',
+        },
+      );
       assert.match(contested.detail, /udev RUN rule/);
       assert.equal(only(r.guard.status()).contested, false, 'the MAC is not contested');
+      assert.equal(r.ports.featureWrites().length, writes);
 
       // Still flapping (off by hand, on again by the rule): observed, not answered.
       r.clock.advance(1_000);
       r.kernel.setFeature(r.ifindex, CSUM, false);
       r.monitor.pump();
-      flap();
+      flap(CSUM);
       assert.equal(r.ports.featureWrites().length, writes, 'no write while contested');
       assert.equal(r.log.contested.length, 1);
 
-      r.clock.advance(300_000);
+      r.clock.advance(quietMs - 1);
+      assert.deepEqual(r.log.resumed, []);
+      r.clock.advance(1);
       assert.deepEqual(only(r.log.resumed), {
         device: 'flannel.1',
         ifindex: r.ifindex,
@@ -1139,10 +1279,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
     it('close() is idempotent, cancels timers and closes the monitor and the ports', function () {
       const source = new TestSource();
       const r = rigWithDevice({ source });
-      rewrite(r, r.ifindex, FOREIGN_MAC);
-      r.clock.advance(10);
-      r.kernel.setMac(r.ifindex, UDEV_MAC);
-      r.monitor.pumpOne(); // deferred correction pending
+      const rewrites = rewriteUntilDeferred(r, r.ifindex); // a deferred correction pending
       const rewriteEvent = lastEmitted(r.monitor, 'linkChanged');
       assert.equal(r.clock.pending().length, 1);
 
@@ -1159,7 +1296,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       r.clock.advance(DAY);
       r.monitor.emit('linkChanged', ...rewriteEvent.args); // a straggler
       assert.deepEqual(r.ports.calls, []);
-      assert.equal(r.log.rewrite.length, 2);
+      assert.equal(r.log.rewrite.length, rewrites);
     });
 
     it('resolves ready() once adopted, and forwards ref/unref to the monitor', async function () {
@@ -1190,5 +1327,181 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       rewrite(r, r.ifindex, FOREIGN_MAC);
       assert.equal(r.ports.macWrites().length, 1);
     });
+  });
+});
+
+describe('FlannelGuard policy: regressions', function () {
+  afterEach(function () {
+    for (const guard of open.splice(0)) guard.close();
+  });
+
+  it('resumes after the quiet period even when the MAC was put back by someone else while contested (F2)', function () {
+    const { maxRewrites, quietMs } = DEFAULT_FIGHT_POLICY;
+    const r = rigWithDevice();
+    for (let n = 1; n <= maxRewrites; n += 1) {
+      r.clock.advance(10);
+      rewrite(r, r.ifindex, `02:00:00:00:0f:0${n}`);
+    }
+    assert.equal(r.log.contested.length, 1);
+    // While contested, the operator puts the published MAC back by hand ...
+    r.clock.advance(10);
+    rewrite(r, r.ifindex, FLANNEL_MAC);
+    // ... and the foreign writer rewrites it once more, then stops for good.
+    r.clock.advance(10);
+    rewrite(r, r.ifindex, FOREIGN_MAC);
+    const writes = r.ports.macWrites().length;
+
+    r.clock.advance(quietMs + DAY);
+    assert.equal(r.log.resumed.length, 1, 'resumed after the quiet period');
+    assert.equal(r.ports.macWrites().length, writes + 1, 'one correction');
+    assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
+    assert.equal(only(r.guard.status()).contested, false);
+  });
+
+  it('counts only flips of a feature away from the policy as its rewrites (F7)', function () {
+    const r = rigWithDevice();
+    let flaps = 0;
+    while (r.clock.pending().length === 0) {
+      r.clock.advance(10);
+      r.kernel.setFeature(r.ifindex, CSUM, true);
+      r.monitor.pump();
+      flaps += 1;
+      assert.ok(flaps < 10);
+    }
+    const writes = r.ports.featureWrites().length;
+    const delay = nth(r.clock.pending(), 0);
+    // Meanwhile an admin toggles an unrelated feature (not in the policy): two IFLA_EVENT_FEATURES.
+    r.kernel.setFeature(r.ifindex, 'rx-checksum', false);
+    r.kernel.setFeature(r.ifindex, 'rx-checksum', true);
+    r.monitor.pump();
+    assert.deepEqual(r.log.contested, [], `not a fight: the checksum was flipped ${flaps} times`);
+    r.clock.advance(delay);
+    assert.equal(r.ports.featureWrites().length, writes + 1, 'the deferred correction ran');
+    assert.equal(r.kernel.feature(r.ifindex, CSUM), false);
+  });
+
+  it('keeps a flushed permanent entry when the kernel reports a transient entry for the same IP', function () {
+    const r = rigWithDevice();
+    rewriteUntilDeferred(r, r.ifindex); // the MAC is wrong and its permanent entries flushed
+    // Traffic to 10.244.1.0 meanwhile: the kernel tries ARP and reports the entry FAILED (portid 0).
+    r.kernel.replaceNeighbour(
+      {
+        ...permanentArp(r.ifindex, '10.244.1.0', REMOTE_A),
+        lladdr: null,
+        state: 0x20, // NUD_FAILED
+        states: ['failed'],
+        permanent: false,
+      },
+      0,
+    );
+    r.monitor.pump();
+    r.ports.clear();
+    r.clock.advance(DAY); // the deferred correction
+    assert.equal(last(r.log.restored).deferred, true);
+    assert.deepEqual(destinations(r), ['10.244.1.0', '10.244.2.0']);
+  });
+
+  it("measures a deferred correction's latency from the rewrite event", function () {
+    const r = rigWithDevice();
+    rewriteUntilDeferred(r, r.ifindex);
+    const delay = nth(r.clock.pending(), 0);
+    r.clock.advance(delay);
+    const restored = last(r.log.restored);
+    assert.equal(restored.deferred, true);
+    assert.ok(restored.latencyMs >= delay, `latencyMs ${restored.latencyMs} < ${delay}`);
+  });
+
+  it('restore on link up: ENODEV is the device going away, not an error (E14)', function () {
+    const r = rigWithDevice();
+    r.kernel.setUp(r.ifindex, false);
+    r.monitor.pump();
+    r.ports.before('replaceNeighbour', () => r.kernel.removeLink(r.ifindex));
+    r.ports.fail('replaceNeighbour', enodev('flannel.1'));
+    r.kernel.setUp(r.ifindex, true);
+    r.monitor.pump();
+    assert.deepEqual(
+      r.log.error.map((e) => e.code),
+      [],
+    );
+    assert.equal(only(r.log.released).reason, 'removed');
+  });
+
+  it('restore on link up: checks the write target by ifindex first (S6/S8)', function () {
+    const r = rigWithDevice();
+    r.kernel.setUp(r.ifindex, false);
+    r.monitor.pump();
+    r.kernel.setUp(r.ifindex, true);
+    r.kernel.rename(r.ifindex, 'eth9');
+    r.monitor.pumpOne(); // the up; the rename is still queued
+    assert.deepEqual(r.ports.neighbourWrites(), []);
+    assert.equal(only(r.log.error).code, 'EACCES');
+  });
+
+  it('does not re-adopt a vanishing device from the events before its DELLINK', function () {
+    const r = rigWithDevice({ offload: 'none' });
+    r.ports.before('setLinkMac', () => r.kernel.removeLink(r.ifindex));
+    r.kernel.setMac(r.ifindex, FOREIGN_MAC);
+    r.monitor.pump();
+    assert.deepEqual(r.guard.status(), []);
+    assert.equal(r.log.released.length, 1);
+  });
+
+  it('a device whose features cannot be read at start does not stop the guard', async function () {
+    const kernel = new FakeKernel();
+    kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
+    kernel.addLink({ name: 'flannel.2', mac: FLANNEL6_MAC });
+    const monitor = new ScriptedMonitor(kernel);
+    const ports = new FakePorts(kernel);
+    const guard = new FlannelGuard({}, { monitor, ports, clock: new FakeClock() });
+    open.push(guard);
+    const log = new GuardLog(guard);
+    ports.fail('getFeatures', eopnotsupp('flannel.1: no named features'));
+    monitor.start();
+    assert.equal(log.ready.length, 1, 'ready');
+    assert.equal(guard.status().length, 2);
+    assert.equal(only(log.error).code, 'EOPNOTSUPP');
+    await guard.ready();
+  });
+
+  it('does not write a contested offload from the MAC-correction path', function () {
+    const { maxRewrites } = DEFAULT_FIGHT_POLICY;
+    const r = rigWithDevice();
+    for (let n = 1; n <= maxRewrites; n += 1) {
+      r.clock.advance(10);
+      r.kernel.setFeature(r.ifindex, CSUM, false);
+      r.monitor.pump();
+      r.kernel.setFeature(r.ifindex, CSUM, true);
+      r.monitor.pump();
+    }
+    assert.equal(only(r.log.contested).what, 'offload');
+    const writes = r.ports.featureWrites().length;
+    rewrite(r, r.ifindex, FOREIGN_MAC); // an unrelated MAC rewrite, corrected
+    assert.equal(r.ports.macWrites().length, 1);
+    assert.equal(r.ports.featureWrites().length, writes, 'no write of the contested feature');
+  });
+
+  it('a source notification does not bypass the contested state of the MAC', function () {
+    const { maxRewrites } = DEFAULT_FIGHT_POLICY;
+    const source = new TestSource();
+    source.table.set('flannel.1', FLANNEL_MAC);
+    const r = rigWithDevice({ source });
+    for (let n = 1; n <= maxRewrites; n += 1) {
+      r.clock.advance(10);
+      rewrite(r, r.ifindex, `02:00:00:00:0f:0${n}`);
+    }
+    assert.equal(only(r.log.contested).what, 'mac');
+    const writes = r.ports.macWrites().length;
+    source.set('flannel.1', FLANNEL_MAC); // e.g. a node-object update: the answer is unchanged
+    assert.equal(r.ports.macWrites().length, writes, 'no MAC write while contested');
+  });
+
+  it('corrects a device renamed within the globs between the event and the write, under its new name', function () {
+    const r = rigWithDevice();
+    r.kernel.setMac(r.ifindex, FOREIGN_MAC);
+    r.kernel.rename(r.ifindex, 'flannel.9'); // renamed between the event and the write, still managed
+    r.monitor.pump();
+    assert.deepEqual(r.log.error, []);
+    assert.equal(only(r.guard.status()).name, 'flannel.9');
+    assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
   });
 });

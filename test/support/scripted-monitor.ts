@@ -191,8 +191,10 @@ export class FakeKernel {
   readonly links = new Map<number, LinkInfo>();
   readonly neighbours = new Map<string, NeighbourInfo>();
   readonly features = new Map<number, Map<string, FeatureRow>>();
-  /** Notifications not yet read by the monitor, oldest first. */
+  /** Notifications not yet read by the (first) monitor, oldest first. */
   readonly queue: KernelMessage[] = [];
+  /** The queues of further monitor sockets (another guard instance on the same namespace). */
+  readonly #otherQueues: KernelMessage[][] = [];
   #nextIndex = 2;
 
   /** Registers a device (RTM_NEWLINK announcing a new device). */
@@ -261,7 +263,7 @@ export class FakeKernel {
     this.features.delete(ifindex);
     for (const [key, entry] of this.neighbours)
       if (entry.ifindex === ifindex) this.neighbours.delete(key);
-    this.queue.push({ kind: 'dellink', ifindex });
+    this.#send({ kind: 'dellink', ifindex });
   }
 
   /** RTM_NEWNEIGH with NLM_F_CREATE|NLM_F_REPLACE. */
@@ -271,7 +273,7 @@ export class FakeKernel {
     const previous = this.neighbours.get(key);
     if (previous && JSON.stringify(previous) === JSON.stringify(entry)) return; // no change, no notification
     this.neighbours.set(key, cloneNeighbour(entry));
-    this.queue.push({ kind: 'neigh', neighbour: cloneNeighbour(entry), portid });
+    this.#send({ kind: 'neigh', neighbour: cloneNeighbour(entry), portid });
   }
 
   /** RTM_DELNEIGH (`ip neigh del`, `bridge fdb del`). */
@@ -280,7 +282,7 @@ export class FakeKernel {
     const previous = this.neighbours.get(key);
     if (!previous) throw errnoError('ENOENT', -2, `no neighbour ${key}`);
     this.neighbours.delete(key);
-    this.queue.push({ kind: 'delneigh', neighbour: cloneNeighbour(previous), portid });
+    this.#send({ kind: 'delneigh', neighbour: cloneNeighbour(previous), portid });
   }
 
   neighboursOf(ifindex: number): NeighbourInfo[] {
@@ -336,16 +338,28 @@ export class FakeKernel {
     this.setFeatures(ifindex, { [name]: on });
   }
 
+  /** Opens another notification queue that receives every notification from now on. */
+  openQueue(): KernelMessage[] {
+    const queue: KernelMessage[] = [];
+    this.#otherQueues.push(queue);
+    return queue;
+  }
+
   /** Forgets every queued notification (the kernel dropped them: ENOBUFS). Returns how many. */
-  loseQueued(): number {
-    return this.queue.splice(0).length;
+  loseQueued(queue: KernelMessage[] = this.queue): number {
+    return queue.splice(0).length;
+  }
+
+  #send(message: KernelMessage): void {
+    this.queue.push(message);
+    for (const queue of this.#otherQueues) queue.push(structuredClone(message));
   }
 
   #announce(
     link: LinkInfo,
     options: { created?: boolean; kernelEvent?: LinkKernelEvent | null } = {},
   ): void {
-    this.queue.push({
+    this.#send({
       kind: 'link',
       link: cloneLink(link),
       created: options.created ?? false,
@@ -357,7 +371,7 @@ export class FakeKernel {
     for (const [key, entry] of this.neighbours) {
       if (entry.ifindex !== ifindex || entry.family === 'bridge') continue;
       this.neighbours.delete(key);
-      this.queue.push({ kind: 'delneigh', neighbour: cloneNeighbour(entry), portid: 0 });
+      this.#send({ kind: 'delneigh', neighbour: cloneNeighbour(entry), portid: 0 });
     }
   }
 }
@@ -392,6 +406,8 @@ export type EmittedEvent = {
 
 export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements GuardMonitor {
   readonly kernel: FakeKernel;
+  /** The notifications this monitor's socket has not read yet. */
+  readonly queue: KernelMessage[];
   readonly emitted: EmittedEvent[] = [];
   refs = 0;
   unrefs = 0;
@@ -402,9 +418,10 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
   #ready = false;
   #closed = false;
 
-  constructor(kernel: FakeKernel) {
+  constructor(kernel: FakeKernel, queue: KernelMessage[] = kernel.queue) {
     super();
     this.kernel = kernel;
+    this.queue = queue;
   }
 
   get isReady(): boolean {
@@ -476,7 +493,7 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
    */
   start(): void {
     if (this.#ready) throw new Error('already started');
-    this.kernel.loseQueued();
+    this.kernel.loseQueued(this.queue);
     for (const link of this.kernel.links.values()) this.#links.set(link.ifindex, cloneLink(link));
     for (const [key, entry] of this.kernel.neighbours)
       this.#neighbours.set(key, cloneNeighbour(entry));
@@ -486,7 +503,7 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
 
   /** Delivers the oldest queued notification; false when there was none. */
   pumpOne(): boolean {
-    const message = this.kernel.queue.shift();
+    const message = this.queue.shift();
     if (!message) return false;
     this.deliver(message);
     return true;
@@ -530,7 +547,7 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
    * as LinkMonitor does. The dump is taken before any of its items is handled.
    */
   overrunAndResync(consistent = true): void {
-    this.kernel.loseQueued();
+    this.kernel.loseQueued(this.queue);
     this.emit('overrun', { cause: 'ENOBUFS' });
     this.resync('overrun', consistent);
   }
