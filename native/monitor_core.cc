@@ -169,6 +169,8 @@ void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* o
     for (netlink::Message& message : parsed.messages) HandleMessage(message, out);
     if (parsed.error) {
       ++stats_.malformed;
+      // The rest of the datagram is lost; if it held dump replies, walk the table again.
+      if (phase_ != Phase::kIdle) dumpInterrupted_ = true;
       out->push_back(WarningItem{
           "EBADMSG", parsed.error->reason + " at offset " + std::to_string(parsed.error->offset)});
     }

@@ -144,6 +144,9 @@ bool ParseVxlan(const Attribute& data, VxlanInfo* vxlan) {
 }
 
 bool ParseLinkInfo(const Attribute& linkinfo, LinkRecord* link) {
+  // A later IFLA_LINKINFO replaces an earlier one entirely.
+  link->kind.clear();
+  link->vxlan.reset();
   AttributeReader reader(linkinfo.payload, linkinfo.length);
   Attribute attribute;
   std::optional<Attribute> data;
@@ -179,6 +182,7 @@ MessageBody ParseLink(const nlmsghdr& header, const uint8_t* payload, size_t len
   while (reader.Next(&attribute)) {
     switch (attribute.type) {
       case IFLA_IFNAME:
+        link.nameTooLong = false;  // a later IFLA_IFNAME replaces an earlier one
         link.name = ReadString(attribute, kMaxNameBytes, &link.nameTooLong);
         break;
       case IFLA_ADDRESS:
@@ -334,8 +338,10 @@ ParsedDatagram ParseDatagram(const uint8_t* data, size_t length) {
 }
 
 Admission Admit(uint32_t senderPortid, int msgFlags) {
-  if (msgFlags & MSG_TRUNC) return Admission::kTruncated;
+  // The sender first: a foreign datagram is dropped whatever its shape, and
+  // must never be taken for lost kernel data (which would trigger a resync).
   if (senderPortid != 0) return Admission::kForeignSender;
+  if (msgFlags & MSG_TRUNC) return Admission::kTruncated;
   return Admission::kAccept;
 }
 

@@ -12,7 +12,8 @@
 //       unknown attributes, attribute order, vxlan attributes.
 //   N8  "parser: N8 ..."  NLMSG_ERROR / ext-ack TLVs (capped or not) / NLMSG_DONE.
 //   N12 "parser: N12 ..." Admit() judges the sender by sockaddr nl_pid, not nlmsg_pid;
-//       plus one privileged check that NetlinkSocket::Receive really drops such a datagram.
+//       plus privileged checks that NetlinkSocket::Receive and MonitorCore really drop
+//       such a datagram (S12: no item, no resync, only a counter).
 //   N16 "parser: N16 ..." IFLA_LINK_NETNSID.
 //   S12 = N12; S13 "parser: S13 ..." oversize IFLA_IFNAME / IFLA_IFALIAS.
 //   4.1 "parser: real ..." fixtures captured from Linux 6.18.
@@ -40,6 +41,7 @@
 #include <variant>
 #include <vector>
 
+#include "monitor_core.h"
 #include "netlink_socket.h"
 #include "test_harness.h"
 
@@ -810,6 +812,20 @@ TEST_CASE("parser: N8 error with ext-ack TLV and the whole request echoed (not c
   EXPECT_EQ(ack.extackMessage, "Invalid address length");
 }
 
+TEST_CASE("parser: N8 ext-ack TLVs follow an unaligned echoed request at its aligned end") {
+  // The request echoed back had nlmsg_len 42 (not a multiple of 4): the kernel pads the
+  // copy to 44 before the TLVs, so the text starts at 4 + NLMSG_ALIGN(42).
+  const Bytes request = MsgUnpadded(RTM_NEWLINK, Cat({IfInfo(4), AttrUnpadded(IFLA_ADDRESS, kMac)}),
+                                    NLM_F_REQUEST | NLM_F_ACK, 12);
+  EXPECT_EQ(request.size(), 42u);
+  const Bytes body = Cat({U32(static_cast<uint32_t>(-EINVAL)), Pad(request),
+                          Attr(NLMSGERR_ATTR_MSG, CStr("aligned text"))});
+  const ParsedDatagram parsed = Parse(Msg(NLMSG_ERROR, body, NLM_F_ACK_TLVS, 12));
+  EXPECT_NO_ERROR(parsed);
+  EXPECT_EQ(BODY(AckRecord, parsed, 0).error, -EINVAL);
+  EXPECT_EQ(BODY(AckRecord, parsed, 0).extackMessage, "aligned text");
+}
+
 TEST_CASE("parser: N8 error with ext-ack TLV and NLM_F_CAPPED") {
   const Bytes echoed = Header(44, RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, 12, 0);
   const Bytes body =
@@ -983,6 +999,50 @@ TEST_CASE("parser: N12 NetlinkSocket::Receive drops a datagram from a user-space
   fg::Result<fg::NetlinkSocket::Received> empty = receiver.value().Receive(&buffer, &length);
   EXPECT_TRUE(empty.ok());
   EXPECT_TRUE(empty.value() == fg::NetlinkSocket::Received::kWouldBlock);
+}
+
+TEST_CASE("parser: S12 MonitorCore drops a spoofed RTM_NEWLINK: no item, counted") {
+  // A privileged user-space process unicasts a fake "MAC changed" notification to the
+  // monitor's socket. It must not become a LinkItem (which could trigger a MAC write).
+  fg::MonitorOptions options;
+  options.neighbours = false;
+  fg::Result<std::unique_ptr<fg::MonitorCore>> opened = fg::MonitorCore::Open(options);
+  EXPECT_TRUE(opened.ok());
+  fg::MonitorCore& monitor = *opened.value();
+  sockaddr_nl bound{};
+  socklen_t boundLength = sizeof(bound);
+  EXPECT_EQ(getsockname(monitor.fd(), reinterpret_cast<sockaddr*>(&bound), &boundLength), 0);
+
+  const int sender = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  EXPECT_TRUE(sender >= 0);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closeSender{sender};
+  const Bytes spoof = Link(4242, Cat({Attr(IFLA_IFNAME, CStr("flannel.1")),
+                                      Attr(IFLA_ADDRESS, Bytes{0x02, 0xba, 0xdb, 0xad, 0, 1})}));
+  sockaddr_nl to{};
+  to.nl_family = AF_NETLINK;
+  to.nl_pid = bound.nl_pid;
+  if (sendto(sender, spoof.data(), spoof.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) <
+      0) {
+    throw fg_test::Failure(std::string("sendto between netlink sockets failed (") +
+                           std::strerror(errno) + "): this test needs CAP_NET_ADMIN");
+  }
+  std::vector<fg::MonitorItem> items;
+  for (int round = 0; round < 20 && monitor.stats().foreignSenderDrops == 0; ++round) {
+    monitor.ReadAvailable(64, &items);
+    if (monitor.stats().foreignSenderDrops == 0) usleep(10 * 1000);
+  }
+  EXPECT_EQ(monitor.stats().foreignSenderDrops, 1u);
+  EXPECT_FALSE(monitor.failed());
+  // Real notifications from this namespace may arrive meanwhile; none may be the spoof.
+  for (const fg::MonitorItem& item : items) {
+    if (const auto* link = std::get_if<fg::LinkItem>(&item)) {
+      EXPECT_FALSE(link->record.ifindex == 4242);
+      EXPECT_FALSE(link->record.name == "flannel.1" && link->record.mac.bytes[1] == 0xba);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1254,3 +1314,32 @@ TEST_CASE("parser: real datagrams cut short at every length never read past the 
 }
 
 }  // namespace
+
+TEST_CASE("parser: a later IFLA_LINKINFO replaces an earlier one, vxlan data included") {
+  const Bytes bytes =
+      Msg(RTM_NEWLINK,
+          Cat({IfInfo(4),
+               Nested(IFLA_LINKINFO, {Attr(IFLA_INFO_KIND, CStr("vxlan")),
+                                      Nested(IFLA_INFO_DATA, {Attr(IFLA_VXLAN_ID, U32(42))})}),
+               Nested(IFLA_LINKINFO, {Attr(IFLA_INFO_KIND, CStr("veth"))})}));
+  const ParsedDatagram parsed = ParseDatagram(bytes.data(), bytes.size());
+  const LinkRecord& link = BODY(LinkRecord, parsed, 0);
+  EXPECT_EQ(link.kind, "veth");
+  EXPECT_FALSE(link.vxlan.has_value());
+}
+
+TEST_CASE("parser: a later IFLA_IFNAME replaces an earlier one, nameTooLong included") {
+  const Bytes bytes =
+      Msg(RTM_NEWLINK, Cat({IfInfo(4), Attr(IFLA_IFNAME, CStr(std::string(40, 'x'))),
+                            Attr(IFLA_IFNAME, CStr("vx0"))}));
+  const ParsedDatagram parsed = ParseDatagram(bytes.data(), bytes.size());
+  const LinkRecord& link = BODY(LinkRecord, parsed, 0);
+  EXPECT_EQ(link.name, "vx0");
+  EXPECT_FALSE(link.nameTooLong);
+}
+
+TEST_CASE("parser: N12 Admit judges the sender before truncation") {
+  // A truncated datagram from another process is foreign, never lost kernel data.
+  EXPECT_TRUE(Admit(77, MSG_TRUNC) == Admission::kForeignSender);
+  EXPECT_TRUE(Admit(0, MSG_TRUNC) == Admission::kTruncated);
+}
