@@ -215,6 +215,17 @@ async function watch(flags: WatchFlags): Promise<number> {
   }
   const print = printer(flags.json ?? false);
   const guard = new FlannelGuard(options);
+  // Handlers first: a signal that arrives while the guard starts up still closes it cleanly.
+  const signal = { received: false };
+  const stopped = new Promise<number>((resolve) => {
+    const stop = (): void => {
+      signal.received = true;
+      guard.close();
+      resolve(0);
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
   const names: GuardEventName[] = [
     'ready',
     'rewrite',
@@ -228,22 +239,18 @@ async function watch(flags: WatchFlags): Promise<number> {
     'error',
   ];
   const events = guard as EventEmitter;
-  for (const name of names)
-    events.on(name, (payload: FlannelGuardEvents[typeof name][0]) => print(name, payload));
+  for (const name of names) {
+    events.on(name, (payload: FlannelGuardEvents[typeof name][0]) => {
+      print(name, payload);
+    });
+  }
   try {
     await guard.ready();
   } catch (error) {
     guard.close();
-    throw error;
+    if (!signal.received) throw error; // closed by a signal while starting: a clean stop
   }
-  return new Promise((resolve) => {
-    const stop = (): void => {
-      guard.close();
-      resolve(0);
-    };
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-  });
+  return stopped;
 }
 
 async function status(flags: CommonFlags): Promise<number> {

@@ -36,7 +36,7 @@ function addrAssignTypeOf(control: RawControl, link: LinkInfo): number | null {
 }
 
 /** Every link in the namespace, with addr_assign_type where sysfs shows it. */
-export function getLinks(options: NetnsOptions = {}): Promise<LinkInfo[]> {
+export async function getLinks(options: NetnsOptions = {}): Promise<LinkInfo[]> {
   return withControl(options, async (control) => {
     const links = (await control.dumpLinks(true)).map((raw) => toLinkInfo(raw));
     for (const link of links) link.addrAssignType = addrAssignTypeOf(control, link);
@@ -45,7 +45,7 @@ export function getLinks(options: NetnsOptions = {}): Promise<LinkInfo[]> {
 }
 
 /** One link by name; rejects with ENODEV when there is none. */
-export function getLink(name: string, options: NetnsOptions = {}): Promise<LinkInfo> {
+export async function getLink(name: string, options: NetnsOptions = {}): Promise<LinkInfo> {
   validateInterfaceName(name);
   return withControl(options, async (control) => {
     const link = toLinkInfo(await control.getLinkByName(name, true));
@@ -59,7 +59,7 @@ export interface NeighbourQuery extends NetnsOptions {
   family?: 'ip' | 'bridge' | 'all';
 }
 
-export function getNeighbours(options: NeighbourQuery = {}): Promise<NeighbourInfo[]> {
+export async function getNeighbours(options: NeighbourQuery = {}): Promise<NeighbourInfo[]> {
   const family = options.family ?? 'all';
   return withControl(options, async (control) => {
     const raw = [
@@ -84,7 +84,7 @@ export interface SetLinkMacResult {
  * when the MAC is already the requested one. Note that the kernel flushes the
  * device's neighbour entries, permanent ones included, on every MAC change.
  */
-export function setLinkMac(
+export async function setLinkMac(
   name: string,
   mac: string,
   options: NetnsOptions = {},
@@ -108,7 +108,7 @@ export interface FeatureTable {
 }
 
 /** The device's offload features by name, as `ethtool -k` lists them. */
-export function getFeatures(name: string, options: NetnsOptions = {}): Promise<FeatureTable> {
+export async function getFeatures(name: string, options: NetnsOptions = {}): Promise<FeatureTable> {
   validateInterfaceName(name);
   return withControl(options, async (control) => {
     const table = await control.getFeatures(name, true);
@@ -131,7 +131,7 @@ function validateFeatureRequest(wanted: Record<string, boolean>): void {
  * active and which other features changed as a side effect. Sends nothing
  * when every requested feature is already in the requested state.
  */
-export function setFeatures(
+export async function setFeatures(
   name: string,
   wanted: Record<string, boolean>,
   options: NetnsOptions = {},
@@ -159,7 +159,7 @@ export function toFeatureSetResult(
 }
 
 /** Driver name, version, firmware and bus (ethtool -i). */
-export function getDriverInfo(name: string, options: NetnsOptions = {}): Promise<DriverInfo> {
+export async function getDriverInfo(name: string, options: NetnsOptions = {}): Promise<DriverInfo> {
   validateInterfaceName(name);
   return withControl(options, (control) => control.getDriverInfo(name, true));
 }

@@ -414,6 +414,19 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       assert.equal(await txChecksum('flannel.1'), 'on', '--offload none leaves offloads alone');
     });
 
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+      it(`${signal} sent the moment the ready line appears still exits 0`, async function () {
+        for (let round = 0; round < 5; round += 1) {
+          const child = watch(['--netns', ns.name]);
+          await waitForJson(child, (l) => l.event === 'ready');
+          child.child.kill(signal);
+          const result = await child.exited;
+          assert.equal(result.signal, null, `round ${round}: killed by ${signal}`);
+          assert.equal(result.code, 0, result.stderr);
+        }
+      });
+    }
+
     it('--dry-run reports the rewrite but never writes: the MAC stays changed, offloads untouched', async function () {
       const original = await macOf('flannel.1');
       const monitor = await LinkMonitor.open({ netns: ns.name });
@@ -481,6 +494,8 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       assert.equal(result.code, 77, `${result.stdout}${result.stderr}`);
       assert.match(result.stderr, /CAP_NET_ADMIN/);
       assert.match(result.stderr, /EPERM/);
+      // S9: the namespace is named even when it is the process's own.
+      assert.match(result.stderr, /in netns net:\[\d+\]/);
       assert.equal(await macOf('flannel.1'), original);
       assert.equal(await txChecksum('flannel.1'), 'on');
     });

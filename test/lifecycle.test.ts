@@ -326,6 +326,21 @@ describe('native core lifecycle (real kernel, netns)', function () {
       ]);
     });
 
+    for (const mode of ['events', 'oneshot'] as const) {
+      it(`survives worker.terminate() ${mode === 'events' ? 'while a batch of events is being delivered' : 'with one-shot calls in flight on the thread pool'}`, async function () {
+        this.timeout(120_000);
+        const ns = await netns();
+        const stress = join(__dirname, 'support', 'terminate-stress.js');
+        const result = await runCommand([process.execPath, stress, mode, ns.name, '25'], {
+          timeoutMs: 100_000,
+        });
+        assert.equal(result.signal, null, result.stderr);
+        assert.equal(result.code, 0, result.stderr);
+        assert.match(result.stdout, /survived 25 rounds/);
+        assert.doesNotMatch(result.stderr, /terminate called|FATAL ERROR/);
+      });
+    }
+
     it('a worker whose monitor is closed, or unref()ed, exits normally by itself', async function () {
       const ns = await netns();
       const closing = startWorker({ mode: 'close', netns: ns.name });

@@ -544,6 +544,31 @@ describe('one-shot API (real kernel, netns)', function () {
       );
       assert.equal((await ethtoolK('vx0')).get('tx-checksum-ip-generic')?.active, true);
     });
+
+    it("writes only the request's own keys: an inherited key is neither validated nor written", async function () {
+      const request = Object.create({ 'tx-checksum-ip-generic': 0 }) as Record<string, boolean>;
+      request['rx-gro'] = true;
+      const result = await setFeatures('vx0', request, { netns: ns.name });
+      assert.deepEqual(Object.keys(result.requested), ['rx-gro']);
+      assert.equal((await ethtoolK('vx0')).get('tx-checksum-ip-generic')?.active, true);
+    });
+
+    it('every promise-returning function rejects on bad arguments instead of throwing', async function () {
+      const calls: (() => Promise<unknown>)[] = [
+        () => getLink('a/b'),
+        () => setLinkMac('vx0', 'not a mac'),
+        () => getFeatures(''),
+        () => setFeatures('vx0', {}),
+        () => getDriverInfo('x'.repeat(16)),
+      ];
+      for (const call of calls) {
+        let promise: Promise<unknown> | undefined;
+        assert.doesNotThrow(() => {
+          promise = call();
+        });
+        await assert.rejects(promise as Promise<unknown>);
+      }
+    });
   });
 
   describe('getDriverInfo', function () {

@@ -31,19 +31,16 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
     if (!info[0].IsBuffer()) throw Napi::TypeError::New(env, "parseDatagram(bytes: Buffer)");
     auto bytes = info[0].As<Napi::Buffer<uint8_t>>();
     const netlink::ParsedDatagram parsed = netlink::ParseDatagram(bytes.Data(), bytes.Length());
-    Napi::Object result = Napi::Object::New(env);
-    Napi::Array messages = Napi::Array::New(env, parsed.messages.size());
-    for (size_t i = 0; i < parsed.messages.size(); ++i) {
-      messages.Set(static_cast<uint32_t>(i), MessageToJs(env, parsed.messages[i]));
-    }
-    result.Set("messages", messages);
+    JsWriter js(env);
+    napi_value result = js.Object();
+    js.Set(result, "messages", ListToJs(js, parsed.messages, MessageToJs));
     if (parsed.error) {
-      Napi::Object error = Napi::Object::New(env);
-      error.Set("offset", static_cast<double>(parsed.error->offset));
-      error.Set("reason", parsed.error->reason);
-      result.Set("error", error);
+      napi_value error = js.Object();
+      js.Set(error, "offset", static_cast<uint64_t>(parsed.error->offset));
+      js.Set(error, "reason", parsed.error->reason);
+      js.Set(result, "error", error);
     }
-    return result;
+    return Finish(js, result);
   }
 
   // netnsInode(path?: string) -> number: the namespace's inode (own when omitted).
@@ -52,7 +49,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
     NetnsTarget target;
     if (info[0].IsString()) target.path = info[0].As<Napi::String>().Utf8Value();
     Result<uint64_t> inode = fg::NetnsInode(target);
-    if (!inode.ok()) throw MakeSysError(env, inode.error(), target.path);
+    if (!inode.ok()) ThrowSysError(env, inode.error(), target.path);
     return Napi::Number::New(env, static_cast<double>(inode.value()));
   }
 };

@@ -8,6 +8,7 @@
 #include "convert.h"
 #include "errors.h"
 #include "ethtool.h"
+#include "js_writer.h"
 
 namespace fg::addon {
 namespace {
@@ -17,7 +18,7 @@ using Core = ControlWrap::Core;
 template <typename T>
 using Work = std::function<Result<T>(NetlinkRequester&)>;
 template <typename T>
-using ToJs = std::function<Napi::Value(Napi::Env, const T&)>;
+using ToJs = std::function<napi_value(JsWriter&, const T&)>;
 
 template <typename T>
 Result<T> RunLocked(Core& core, const Work<T>& work) {
@@ -26,32 +27,41 @@ Result<T> RunLocked(Core& core, const Work<T>& work) {
   return work(*core.requester);
 }
 
-// Runs one operation on the thread pool and settles a promise with it.
+// Runs one operation on the thread pool and settles a promise with it. The
+// settling uses raw Node-API: it runs from libuv, possibly while a worker is
+// being terminated, when nothing may throw (the promise is then simply left).
 template <typename T>
 class Job final : public Napi::AsyncWorker {
  public:
   Job(Napi::Env env, std::shared_ptr<Core> core, Work<T> work, ToJs<T> toJs, std::string netnsLabel)
       : Napi::AsyncWorker(env, "flannel-guard:Control"),
-        deferred_(Napi::Promise::Deferred::New(env)),
         core_(std::move(core)),
         work_(std::move(work)),
         toJs_(std::move(toJs)),
-        netnsLabel_(std::move(netnsLabel)) {}
+        netnsLabel_(std::move(netnsLabel)) {
+    if (napi_create_promise(env, &deferred_, &promise_) != napi_ok) throw Napi::Error::New(env);
+  }
 
-  Napi::Promise Promise() const { return deferred_.Promise(); }
+  Napi::Value Promise() const { return Napi::Value(Env(), promise_); }
 
   void Execute() override { result_.emplace(RunLocked(*core_, work_)); }
 
   void OnOK() override {
-    if (result_->ok()) {
-      deferred_.Resolve(toJs_(Env(), result_->value()));
+    JsWriter js(Env());
+    const bool ok = result_->ok();
+    napi_value value =
+        ok ? toJs_(js, result_->value()) : SysErrorToJs(js, result_->error(), netnsLabel_);
+    if (!js.ok() || !value) return;
+    if (ok) {
+      napi_resolve_deferred(Env(), deferred_, value);
     } else {
-      deferred_.Reject(MakeSysError(Env(), result_->error(), netnsLabel_).Value());
+      napi_reject_deferred(Env(), deferred_, value);
     }
   }
 
  private:
-  Napi::Promise::Deferred deferred_;
+  napi_deferred deferred_ = nullptr;
+  napi_value promise_ = nullptr;
   std::shared_ptr<Core> core_;
   Work<T> work_;
   ToJs<T> toJs_;
@@ -67,13 +77,14 @@ Napi::Value Run(const Napi::CallbackInfo& info, size_t asyncIndex,
   Napi::Env env = info.Env();
   if (info.Length() > asyncIndex && info[asyncIndex].ToBoolean().Value()) {
     auto* job = new Job<T>(env, core, std::move(work), std::move(toJs), netnsLabel);
-    Napi::Promise promise = job->Promise();
+    Napi::Value promise = job->Promise();
     job->Queue();
     return promise;
   }
   Result<T> result = RunLocked(*core, work);
-  if (!result.ok()) throw MakeSysError(env, result.error(), netnsLabel);
-  return toJs(env, result.value());
+  if (!result.ok()) ThrowSysError(env, result.error(), netnsLabel);
+  JsWriter js(env);
+  return Finish(js, toJs(js, result.value()));
 }
 
 std::string StringArgument(const Napi::CallbackInfo& info, size_t index, const char* what) {
@@ -100,7 +111,11 @@ Result<T> Named(Result<T> result, const std::string& interface) {
   return result;
 }
 
-Napi::Value Nothing(Napi::Env env, const Unit&) { return env.Undefined(); }
+napi_value Nothing(JsWriter& js, const Unit&) {
+  napi_value undefined = nullptr;
+  napi_get_undefined(js.env(), &undefined);
+  return undefined;
+}
 
 // One sysfs attribute of `name`, trimmed; empty when unreadable.
 std::string ReadSysfs(const std::string& name, const char* attribute) {
@@ -151,24 +166,22 @@ ControlWrap::ControlWrap(const Napi::CallbackInfo& info)
     }
   }
   Result<NetlinkRequester> requester = NetlinkRequester::Open(target);
-  if (!requester.ok()) throw MakeSysError(env, requester.error(), netnsLabel_);
+  if (!requester.ok()) ThrowSysError(env, requester.error(), netnsLabel_);
   core_->requester.emplace(std::move(requester.value()));
 
   Result<uint64_t> inode = NetnsInode(target);
   Result<uint64_t> ownInode = NetnsInode(NetnsTarget{});
   if (inode.ok()) netnsInode_ = inode.value();
   ownNetns_ = inode.ok() && ownInode.ok() && inode.value() == ownInode.value();
+  if (netnsLabel_.empty() && inode.ok()) netnsLabel_ = NetnsLabelForInode(inode.value());
 }
 
 Napi::Value ControlWrap::DumpLinks(const Napi::CallbackInfo& info) {
   return Run<std::vector<netlink::LinkRecord>>(
       info, 0, core_, netnsLabel_,
       [](NetlinkRequester& requester) { return requester.DumpLinks(); },
-      [](Napi::Env env, const std::vector<netlink::LinkRecord>& links) -> Napi::Value {
-        Napi::Array array = Napi::Array::New(env, links.size());
-        for (size_t i = 0; i < links.size(); ++i)
-          array.Set(static_cast<uint32_t>(i), LinkToJs(env, links[i]));
-        return array;
+      [](JsWriter& js, const std::vector<netlink::LinkRecord>& links) {
+        return ListToJs(js, links, LinkToJs);
       });
 }
 
@@ -178,12 +191,8 @@ Napi::Value ControlWrap::DumpNeighbours(const Napi::CallbackInfo& info) {
   return Run<std::vector<netlink::NeighRecord>>(
       info, 1, core_, netnsLabel_,
       [family](NetlinkRequester& requester) { return requester.DumpNeighbours(family); },
-      [](Napi::Env env, const std::vector<netlink::NeighRecord>& entries) -> Napi::Value {
-        Napi::Array array = Napi::Array::New(env, entries.size());
-        for (size_t i = 0; i < entries.size(); ++i) {
-          array.Set(static_cast<uint32_t>(i), NeighToJs(env, entries[i]));
-        }
-        return array;
+      [](JsWriter& js, const std::vector<netlink::NeighRecord>& entries) {
+        return ListToJs(js, entries, NeighToJs);
       });
 }
 
@@ -191,20 +200,14 @@ Napi::Value ControlWrap::GetLink(const Napi::CallbackInfo& info) {
   const int32_t ifindex = IfindexArgument(info, 0);
   return Run<netlink::LinkRecord>(
       info, 1, core_, netnsLabel_,
-      [ifindex](NetlinkRequester& requester) { return requester.GetLink(ifindex); },
-      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value {
-        return LinkToJs(env, link);
-      });
+      [ifindex](NetlinkRequester& requester) { return requester.GetLink(ifindex); }, LinkToJs);
 }
 
 Napi::Value ControlWrap::GetLinkByName(const Napi::CallbackInfo& info) {
   const std::string name = StringArgument(info, 0, "interface");
   return Run<netlink::LinkRecord>(
       info, 1, core_, netnsLabel_,
-      [name](NetlinkRequester& requester) { return requester.GetLinkByName(name); },
-      [](Napi::Env env, const netlink::LinkRecord& link) -> Napi::Value {
-        return LinkToJs(env, link);
-      });
+      [name](NetlinkRequester& requester) { return requester.GetLinkByName(name); }, LinkToJs);
 }
 
 // setLinkAddress(ifindex, mac: Buffer(6), interfaceForErrors?: string, async?)
@@ -264,11 +267,22 @@ Napi::Value ControlWrap::SetFeatures(const Napi::CallbackInfo& info) {
   const std::string name = StringArgument(info, 0, "interface");
   if (!info[1].IsObject()) throw Napi::TypeError::New(info.Env(), "features must be an object");
   const Napi::Object wanted = info[1].As<Napi::Object>();
-  const Napi::Array keys = wanted.GetPropertyNames();
+  napi_value ownKeys = nullptr;
+  if (napi_get_all_property_names(
+          info.Env(), wanted, napi_key_own_only,
+          static_cast<napi_key_filter>(napi_key_enumerable | napi_key_skip_symbols),
+          napi_key_numbers_to_strings, &ownKeys) != napi_ok) {
+    throw Napi::Error::New(info.Env());
+  }
+  const Napi::Array keys(info.Env(), ownKeys);
   std::vector<ethtool::FeatureRequest> requests;
   for (uint32_t i = 0; i < keys.Length(); ++i) {
     const std::string feature = keys.Get(i).As<Napi::String>().Utf8Value();
-    requests.push_back(ethtool::FeatureRequest{feature, wanted.Get(feature).ToBoolean().Value()});
+    const Napi::Value enable = wanted.Get(feature);
+    if (!enable.IsBoolean()) {
+      throw Napi::TypeError::New(info.Env(), "the value for " + feature + " must be a boolean");
+    }
+    requests.push_back(ethtool::FeatureRequest{feature, enable.As<Napi::Boolean>().Value()});
   }
   return Run<ethtool::SetFeaturesOutcome>(
       info, 2, core_, netnsLabel_,

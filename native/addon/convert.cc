@@ -8,162 +8,161 @@ namespace {
 
 using netlink::MacField;
 
-Napi::Value AddressToJs(Napi::Env env, const std::vector<uint8_t>& address) {
+napi_value AddressToJs(JsWriter& js, const std::vector<uint8_t>& address) {
   char text[INET6_ADDRSTRLEN] = {};
   const int family = address.size() == 4 ? AF_INET : AF_INET6;
   if ((address.size() != 4 && address.size() != 16) ||
       !inet_ntop(family, address.data(), text, sizeof(text))) {
-    return env.Null();
+    return js.Null();
   }
-  return Napi::String::New(env, text);
+  return js.String(text);
 }
 
 // Sets `key` to the canonical MAC, or to null plus `errorKey` with the reason.
-void SetMac(Napi::Object object, const char* key, const char* errorKey, const MacField& field) {
+void SetMac(JsWriter& js, napi_value object, const char* key, const char* errorKey,
+            const MacField& field) {
   if (field.state == MacField::State::kValid) {
-    object.Set(key, netlink::FormatMac(field.bytes));
+    js.Set(object, key, netlink::FormatMac(field.bytes));
   } else {
-    object.Set(key, object.Env().Null());
-    object.Set(errorKey, netlink::DescribeMacProblem(field));
+    js.Set(object, key, js.Null());
+    js.Set(object, errorKey, netlink::DescribeMacProblem(field));
   }
 }
 
 template <typename T>
-void SetOptional(Napi::Object object, const char* key, const std::optional<T>& value) {
-  if (value) object.Set(key, Napi::Number::New(object.Env(), static_cast<double>(*value)));
+void SetOptional(JsWriter& js, napi_value object, const char* key, const std::optional<T>& value) {
+  if (value) js.Set(object, key, static_cast<double>(*value));
 }
 
-Napi::Array FeatureRequestsToJs(Napi::Env env, const std::vector<ethtool::FeatureRequest>& list) {
-  Napi::Array array = Napi::Array::New(env, list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    Napi::Object entry = Napi::Object::New(env);
-    entry.Set("name", list[i].name);
-    entry.Set("enable", list[i].enable);
-    array.Set(static_cast<uint32_t>(i), entry);
-  }
-  return array;
+napi_value FeatureRequestToJs(JsWriter& js, const ethtool::FeatureRequest& request) {
+  napi_value entry = js.Object();
+  js.Set(entry, "name", request.name);
+  js.Set(entry, "enable", request.enable);
+  return entry;
 }
+
+napi_value FeatureToJs(JsWriter& js, const ethtool::Feature& feature) {
+  napi_value entry = js.Object();
+  js.Set(entry, "name", feature.name);
+  js.Set(entry, "available", feature.available);
+  js.Set(entry, "requested", feature.requested);
+  js.Set(entry, "active", feature.active);
+  js.Set(entry, "fixed", feature.fixed);
+  return entry;
+}
+
+napi_value FeatureChangeToJs(JsWriter& js, const ethtool::FeatureChange& change) {
+  napi_value entry = js.Object();
+  js.Set(entry, "name", change.name);
+  js.Set(entry, "before", change.before);
+  js.Set(entry, "after", change.after);
+  return entry;
+}
+
+napi_value TextToJs(JsWriter& js, const std::string& text) { return js.String(text); }
 
 }  // namespace
 
-Napi::Object LinkToJs(Napi::Env env, const netlink::LinkRecord& link) {
-  Napi::Object object = Napi::Object::New(env);
-  object.Set("deleted", link.deleted);
-  object.Set("ifindex", link.ifindex);
-  object.Set("name", link.name);
-  if (link.nameTooLong) object.Set("nameTooLong", true);
-  SetMac(object, "mac", "macError", link.mac);
-  object.Set("flags", link.flags);
-  object.Set("deviceType", link.deviceType);
-  object.Set("changeMask", link.changeMask);
-  SetOptional(object, "mtu", link.mtu);
-  SetOptional(object, "operstate", link.operstate);
-  SetOptional(object, "master", link.master);
-  SetOptional(object, "lowerIfindex", link.lowerIfindex);
-  SetOptional(object, "linkNetnsid", link.linkNetnsid);
-  SetOptional(object, "event", link.event);
-  object.Set("kind", link.kind);
+napi_value LinkToJs(JsWriter& js, const netlink::LinkRecord& link) {
+  napi_value object = js.Object();
+  js.Set(object, "deleted", link.deleted);
+  js.Set(object, "ifindex", link.ifindex);
+  js.Set(object, "name", link.name);
+  if (link.nameTooLong) js.Set(object, "nameTooLong", true);
+  SetMac(js, object, "mac", "macError", link.mac);
+  js.Set(object, "flags", link.flags);
+  js.Set(object, "deviceType", link.deviceType);
+  js.Set(object, "changeMask", link.changeMask);
+  SetOptional(js, object, "mtu", link.mtu);
+  SetOptional(js, object, "operstate", link.operstate);
+  SetOptional(js, object, "master", link.master);
+  SetOptional(js, object, "lowerIfindex", link.lowerIfindex);
+  SetOptional(js, object, "linkNetnsid", link.linkNetnsid);
+  SetOptional(js, object, "event", link.event);
+  js.Set(object, "kind", link.kind);
   if (link.vxlan) {
-    Napi::Object vxlan = Napi::Object::New(env);
-    SetOptional(vxlan, "vni", link.vxlan->vni);
-    SetOptional(vxlan, "port", link.vxlan->port);
-    if (!link.vxlan->local.empty()) vxlan.Set("local", AddressToJs(env, link.vxlan->local));
-    SetOptional(vxlan, "underlayIfindex", link.vxlan->underlayIfindex);
-    if (link.vxlan->learning) vxlan.Set("learning", *link.vxlan->learning);
-    object.Set("vxlan", vxlan);
+    napi_value vxlan = js.Object();
+    SetOptional(js, vxlan, "vni", link.vxlan->vni);
+    SetOptional(js, vxlan, "port", link.vxlan->port);
+    if (!link.vxlan->local.empty()) js.Set(vxlan, "local", AddressToJs(js, link.vxlan->local));
+    SetOptional(js, vxlan, "underlayIfindex", link.vxlan->underlayIfindex);
+    if (link.vxlan->learning) js.Set(vxlan, "learning", *link.vxlan->learning);
+    js.Set(object, "vxlan", vxlan);
   }
   return object;
 }
 
-Napi::Object NeighToJs(Napi::Env env, const netlink::NeighRecord& neigh) {
-  Napi::Object object = Napi::Object::New(env);
-  object.Set("deleted", neigh.deleted);
-  object.Set("family", neigh.family);
-  object.Set("ifindex", neigh.ifindex);
-  object.Set("state", neigh.state);
-  object.Set("flags", neigh.flags);
-  object.Set("type", neigh.type);
-  object.Set("destination",
-             neigh.destination.empty() ? env.Null() : AddressToJs(env, neigh.destination));
-  SetMac(object, "lladdr", "lladdrError", neigh.lladdr);
-  SetOptional(object, "vni", neigh.vni);
-  SetOptional(object, "master", neigh.master);
+napi_value NeighToJs(JsWriter& js, const netlink::NeighRecord& neigh) {
+  napi_value object = js.Object();
+  js.Set(object, "deleted", neigh.deleted);
+  js.Set(object, "family", neigh.family);
+  js.Set(object, "ifindex", neigh.ifindex);
+  js.Set(object, "state", neigh.state);
+  js.Set(object, "flags", neigh.flags);
+  js.Set(object, "type", neigh.type);
+  js.Set(object, "destination",
+         neigh.destination.empty() ? js.Null() : AddressToJs(js, neigh.destination));
+  SetMac(js, object, "lladdr", "lladdrError", neigh.lladdr);
+  SetOptional(js, object, "vni", neigh.vni);
+  SetOptional(js, object, "master", neigh.master);
   return object;
 }
 
-Napi::Object MessageToJs(Napi::Env env, const netlink::Message& message) {
-  Napi::Object object = Napi::Object::New(env);
-  object.Set("type", message.type);
-  object.Set("flags", message.flags);
-  object.Set("seq", message.seq);
-  object.Set("portid", message.portid);
+napi_value MessageToJs(JsWriter& js, const netlink::Message& message) {
+  napi_value object = js.Object();
+  js.Set(object, "type", message.type);
+  js.Set(object, "flags", message.flags);
+  js.Set(object, "seq", message.seq);
+  js.Set(object, "portid", message.portid);
   if (const auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
-    object.Set("link", LinkToJs(env, *link));
+    js.Set(object, "link", LinkToJs(js, *link));
   } else if (const auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
-    object.Set("neigh", NeighToJs(env, *neigh));
+    js.Set(object, "neigh", NeighToJs(js, *neigh));
   } else if (const auto* ack = std::get_if<netlink::AckRecord>(&message.body)) {
-    Napi::Object value = Napi::Object::New(env);
-    value.Set("error", ack->error);
-    value.Set("extack", ack->extackMessage);
-    object.Set("ack", value);
+    napi_value value = js.Object();
+    js.Set(value, "error", ack->error);
+    js.Set(value, "extack", ack->extackMessage);
+    js.Set(object, "ack", value);
   } else if (const auto* done = std::get_if<netlink::DoneRecord>(&message.body)) {
-    Napi::Object value = Napi::Object::New(env);
-    value.Set("error", done->error);
-    object.Set("done", value);
+    napi_value value = js.Object();
+    js.Set(value, "error", done->error);
+    js.Set(object, "done", value);
   } else if (const auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
-    object.Set("malformed", malformed->reason);
+    js.Set(object, "malformed", malformed->reason);
   }
   return object;
 }
 
-Napi::Value FeatureTableToJs(Napi::Env env, const ethtool::FeatureTable& table) {
-  Napi::Object object = Napi::Object::New(env);
-  Napi::Array features = Napi::Array::New(env, table.features.size());
-  for (size_t i = 0; i < table.features.size(); ++i) {
-    const ethtool::Feature& feature = table.features[i];
-    Napi::Object entry = Napi::Object::New(env);
-    entry.Set("name", feature.name);
-    entry.Set("available", feature.available);
-    entry.Set("requested", feature.requested);
-    entry.Set("active", feature.active);
-    entry.Set("fixed", feature.fixed);
-    features.Set(static_cast<uint32_t>(i), entry);
-  }
-  object.Set("features", features);
-  object.Set("legacy", table.legacy);
+napi_value FeatureTableToJs(JsWriter& js, const ethtool::FeatureTable& table) {
+  napi_value object = js.Object();
+  js.Set(object, "features", ListToJs(js, table.features, FeatureToJs));
+  js.Set(object, "legacy", table.legacy);
   return object;
 }
 
-Napi::Value SetFeaturesOutcomeToJs(Napi::Env env, const ethtool::SetFeaturesOutcome& outcome) {
-  Napi::Object object = Napi::Object::New(env);
-  object.Set("written", outcome.written);
-  object.Set("legacy", outcome.legacy);
-  object.Set("requested", FeatureRequestsToJs(env, outcome.requested));
-  object.Set("active", FeatureRequestsToJs(env, outcome.active));
-  Napi::Array sideEffects = Napi::Array::New(env, outcome.sideEffects.size());
-  for (size_t i = 0; i < outcome.sideEffects.size(); ++i) {
-    Napi::Object entry = Napi::Object::New(env);
-    entry.Set("name", outcome.sideEffects[i].name);
-    entry.Set("before", outcome.sideEffects[i].before);
-    entry.Set("after", outcome.sideEffects[i].after);
-    sideEffects.Set(static_cast<uint32_t>(i), entry);
-  }
-  object.Set("sideEffects", sideEffects);
-  Napi::Array notApplied = Napi::Array::New(env, outcome.notApplied.size());
-  for (size_t i = 0; i < outcome.notApplied.size(); ++i) {
-    notApplied.Set(static_cast<uint32_t>(i), outcome.notApplied[i]);
-  }
-  object.Set("notApplied", notApplied);
+napi_value SetFeaturesOutcomeToJs(JsWriter& js, const ethtool::SetFeaturesOutcome& outcome) {
+  napi_value object = js.Object();
+  js.Set(object, "written", outcome.written);
+  js.Set(object, "legacy", outcome.legacy);
+  js.Set(object, "requested", ListToJs(js, outcome.requested, FeatureRequestToJs));
+  js.Set(object, "active", ListToJs(js, outcome.active, FeatureRequestToJs));
+  js.Set(object, "sideEffects", ListToJs(js, outcome.sideEffects, FeatureChangeToJs));
+  js.Set(object, "notApplied", ListToJs(js, outcome.notApplied, TextToJs));
   return object;
 }
 
-Napi::Value DriverInfoToJs(Napi::Env env, const ethtool::DriverInfo& info) {
-  Napi::Object object = Napi::Object::New(env);
-  object.Set("driver", info.driver);
-  object.Set("version", info.version);
-  object.Set("firmwareVersion", info.firmwareVersion);
-  object.Set("busInfo", info.busInfo);
+napi_value DriverInfoToJs(JsWriter& js, const ethtool::DriverInfo& info) {
+  napi_value object = js.Object();
+  js.Set(object, "driver", info.driver);
+  js.Set(object, "version", info.version);
+  js.Set(object, "firmwareVersion", info.firmwareVersion);
+  js.Set(object, "busInfo", info.busInfo);
   return object;
+}
+
+Napi::Value Finish(const JsWriter& js, napi_value value) {
+  if (!js.ok()) throw Napi::Error::New(js.env());
+  return Napi::Value(js.env(), value);
 }
 
 std::array<uint8_t, 6> MacFromJs(const Napi::Value& value, const char* what) {

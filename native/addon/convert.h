@@ -1,5 +1,6 @@
-// Native records to plain JS objects, and JS arguments to native values.
-// The shapes are typed once, in lib/binding.ts.
+// Native records to plain JS objects (built with JsWriter, so they can be made
+// from libuv callbacks safely), and JS arguments to native values. The shapes
+// are typed once, in lib/binding.ts.
 #pragma once
 
 #include <napi.h>
@@ -9,16 +10,30 @@
 #include <vector>
 
 #include "ethtool.h"
+#include "js_writer.h"
 #include "netlink_parser.h"
 
 namespace fg::addon {
 
-Napi::Object LinkToJs(Napi::Env env, const netlink::LinkRecord& link);
-Napi::Object NeighToJs(Napi::Env env, const netlink::NeighRecord& neigh);
-Napi::Object MessageToJs(Napi::Env env, const netlink::Message& message);
-Napi::Value FeatureTableToJs(Napi::Env env, const ethtool::FeatureTable& table);
-Napi::Value SetFeaturesOutcomeToJs(Napi::Env env, const ethtool::SetFeaturesOutcome& outcome);
-Napi::Value DriverInfoToJs(Napi::Env env, const ethtool::DriverInfo& info);
+napi_value LinkToJs(JsWriter& js, const netlink::LinkRecord& link);
+napi_value NeighToJs(JsWriter& js, const netlink::NeighRecord& neigh);
+napi_value MessageToJs(JsWriter& js, const netlink::Message& message);
+napi_value FeatureTableToJs(JsWriter& js, const ethtool::FeatureTable& table);
+napi_value SetFeaturesOutcomeToJs(JsWriter& js, const ethtool::SetFeaturesOutcome& outcome);
+napi_value DriverInfoToJs(JsWriter& js, const ethtool::DriverInfo& info);
+
+template <typename Record>
+napi_value ListToJs(JsWriter& js, const std::vector<Record>& records,
+                    napi_value (*convert)(JsWriter&, const Record&)) {
+  napi_value array = js.Array(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    js.SetIndex(array, static_cast<uint32_t>(i), convert(js, records[i]));
+  }
+  return array;
+}
+
+// For calls made from JS (where exceptions are fine): the value, or a throw.
+Napi::Value Finish(const JsWriter& js, napi_value value);
 
 // A Buffer of exactly 6 bytes; throws a TypeError otherwise.
 std::array<uint8_t, 6> MacFromJs(const Napi::Value& value, const char* what);

@@ -6,18 +6,18 @@
 namespace fg::addon {
 namespace {
 
-// What an EPERM from `syscall` means in practice.
-const char* PermissionHint(const std::string& syscall) {
-  if (syscall == "setns") return "CAP_SYS_ADMIN is required to enter another network namespace";
+// What an EPERM from `syscall` means in practice; null for calls that need no capability.
+const char* MissingCapability(const std::string& syscall) {
+  if (syscall == "setns") return "CAP_SYS_ADMIN";
   if (syscall == "getlink" || syscall == "getneigh" || syscall.rfind("ioctl(ETHTOOL_G", 0) == 0) {
     return nullptr;
   }
-  return "CAP_NET_ADMIN is required";
+  return "CAP_NET_ADMIN";
 }
 
 }  // namespace
 
-Napi::Error MakeSysError(Napi::Env env, const SysError& error, const std::string& netnsLabel) {
+napi_value SysErrorToJs(JsWriter& js, const SysError& error, const std::string& netnsLabel) {
   const std::string code = ErrnoName(error.errnum);
   std::string message = code + ": " + std::strerror(error.errnum) + ", " + error.syscall;
   if (!error.interface.empty()) {
@@ -28,21 +28,35 @@ Napi::Error MakeSysError(Napi::Env env, const SysError& error, const std::string
   if (!netnsLabel.empty()) message += " in netns " + netnsLabel;
   if (!error.extack.empty()) message += ": " + error.extack;
   if (!error.detail.empty()) message += " (" + error.detail + ")";
-  const char* hint = error.errnum == EPERM ? PermissionHint(error.syscall) : nullptr;
-  if (hint) message += std::string(" - ") + hint;
+  const char* capability = error.errnum == EPERM ? MissingCapability(error.syscall) : nullptr;
+  if (capability) {
+    message += std::string(" - ") + capability +
+               (error.syscall == "setns" ? " is required to enter another network namespace"
+                                         : " is required");
+  }
 
-  Napi::Error jsError = Napi::Error::New(env, message);
-  Napi::Object object = jsError.Value();
-  object.Set("code", code);
-  object.Set("errno", -error.errnum);
-  object.Set("syscall", error.syscall);
-  if (!error.interface.empty()) object.Set("interface", error.interface);
-  if (error.ifindex > 0) object.Set("ifindex", error.ifindex);
-  if (!netnsLabel.empty()) object.Set("netns", netnsLabel);
-  if (!error.extack.empty()) object.Set("extack", error.extack);
-  if (!error.detail.empty()) object.Set("detail", error.detail);
-  if (hint) object.Set("capability", error.syscall == "setns" ? "CAP_SYS_ADMIN" : "CAP_NET_ADMIN");
-  return jsError;
+  napi_value object = nullptr;
+  napi_value text = js.String(message);
+  if (!js.ok() || napi_create_error(js.env(), nullptr, text, &object) != napi_ok) return nullptr;
+  js.Set(object, "code", code);
+  js.Set(object, "errno", -error.errnum);
+  js.Set(object, "syscall", error.syscall);
+  if (!error.interface.empty()) js.Set(object, "interface", error.interface);
+  if (error.ifindex > 0) js.Set(object, "ifindex", error.ifindex);
+  if (!netnsLabel.empty()) js.Set(object, "netns", netnsLabel);
+  if (!error.extack.empty()) js.Set(object, "extack", error.extack);
+  if (!error.detail.empty()) js.Set(object, "detail", error.detail);
+  if (capability) js.Set(object, "capability", capability);
+  return js.ok() ? object : nullptr;
 }
+
+void ThrowSysError(Napi::Env env, const SysError& error, const std::string& netnsLabel) {
+  JsWriter js(env);
+  napi_value object = SysErrorToJs(js, error, netnsLabel);
+  if (!object) throw Napi::Error::New(env);
+  throw Napi::Error(env, object);
+}
+
+std::string NetnsLabelForInode(uint64_t inode) { return "net:[" + std::to_string(inode) + "]"; }
 
 }  // namespace fg::addon

@@ -7,10 +7,19 @@
 
 #include <string>
 
+#include "js_writer.h"
 #include "result.h"
 
 namespace fg::addon {
 
-Napi::Error MakeSysError(Napi::Env env, const SysError& error, const std::string& netnsLabel);
+// The Error object (null when the environment can no longer run JS).
+napi_value SysErrorToJs(JsWriter& js, const SysError& error, const std::string& netnsLabel);
+
+// For calls made from JS: throws the error as a Napi::Error.
+[[noreturn]] void ThrowSysError(Napi::Env env, const SysError& error,
+                                const std::string& netnsLabel);
+
+// How errors name a namespace that was not given a name: "net:[INODE]", as /proc shows it.
+std::string NetnsLabelForInode(uint64_t inode);
 
 }  // namespace fg::addon

@@ -2,6 +2,7 @@
 
 #include "convert.h"
 #include "errors.h"
+#include "js_writer.h"
 
 namespace fg::addon {
 namespace {
@@ -14,37 +15,49 @@ std::string OptionalString(const Napi::Object& options, const char* key) {
   return value.IsString() ? value.As<Napi::String>().Utf8Value() : std::string();
 }
 
-Napi::Object ItemToJs(Napi::Env env, const MonitorItem& item, const std::string& netnsLabel) {
-  Napi::Object object = Napi::Object::New(env);
+napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& netnsLabel) {
+  napi_value object = js.Object();
   if (const auto* link = std::get_if<LinkItem>(&item)) {
-    object.Set("kind", "link");
-    object.Set("fromDump", link->fromDump);
-    object.Set("record", LinkToJs(env, link->record));
+    js.Set(object, "kind", "link");
+    js.Set(object, "fromDump", link->fromDump);
+    js.Set(object, "record", LinkToJs(js, link->record));
   } else if (const auto* neigh = std::get_if<NeighItem>(&item)) {
-    object.Set("kind", "neigh");
-    object.Set("fromDump", neigh->fromDump);
-    object.Set("portid", neigh->portid);
-    object.Set("record", NeighToJs(env, neigh->record));
+    js.Set(object, "kind", "neigh");
+    js.Set(object, "fromDump", neigh->fromDump);
+    js.Set(object, "portid", neigh->portid);
+    js.Set(object, "record", NeighToJs(js, neigh->record));
   } else if (const auto* resync = std::get_if<ResyncItem>(&item)) {
-    object.Set("kind", "resync");
-    object.Set("phase", resync->begin ? "begin" : "end");
+    js.Set(object, "kind", "resync");
+    js.Set(object, "phase", resync->begin ? "begin" : "end");
     if (resync->begin) {
-      object.Set("reason", resync->reason);
+      js.Set(object, "reason", resync->reason);
     } else {
-      object.Set("consistent", resync->consistent);
+      js.Set(object, "consistent", resync->consistent);
     }
   } else if (const auto* overrun = std::get_if<OverrunItem>(&item)) {
-    object.Set("kind", "overrun");
-    object.Set("cause", overrun->cause);
+    js.Set(object, "kind", "overrun");
+    js.Set(object, "cause", overrun->cause);
   } else if (const auto* warning = std::get_if<WarningItem>(&item)) {
-    object.Set("kind", "warning");
-    object.Set("code", warning->code);
-    object.Set("message", warning->message);
+    js.Set(object, "kind", "warning");
+    js.Set(object, "code", warning->code);
+    js.Set(object, "message", warning->message);
   } else if (const auto* fatal = std::get_if<FatalItem>(&item)) {
-    object.Set("kind", "fatal");
-    object.Set("error", MakeSysError(env, fatal->error, netnsLabel).Value());
+    js.Set(object, "kind", "fatal");
+    js.Set(object, "error", SysErrorToJs(js, fatal->error, netnsLabel));
   }
   return object;
+}
+
+// After napi_make_callback failed: a listener threw (report it as the
+// application's uncaught exception, as for any event source), or the
+// environment is shutting down (nothing can be reported, nothing must throw).
+void ReportCallbackFailure(napi_env env) {
+  bool pending = false;
+  if (napi_is_exception_pending(env, &pending) != napi_ok || !pending) return;
+  napi_value exception = nullptr;
+  if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
+    napi_fatal_exception(env, exception);
+  }
 }
 
 Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuffer) {
@@ -91,6 +104,11 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   MonitorOptions monitorOptions;
   monitorOptions.netns.path = OptionalString(options, "netns");
   netnsLabel_ = OptionalString(options, "netnsLabel");
+  if (netnsLabel_.empty()) {
+    if (Result<uint64_t> inode = NetnsInode(monitorOptions.netns); inode.ok()) {
+      netnsLabel_ = NetnsLabelForInode(inode.value());
+    }
+  }
   if (options.Get("receiveBuffer").IsNumber()) {
     monitorOptions.receiveBuffer = options.Get("receiveBuffer").As<Napi::Number>().Int32Value();
   }
@@ -98,7 +116,7 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
                               options.Get("neighbours").As<Napi::Boolean>().Value();
 
   Result<std::unique_ptr<MonitorCore>> core = MonitorCore::Open(monitorOptions);
-  if (!core.ok()) throw MakeSysError(env, core.error(), netnsLabel_);
+  if (!core.ok()) ThrowSysError(env, core.error(), netnsLabel_);
   receiveBuffer_ = core.value()->receiveBuffer();
 
   uv_loop_t* loop = nullptr;
@@ -116,7 +134,10 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   napi_add_async_cleanup_hook(env, &MonitorWrap::OnTeardown, poll_, &poll_->teardownHook);
 
   onBatch_ = Napi::Persistent(info[1].As<Napi::Function>());
-  asyncContext_.emplace(env, "flannel-guard:Monitor", info.This().As<Napi::Object>());
+  napi_value resourceName = Napi::String::New(env, "flannel-guard:Monitor");
+  if (napi_async_init(env, info.This(), resourceName, &asyncContext_) != napi_ok) {
+    throw Napi::Error::New(env);
+  }
 }
 
 MonitorWrap::~MonitorWrap() {
@@ -126,6 +147,12 @@ MonitorWrap::~MonitorWrap() {
     poll_->owner = nullptr;
     BeginClose(poll_);
   }
+  DestroyAsyncContext();
+}
+
+void MonitorWrap::DestroyAsyncContext() {
+  if (asyncContext_) napi_async_destroy(Env(), asyncContext_);
+  asyncContext_ = nullptr;
 }
 
 Napi::Value MonitorWrap::Start(const Napi::CallbackInfo& info) {
@@ -172,7 +199,7 @@ void MonitorWrap::CloseFromJs() {
     poll_ = nullptr;
   }
   pending_.clear();
-  if (!delivering_) asyncContext_.reset();  // else once the callback has returned
+  if (!delivering_) DestroyAsyncContext();  // else once the callback has returned
   if (started_) Napi::ObjectWrap<MonitorWrap>::Unref();
 }
 
@@ -209,29 +236,37 @@ void MonitorWrap::OnReadable(uv_poll_t* handle, int status, int) {
 }
 
 void MonitorWrap::Deliver() {
-  Napi::Env env = Env();
-  Napi::HandleScope scope(env);
+  napi_env env = Env();
+  Napi::HandleScope scope(Env());
   std::vector<MonitorItem> items;
   items.swap(pending_);
   poll_->core->ReadAvailable(kDatagramsPerWake, &items);
   const bool failed = poll_->core->failed();
   if (!items.empty()) {
-    Napi::Array batch = Napi::Array::New(env, items.size());
+    // Raw Node-API from here on: this runs from libuv, possibly while a
+    // worker is being terminated, when nothing may throw.
+    JsWriter js(env);
+    napi_value batch = js.Array(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
-      batch.Set(static_cast<uint32_t>(i), ItemToJs(env, items[i], netnsLabel_));
+      js.SetIndex(batch, static_cast<uint32_t>(i), ItemToJs(js, items[i], netnsLabel_));
     }
-    delivering_ = true;
-    try {
-      onBatch_.MakeCallback(Value(), {batch}, *asyncContext_);
-    } catch (const Napi::Error& error) {
-      // A throwing listener is the application's uncaught exception, as for
-      // any other event source; it must not unwind into libuv.
-      napi_fatal_exception(env, error.Value());
+    napi_value receiver = nullptr;
+    napi_value callback = nullptr;
+    const napi_ref self = static_cast<const Napi::Reference<Napi::Object>&>(*this);
+    const napi_ref onBatch = onBatch_;
+    if (js.ok() && napi_get_reference_value(env, self, &receiver) == napi_ok &&
+        napi_get_reference_value(env, onBatch, &callback) == napi_ok) {
+      delivering_ = true;
+      napi_value result = nullptr;
+      if (napi_make_callback(env, asyncContext_, receiver, callback, 1, &batch, &result) !=
+          napi_ok) {
+        ReportCallbackFailure(env);
+      }
+      delivering_ = false;
     }
-    delivering_ = false;
   }
   if (failed) CloseFromJs();
-  if (closed_) asyncContext_.reset();
+  if (closed_) DestroyAsyncContext();
 }
 
 }  // namespace fg::addon

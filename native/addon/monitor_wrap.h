@@ -8,7 +8,6 @@
 #include <uv.h>
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +41,7 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
 
   void Deliver();
   void CloseFromJs();
+  void DestroyAsyncContext();
   static void BeginClose(Poll* poll);
   static void OnReadable(uv_poll_t* handle, int status, int events);
   static void OnHandleClosed(uv_handle_t* handle);
@@ -49,7 +49,7 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
 
   Poll* poll_ = nullptr;
   Napi::FunctionReference onBatch_;
-  std::optional<Napi::AsyncContext> asyncContext_;
+  napi_async_context asyncContext_ = nullptr;
   std::vector<MonitorItem> pending_;
   std::string netnsLabel_;
   bool started_ = false;
