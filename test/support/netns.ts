@@ -512,7 +512,7 @@ export interface ReapResult {
 export async function reapStale(prefix = 'fgt'): Promise<ReapResult> {
   const esc = prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
   const result: ReapResult = { namespaces: [], tempDirs: [] };
-  let names: string[] = [];
+  let names: string[];
   try {
     names = readdirSync('/run/netns');
   } catch {

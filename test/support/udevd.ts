@@ -76,7 +76,7 @@ function validateFiles(kind: string, files: Record<string, string> | undefined, 
 
 /** A random valid machine-id (32 lower-case hex characters). */
 export function randomMachineId(): string {
-  let id = '';
+  let id: string;
   do id = randomBytes(16).toString('hex');
   while (/^0+$/.test(id));
   return id;

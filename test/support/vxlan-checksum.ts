@@ -412,7 +412,7 @@ export class VxlanCapture {
     let stableSince = Date.now();
     const deadline = Date.now() + 2000;
     for (let i = 0; i < 200 && Date.now() < deadline; i++) {
-      let size = 0;
+      let size: number;
       try {
         size = statSync(this.file).size;
       } catch {
