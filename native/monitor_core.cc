@@ -21,14 +21,22 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
 
 void MonitorCore::RequestResync(const char* reason, std::vector<MonitorItem>* out) {
   if (failed_) return;
-  if (phase_ != Phase::kIdle) {
-    resyncPending_ = true;  // coalesced: one more full pass after this one
-    return;
-  }
+  MarkResyncPending(reason);
+  // Whatever is queued now predates the dump: read it first (see Drain).
+  if (phase_ == Phase::kIdle) Drain(kDatagramsPerDrain, out);
+}
+
+void MonitorCore::MarkResyncPending(const char* reason) {
+  if (!resyncPending_) pendingReason_ = reason;  // coalesced: one pass covers every request
+  resyncPending_ = true;
+}
+
+void MonitorCore::BeginResync(std::vector<MonitorItem>* out) {
+  resyncPending_ = false;
   ++stats_.resyncs;
   ResyncItem begin;
   begin.begin = true;
-  begin.reason = reason;
+  begin.reason = pendingReason_;
   out->push_back(std::move(begin));
   resyncConsistent_ = true;
   phase_ = Phase::kLinks;
@@ -95,10 +103,7 @@ void MonitorCore::FinishDump(int32_t error, std::vector<MonitorItem>* out) {
   ResyncItem end;
   end.consistent = resyncConsistent_;
   out->push_back(std::move(end));
-  if (resyncPending_) {
-    resyncPending_ = false;
-    RequestResync("overrun", out);
-  }
+  // A resync requested meanwhile begins once the socket is drained (Drain).
 }
 
 void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out) {
@@ -137,6 +142,14 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
 
 void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out) {
   ++stats_.wakeups;
+  Drain(maxDatagrams, out);
+}
+
+// Reads until the socket is empty or `maxDatagrams` were read. A pending
+// resync begins only once the socket is empty: the kernel reports ENOBUFS
+// before the notifications still queued, and those predate the dump, so
+// reading them after the dump had begun would count stale events as current.
+void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
   for (size_t count = 0; count < maxDatagrams && !failed_; ++count) {
     size_t length = 0;
     Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
@@ -147,16 +160,17 @@ void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* o
     }
     switch (received.value()) {
       case NetlinkSocket::Received::kWouldBlock:
+        if (resyncPending_ && phase_ == Phase::kIdle) BeginResync(out);
         return;
       case NetlinkSocket::Received::kOverrun:
         ++stats_.overruns;
         out->push_back(OverrunItem{"ENOBUFS"});
-        RequestResync("overrun", out);
+        MarkResyncPending("overrun");
         continue;
       case NetlinkSocket::Received::kTruncated:
         ++stats_.truncatedDrops;
         out->push_back(OverrunItem{"truncated"});
-        RequestResync("overrun", out);
+        MarkResyncPending("overrun");
         continue;
       case NetlinkSocket::Received::kForeignSender:
         ++stats_.foreignSenderDrops;

@@ -87,10 +87,11 @@ class MonitorCore {
   // A read failed for good (a FatalItem was produced); the owner should close.
   bool failed() const { return failed_; }
 
-  // Starts a full resync now, or marks one pending if a resync is running.
+  // Asks for a full resync (coalesced with any pending one). It begins once
+  // everything already queued has been read; this call reads what it can now.
   void RequestResync(const char* reason, std::vector<MonitorItem>* out);
 
-  // Reads until the socket is empty or `maxDatagrams` were read.
+  // One wake of the poll: reads until the socket is empty or `maxDatagrams` were read.
   void ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out);
 
   void Close() { socket_.Close(); }
@@ -101,6 +102,12 @@ class MonitorCore {
   MonitorCore(NetlinkSocket socket, bool neighbours)
       : socket_(std::move(socket)), neighbours_(neighbours) {}
 
+  // Datagrams read when a resync is requested outside a poll wake.
+  static constexpr size_t kDatagramsPerDrain = 256;
+
+  void Drain(size_t maxDatagrams, std::vector<MonitorItem>* out);
+  void MarkResyncPending(const char* reason);
+  void BeginResync(std::vector<MonitorItem>* out);
   void SendDump(std::vector<MonitorItem>* out);
   void FinishDump(int32_t error, std::vector<MonitorItem>* out);
   void HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out);
@@ -110,6 +117,7 @@ class MonitorCore {
   Phase phase_ = Phase::kIdle;
   bool failed_ = false;
   bool resyncPending_ = false;
+  const char* pendingReason_ = "initial";
   bool resyncConsistent_ = true;
   bool dumpInterrupted_ = false;
   int dumpAttempt_ = 0;
