@@ -17,7 +17,7 @@ import {
 } from './binding';
 import { CHANGE_MASK_NEW_DEVICE, IFF_UP } from './constants';
 import type { SystemError } from './errors';
-import { neighbourKey, toLinkInfo, toNeighbourInfo } from './records';
+import { neighbourKey, sameLink, sameNeighbour, toLinkInfo, toNeighbourInfo } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
 import { resolveNetnsPath } from './validate';
 
@@ -143,7 +143,8 @@ export interface LinkMonitorStats extends RawMonitorStats {
   queueOverruns: number;
 }
 
-const ITERATED_EVENTS = [
+/** Every LinkMonitor event but `close`: what async iteration yields. */
+export const LINK_MONITOR_EVENTS = [
   'ready',
   'linkAdded',
   'linkChanged',
@@ -156,27 +157,6 @@ const ITERATED_EVENTS = [
   'warning',
   'error',
 ] as const satisfies readonly (keyof LinkMonitorEvents)[];
-
-function sameLink(a: LinkInfo, b: LinkInfo): boolean {
-  return (
-    a.name === b.name &&
-    a.mac === b.mac &&
-    a.flags === b.flags &&
-    a.operstate === b.operstate &&
-    a.mtu === b.mtu &&
-    a.kind === b.kind &&
-    a.master === b.master &&
-    a.lowerIfindex === b.lowerIfindex &&
-    a.linkNetnsid === b.linkNetnsid &&
-    JSON.stringify(a.vxlan) === JSON.stringify(b.vxlan)
-  );
-}
-
-function sameNeighbour(a: NeighbourInfo, b: NeighbourInfo): boolean {
-  return (
-    a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master
-  );
-}
 
 function abortError(signal: AbortSignal): Error {
   const error = new Error('The operation was aborted', { cause: signal.reason });
@@ -357,7 +337,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       }
       queue.push(event);
     };
-    const listeners = ITERATED_EVENTS.map((type) => {
+    const listeners = LINK_MONITOR_EVENTS.map((type) => {
       const listener = (payload?: object): void => push({ type, ...payload } as LinkMonitorEvent);
       this.on(type, listener);
       return [type, listener] as const;

@@ -10,7 +10,7 @@ import { Worker } from 'node:worker_threads';
 
 import { binding, type RawMonitorItem } from '../lib/binding';
 import { isSystemError, type SystemError } from '../lib/errors';
-import { LinkMonitor, type LinkMonitorEvents } from '../lib/monitor';
+import { LINK_MONITOR_EVENTS, LinkMonitor } from '../lib/monitor';
 import { getDriverInfo, getFeatures, getLink, getLinks, setLinkMac } from '../lib/oneshot';
 import { collectEvents, nextEvent } from './support/events';
 import type { ErrorReport } from './support/lifecycle-child';
@@ -25,21 +25,6 @@ import {
 } from './support/node-child';
 
 const WORKER = join(__dirname, 'support', 'lifecycle-worker.js');
-
-/** Every LinkMonitor event except 'close'. */
-const MONITOR_EVENTS = [
-  'ready',
-  'linkAdded',
-  'linkChanged',
-  'linkRemoved',
-  'neighbourAdded',
-  'neighbourChanged',
-  'neighbourRemoved',
-  'overrun',
-  'resync',
-  'warning',
-  'error',
-] as const satisfies readonly (keyof LinkMonitorEvents)[];
 
 /** A few turns of the event loop: enough for libuv to run pending close callbacks. */
 async function turns(count = 5): Promise<void> {
@@ -90,7 +75,7 @@ function eventsAfterClose(monitor: LinkMonitor): { late: string[]; closes: () =>
   const late: string[] = [];
   let closes = 0;
   const untyped = monitor as unknown as NodeJS.EventEmitter;
-  for (const name of MONITOR_EVENTS) {
+  for (const name of LINK_MONITOR_EVENTS) {
     untyped.on(name, () => {
       if (monitor.closed) late.push(name);
     });

@@ -34,7 +34,7 @@ import type {
   NeighbourRemovalCause,
 } from '../../lib/monitor';
 import type { GuardPorts } from '../../lib/ports';
-import { neighbourKey } from '../../lib/records';
+import { neighbourKey, sameLink, sameNeighbour } from '../../lib/records';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/types';
 
 export const IFF_BROADCAST = 0x2;
@@ -377,27 +377,6 @@ export class FakeKernel {
 }
 
 // --- the monitor ----------------------------------------------------------------
-
-function sameLink(a: LinkInfo, b: LinkInfo): boolean {
-  return (
-    a.name === b.name &&
-    a.mac === b.mac &&
-    a.flags === b.flags &&
-    a.operstate === b.operstate &&
-    a.mtu === b.mtu &&
-    a.kind === b.kind &&
-    a.master === b.master &&
-    a.lowerIfindex === b.lowerIfindex &&
-    a.linkNetnsid === b.linkNetnsid &&
-    JSON.stringify(a.vxlan) === JSON.stringify(b.vxlan)
-  );
-}
-
-function sameNeighbour(a: NeighbourInfo, b: NeighbourInfo): boolean {
-  return (
-    a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master
-  );
-}
 
 /** Every event the monitor emitted, in order (for re-emitting one, or checking order). */
 export type EmittedEvent = {
