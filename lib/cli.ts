@@ -160,6 +160,8 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
   },
   rewrite: (e) =>
     `rewrite: ${e.device} ${e.previous ?? 'none'} -> ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''}: ${e.detail}`,
+  adopted: (e) =>
+    `adopted: ${e.device} keeps ${e.mac} (was published as ${e.previous}); ${e.neighbours} neighbour entries restored in ${e.latencyMs.toFixed(3)} ms`,
   restored: (e) =>
     `restored: ${e.device} mac ${e.mac} and ${e.neighbours} neighbour entries in ${e.latencyMs.toFixed(3)} ms${e.deferred ? ' (after backoff)' : ''}`,
   offload: (e) => {
@@ -230,6 +232,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     'ready',
     'rewrite',
     'restored',
+    'adopted',
     'offload',
     'contested',
     'resumed',

@@ -14,7 +14,7 @@ import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 
 import { binding } from './binding';
-import { isSystemError, type SystemError } from './errors';
+import { invalidArgument, isSystemError, type SystemError } from './errors';
 import { FightTracker, type FightDecision, type FightPolicy } from './fight';
 import type {
   LinkAddedEvent,
@@ -58,6 +58,12 @@ export interface FlannelGuardOptions {
    * MAC for devices that existed before the guard; 'none' leaves them alone.
    */
   pin?: 'first-seen' | 'none';
+  /**
+   * On a rewrite: 'revert' (default) sets the desired MAC back; 'adopt' keeps
+   * the device's new MAC and has the source publish it (its `adopt`), so the
+   * other nodes follow. Either way the flushed neighbour entries are restored.
+   */
+  strategy?: 'revert' | 'adopt';
   /** Offload features to enforce (default tx-checksum-ip-generic off); 'none' leaves them alone. */
   offload?: Readonly<Record<string, boolean>> | 'none';
   /** Report what would be done, never write. */
@@ -130,6 +136,19 @@ export interface OffloadEvent extends FeatureSetResult {
   dryRun: boolean;
 }
 
+export interface AdoptedEvent {
+  device: string;
+  ifindex: number;
+  /** The device's MAC, now published as the desired one. */
+  mac: string;
+  /** The MAC the source had before. */
+  previous: string;
+  /** Permanent neighbour entries re-installed (the MAC change flushed them). */
+  neighbours: number;
+  /** From the rewrite event's arrival to the source having stored the new MAC. */
+  latencyMs: number;
+}
+
 export interface ContestedEvent {
   device: string;
   ifindex: number;
@@ -178,6 +197,7 @@ export interface FlannelGuardEvents {
   ready: [GuardReadyEvent];
   rewrite: [RewriteEvent];
   restored: [RestoredEvent];
+  adopted: [AdoptedEvent];
   offload: [OffloadEvent];
   contested: [ContestedEvent];
   resumed: [ResumedEvent];
@@ -297,6 +317,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly #source: DesiredMacSource | undefined;
   readonly #pinFirstSeen: boolean;
   readonly #offload: Readonly<Record<string, boolean>> | null;
+  readonly #strategy: 'revert' | 'adopt';
   readonly #monitor: GuardMonitor;
   readonly #ports: GuardPorts;
   readonly #clock: GuardClock;
@@ -324,7 +345,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   #eventAt = 0;
 
   /**
-   * Starts guarding: opens the monitor, waits for its first snapshot, adopts
+   * Starts guarding: opens the monitor, waits for its first snapshot, takes on
    * the managed devices and resolves once the `ready` event has been emitted.
    */
   static async start(options: FlannelGuardOptions = {}): Promise<FlannelGuard> {
@@ -356,6 +377,12 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#source = options.source;
     this.#pinFirstSeen = (options.pin ?? 'first-seen') === 'first-seen';
     this.#offload = options.offload === 'none' ? null : (options.offload ?? DEFAULT_OFFLOAD);
+    this.#strategy = options.strategy ?? 'revert';
+    if (this.#strategy === 'adopt' && !this.#source?.adopt) {
+      throw invalidArgument(
+        "strategy 'adopt' needs a source that can store a MAC (the Kubernetes node annotation)",
+      );
+    }
     this.#monitor = internals.monitor;
     this.#ports = internals.ports;
     this.#clock = internals.clock ?? realClock;
@@ -382,7 +409,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     );
   }
 
-  /** Resolves once the guard has adopted its devices and emitted `ready`. */
+  /** Resolves once the guard has taken on its devices and emitted `ready`. */
   ready(): Promise<void> {
     if (this.#started) return Promise.resolve();
     return this.#monitor.ready().then(() => {
@@ -442,24 +469,24 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   /** Takes on the devices of the first snapshot, reports `ready`, then brings them to policy. */
   #initialize(): void {
-    const adopted = this.#monitor
+    const managed = this.#monitor
       .links()
       .filter((link) => this.#isManaged(link))
       .map((link) => this.#track(link, 'start'));
     // One device that cannot be read must not keep the others unguarded.
-    for (const device of adopted) this.#handle(() => this.#readOffloads(device));
+    for (const device of managed) this.#handle(() => this.#readOffloads(device));
     this.#started = true;
     this.emit('ready', {
       netns: this.netns,
       devices: this.status(),
       dryRun: this.dryRun,
     });
-    for (const device of adopted) this.#handle(() => this.#enforce(device, 'start'));
+    for (const device of managed) this.#handle(() => this.#enforce(device, 'start'));
   }
 
   #onLinkAdded(event: LinkAddedEvent): void {
     if (!this.#started || !this.#isManaged(event.link)) return;
-    this.#adopt(
+    this.#manage(
       event.link,
       event.created ? 'created' : event.source === 'resync' ? 'resync' : 'managed',
     );
@@ -475,7 +502,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       return;
     }
     if (!device) {
-      if (managed) this.#adopt(link, 'managed');
+      if (managed) this.#manage(link, 'managed');
       return;
     }
     if (device.vanishing) return;
@@ -534,7 +561,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     return !link.loopback && this.#globs.some((glob) => glob.matches(link.name));
   }
 
-  #adopt(link: LinkInfo, reason: OffloadEvent['reason']): void {
+  #manage(link: LinkInfo, reason: OffloadEvent['reason']): void {
     this.#enforce(this.#track(link, reason), reason);
   }
 
@@ -568,7 +595,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const link = this.#currentLink(device);
     const desired = this.#desiredMac(device);
     if (link && desired && link.mac !== desired.mac) {
-      this.#onMacChanged(device, link, link.mac, 'adopt');
+      this.#onMacChanged(device, link, link.mac, 'found');
     }
   }
 
@@ -607,7 +634,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     device: ManagedDevice,
     link: LinkInfo,
     previous: string | null,
-    origin: 'event' | 'resync' | 'adopt',
+    origin: 'event' | 'resync' | 'found',
   ): void {
     const desired = this.#desiredMac(device);
     if (!desired) return;
@@ -624,7 +651,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     device.rewrites += 1;
     const sinceCreation = device.createdAt === null ? null : this.#eventAt - device.createdAt;
     const cause: RewriteCause =
-      origin === 'adopt'
+      origin === 'found'
         ? 'found-at-start'
         : origin === 'resync'
           ? 'found-on-resync'
@@ -647,7 +674,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     if (this.dryRun) return;
     this.#decide(device, key, this.#fight.recordRewrite(key), {
       correct: (deferred) => {
-        this.#correctMac(device, deferred);
+        if (this.#strategy === 'adopt' && desired.kind === 'source') this.#adoptMac(device);
+        else this.#correctMac(device, deferred);
       },
       contested: (rewrites) => ({
         what: 'mac',
@@ -765,6 +793,41 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         deferred,
       });
       this.#checkOffloads(device, 'correction');
+    });
+  }
+
+  /**
+   * The 'adopt' strategy: keep the device's MAC, put back the neighbour
+   * entries its change flushed, and have the source publish the MAC.
+   */
+  #adoptMac(device: ManagedDevice): void {
+    const source = this.#source;
+    const desired = this.#desiredMac(device);
+    if (!source?.adopt || !desired || device.vanishing) return;
+    const adopt = source.adopt.bind(source);
+    this.#attempt(device, () => {
+      const target = this.#writeTarget(device);
+      if (!target?.mac || target.mac === desired.mac) return;
+      const mac = target.mac;
+      const neighbours = this.#restoreNeighbours(device);
+      const since = device.driftSince ?? this.#eventAt;
+      adopt(device.name, mac).then(
+        () => {
+          if (this.#closed) return;
+          device.driftSince = null;
+          this.emit('adopted', {
+            device: device.name,
+            ifindex: device.ifindex,
+            mac,
+            previous: desired.mac,
+            neighbours,
+            latencyMs: this.#clock.now() - since,
+          });
+        },
+        (error: unknown) => {
+          this.#fail(error);
+        },
+      );
     });
   }
 

@@ -42,6 +42,7 @@ export type { SystemError, SystemErrorFields } from './errors';
 export { compileInterfaceGlob, parseMac, validateInterfaceName } from './validate';
 export { FlannelGuard, DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './guard';
 export type {
+  AdoptedEvent,
   ContestedEvent,
   DeviceStatus,
   FlannelGuardEvents,

@@ -11,6 +11,12 @@ export interface DesiredMacSource {
   readonly name: string;
   /** The desired MAC of the device called `device`, or undefined for no opinion. */
   desiredMac(device: string): string | undefined;
+  /**
+   * Makes `mac` the desired MAC of `device` where the source keeps it (the
+   * 'adopt' strategy: e.g. patching the node annotation other nodes read).
+   * Resolves once stored; `desiredMac` answers `mac` from then on.
+   */
+  adopt?(device: string, mac: string): Promise<void>;
   /** Calls `listener` whenever an answer may have changed; returns an unsubscribe function. */
   subscribe?(listener: () => void): () => void;
   /** Releases what the source holds (connections, timers). */
