@@ -1,0 +1,281 @@
+/**
+ * The package as users get it: `npm pack`, then installed from the tarball
+ * into an empty project (offline: the tarball and the npm cache `npm ci`
+ * filled), where the addon builds at install time; then the bin, a strict
+ * TypeScript consumer and a plain ESM consumer run against it.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { Netns } from './support/netns';
+
+const root = join(__dirname, '..', '..');
+const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+  version: string;
+};
+const typesNodeVersion = (
+  JSON.parse(
+    readFileSync(join(root, 'node_modules', '@types', 'node', 'package.json'), 'utf8'),
+  ) as {
+    version: string;
+  }
+).version;
+const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+
+function run(
+  command: string,
+  args: readonly string[],
+  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+): SpawnSyncReturns<string> {
+  const result = spawnSync(command, args, {
+    cwd: options.cwd,
+    env: options.env ?? process.env,
+    encoding: 'utf8',
+    timeout: options.timeoutMs ?? 60_000,
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  if (result.error) throw result.error;
+  return result;
+}
+
+function ok(result: SpawnSyncReturns<string>, what: string): string {
+  assert.equal(result.status, 0, `${what} failed:\n${result.stdout}\n${result.stderr}`);
+  return result.stdout;
+}
+
+const TS_CONSUMER = `
+import {
+  FlannelGuard,
+  LinkMonitor,
+  getLinks,
+  parseMac,
+  type FlannelGuardEvents,
+  type LinkChangedEvent,
+  type LinkInfo,
+  type LinkMonitorEvents,
+  type RewriteEvent,
+} from 'flannel-guard';
+
+const describeChange = (event: LinkChangedEvent): string =>
+  \`\${event.link.name}: \${event.previous.mac ?? 'none'} -> \${event.link.mac ?? 'none'}\`;
+const describeRewrite = (event: RewriteEvent): string => \`\${event.device} \${event.cause}\`;
+type Ready = FlannelGuardEvents['ready'][0];
+type Added = LinkMonitorEvents['linkAdded'][0];
+const deviceNames = (ready: Ready): string[] => ready.devices.map((d) => d.name);
+const created = (added: Added): boolean => added.created;
+
+// The public types must be real: these misuses have to be compile errors.
+// @ts-expect-error netns is a string
+void (() => new LinkMonitor({ netns: 42 }));
+// @ts-expect-error there is no such event
+void ((monitor: LinkMonitor) => monitor.on('linkExploded', () => undefined));
+// @ts-expect-error a LinkInfo's mac is a string or null
+const wrongMac: number = ({} as LinkInfo).mac;
+
+async function main(): Promise<void> {
+  const links = await getLinks({ netns: process.argv[2] ?? '' });
+  console.log(
+    JSON.stringify({
+      links: links.map((l) => l.name).sort(),
+      mac: parseMac('0E:00:00:00:00:01'),
+      classes: [typeof FlannelGuard, typeof LinkMonitor],
+      helpers: [typeof describeChange, typeof describeRewrite, typeof deviceNames, typeof created, wrongMac],
+    }),
+  );
+}
+void main();
+`;
+
+const ESM_CONSUMER = `
+import { FlannelGuard, LinkMonitor, getLinks, parseMac } from 'flannel-guard';
+import flannelGuard from 'flannel-guard';
+const links = await getLinks({ netns: process.argv[2] });
+console.log(JSON.stringify({
+  links: links.map((l) => l.name).sort(),
+  mac: parseMac('0E:00:00:00:00:02'),
+  classes: [typeof FlannelGuard, typeof LinkMonitor, typeof flannelGuard.FlannelGuard],
+}));
+`;
+
+describe('the npm package (pack, install from the tarball, use)', function () {
+  this.timeout(600_000);
+  let work: string;
+  let consumer: string;
+  let tarball: string;
+  let files: string[];
+  let ns: Netns;
+
+  before(async function () {
+    work = mkdtempSync(join(tmpdir(), 'fgt-package-'));
+    consumer = join(work, 'consumer');
+    mkdirSync(consumer);
+    // --ignore-scripts: dist/ is already built, and `prepare` would rebuild it under running tests.
+    const packed = JSON.parse(
+      ok(
+        run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], {
+          cwd: root,
+        }),
+        'npm pack',
+      ),
+    ) as { filename: string; files: { path: string }[] }[];
+    const [entry] = packed;
+    assert.ok(entry);
+    tarball = join(work, entry.filename);
+    files = entry.files.map((f) => f.path).sort();
+    writeFileSync(
+      join(consumer, 'package.json'),
+      JSON.stringify({ name: 'consumer', version: '1.0.0', private: true }),
+    );
+    ok(
+      run(
+        'npm',
+        [
+          'install',
+          '--offline',
+          '--no-audit',
+          '--no-fund',
+          tarball,
+          `@types/node@${typesNodeVersion}`,
+        ],
+        { cwd: consumer, env: { ...process.env, JOBS: '2' }, timeoutMs: 480_000 },
+      ),
+      'npm install from the tarball',
+    );
+    ns = await Netns.create('fgt-pkg');
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
+  });
+
+  after(async function () {
+    await ns.destroy();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  it('ships what a user needs and nothing else', function () {
+    for (const needed of [
+      'README.md',
+      'LICENSE',
+      'CHANGELOG.md',
+      'package.json',
+      'binding.gyp',
+      'scripts/install.cjs',
+      'dist/lib/index.js',
+      'dist/lib/index.d.ts',
+      'dist/lib/cli.js',
+      'native/netlink_parser.cc',
+      'native/addon/addon.cc',
+    ]) {
+      assert.ok(files.includes(needed), `${needed} is in the tarball`);
+    }
+    const unwanted = files.filter(
+      (path) =>
+        /^(test|build|dist\/test|dist\/scripts|native\/tests|native\/fuzz|deploy|\.ci)\//.test(
+          path,
+        ) || /\.(map|tgz|orig|swp)$|~$|^\./.test(path),
+    );
+    assert.deepEqual(unwanted, []);
+  });
+
+  it('installs: the addon was built at install time and the bin reports the version', function () {
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    assert.ok(
+      readFileSync(join(installed, 'build', 'Release', 'flannel_guard.node')).length > 0,
+      'addon built by the install script',
+    );
+    const version = ok(
+      run('npm', ['exec', '--offline', '--', 'flannel-guard', '--version'], { cwd: consumer }),
+      '--version',
+    );
+    assert.equal(version.trim(), manifest.version);
+  });
+
+  it('runs `flannel-guard status --json` from the installed package', function () {
+    const out = ok(
+      run(
+        'npm',
+        ['exec', '--offline', '--', 'flannel-guard', 'status', '--json', '--netns', ns.name],
+        {
+          cwd: consumer,
+        },
+      ),
+      'status --json',
+    );
+    const report = JSON.parse(out) as {
+      netns: string;
+      devices: { name: string; offloads: object }[];
+    };
+    assert.equal(report.netns, ns.name);
+    assert.deepEqual(
+      report.devices.map((d) => d.name),
+      ['flannel.1'],
+    );
+  });
+
+  it('compiles a strict TypeScript consumer against the public types, and runs it', function () {
+    writeFileSync(join(consumer, 'consumer.ts'), TS_CONSUMER);
+    writeFileSync(
+      join(consumer, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          strict: true,
+          target: 'es2022',
+          module: 'node16',
+          moduleResolution: 'node16',
+          noUnusedLocals: true,
+          types: ['node'],
+          outDir: 'out',
+        },
+        files: ['consumer.ts'],
+      }),
+    );
+    ok(
+      run(process.execPath, [tsc, '-p', 'tsconfig.json'], { cwd: consumer }),
+      'tsc on the consumer',
+    );
+    const out = JSON.parse(
+      ok(run(process.execPath, ['out/consumer.js', ns.name], { cwd: consumer }), 'the TS consumer'),
+    ) as { links: string[]; mac: string; classes: string[] };
+    assert.deepEqual(out.links, ['flannel.1', 'lo']);
+    assert.equal(out.mac, '0e:00:00:00:00:01');
+    assert.deepEqual(out.classes, ['function', 'function']);
+  });
+
+  it('fails the TypeScript consumer on a type error in the use of the public API', function () {
+    writeFileSync(
+      join(consumer, 'consumer.ts'),
+      `${TS_CONSUMER}\nconst broken: string = (0 as unknown as RewriteEvent).msSinceCreation;\n`,
+    );
+    const result = run(process.execPath, [tsc, '-p', 'tsconfig.json'], { cwd: consumer });
+    assert.notEqual(result.status, 0);
+    assert.match(result.stdout, /msSinceCreation|not assignable/);
+  });
+
+  it('runs a plain ESM (.mjs) consumer with named and default imports', function () {
+    writeFileSync(join(consumer, 'consumer.mjs'), ESM_CONSUMER);
+    const out = JSON.parse(
+      ok(run(process.execPath, ['consumer.mjs', ns.name], { cwd: consumer }), 'the ESM consumer'),
+    ) as { links: string[]; mac: string; classes: string[] };
+    assert.deepEqual(out.links, ['flannel.1', 'lo']);
+    assert.equal(out.mac, '0e:00:00:00:00:02');
+    assert.deepEqual(out.classes, ['function', 'function', 'function']);
+  });
+
+  it('says in one line what to install when there is no C++ toolchain', function () {
+    // A PATH with node only: no make, no compiler, no python3.
+    const bare = join(work, 'bare-bin');
+    mkdirSync(bare);
+    symlinkSync(process.execPath, join(bare, 'node'));
+    const script = join(consumer, 'node_modules', 'flannel-guard', 'scripts', 'install.cjs');
+    const result = run(process.execPath, [script], {
+      cwd: join(consumer, 'node_modules', 'flannel-guard'),
+      env: { PATH: bare },
+    });
+    assert.equal(result.status, 1);
+    const lines = result.stderr.trim().split('\n');
+    assert.equal(lines.length, 1, result.stderr);
+    assert.match(lines[0] ?? '', /make, a C\+\+ compiler \(g\+\+\), python3 not found/);
+    assert.match(lines[0] ?? '', /apt-get install build-essential python3/);
+  });
+});
