@@ -84,9 +84,15 @@ export interface RawMonitorOptions extends RawNetnsOptions {
   neighbours?: boolean;
 }
 
+export interface RawLinkFilter {
+  ifindexes: number[];
+  namePrefixes: string[];
+}
+
 export interface RawMonitor {
   start(): void;
   resync(): void;
+  setFilter(filter: RawLinkFilter | null): void;
   ref(): void;
   unref(): void;
   stats(): RawMonitorStats;

@@ -49,6 +49,7 @@ interface WatchFlags extends CommonFlags {
   maxRewrites: string;
   rewriteWindow: string;
   quietPeriod: string;
+  kernelFilter: boolean;
 }
 
 function positiveInteger(flag: string, value: string): number {
@@ -212,6 +213,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     },
   };
   if (flags.dryRun) options.dryRun = true;
+  if (!flags.kernelFilter) options.kernelFilter = false;
   if (flags.receiveBuffer !== undefined) {
     options.receiveBuffer = positiveInteger('--receive-buffer', flags.receiveBuffer);
   }

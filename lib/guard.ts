@@ -26,7 +26,7 @@ import type {
   OverrunEvent,
   ResyncEvent,
 } from './monitor';
-import { LinkMonitor } from './monitor';
+import { LinkMonitor, type LinkFilter } from './monitor';
 import { controlPorts, type GuardPorts } from './ports';
 import { neighbourKey } from './records';
 import { explicitMacSource, type DesiredMacSource } from './sources';
@@ -72,6 +72,11 @@ export interface FlannelGuardOptions {
   fight?: Partial<FightPolicy>;
   /** Netlink socket receive buffer in bytes. */
   receiveBuffer?: number;
+  /**
+   * Filter unrelated link notifications in the kernel (default true): a flood
+   * of changes to other devices then never reaches the guard.
+   */
+  kernelFilter?: boolean;
 }
 
 export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
@@ -213,6 +218,7 @@ export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
   readonly isReady: boolean;
   links(): LinkInfo[];
   getLink(ifindex: number): LinkInfo | undefined;
+  setFilter?(filter: LinkFilter | null): void;
   neighbours(filter?: { ifindex?: number }): NeighbourInfo[];
   ready(): Promise<void>;
   ref(): unknown;
@@ -318,6 +324,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly #pinFirstSeen: boolean;
   readonly #offload: Readonly<Record<string, boolean>> | null;
   readonly #strategy: 'revert' | 'adopt';
+  readonly #kernelFilter: boolean;
   readonly #monitor: GuardMonitor;
   readonly #ports: GuardPorts;
   readonly #clock: GuardClock;
@@ -378,6 +385,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#pinFirstSeen = (options.pin ?? 'first-seen') === 'first-seen';
     this.#offload = options.offload === 'none' ? null : (options.offload ?? DEFAULT_OFFLOAD);
     this.#strategy = options.strategy ?? 'revert';
+    this.#kernelFilter = options.kernelFilter ?? true;
     if (this.#strategy === 'adopt' && !this.#source?.adopt) {
       throw invalidArgument(
         "strategy 'adopt' needs a source that can store a MAC (the Kubernetes node annotation)",
@@ -475,6 +483,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       .map((link) => this.#track(link, 'start'));
     // One device that cannot be read must not keep the others unguarded.
     for (const device of managed) this.#handle(() => this.#readOffloads(device));
+    this.#updateFilter();
     this.#started = true;
     this.emit('ready', {
       netns: this.netns,
@@ -586,7 +595,17 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       if (isPermanentIpNeighbour(entry)) device.neighbours.set(neighbourKey(entry), entry);
     }
     this.#devices.set(link.ifindex, device);
+    if (this.#started) this.#updateFilter();
     return device;
+  }
+
+  /** Lets through the kernel's filter what the guard needs: its globs and its devices. */
+  #updateFilter(): void {
+    if (!this.#kernelFilter) return;
+    this.#monitor.setFilter?.({
+      ifindexes: [...this.#devices.keys()],
+      namePrefixes: this.#globs.map((glob) => glob.prefix),
+    });
   }
 
   /** Applies the offload policy and, when a source disagrees with the device already, the MAC. */
@@ -603,6 +622,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#cancelTimers(device);
     this.#fight.resetPrefix(`${device.ifindex}|`);
     this.#devices.delete(device.ifindex);
+    this.#updateFilter();
     this.emit('released', { device: device.name, ifindex: device.ifindex, reason });
   }
 

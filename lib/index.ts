@@ -3,6 +3,7 @@ export type {
   ChangeSource,
   LinkAddedEvent,
   LinkChangedEvent,
+  LinkFilter,
   LinkKernelEvent,
   LinkMonitorEvent,
   LinkMonitorEvents,

@@ -21,6 +21,14 @@ import { neighbourKey, sameLink, sameNeighbour, toLinkInfo, toNeighbourInfo } fr
 import type { LinkInfo, NeighbourInfo } from './types';
 import { resolveNetnsPath } from './validate';
 
+/** See LinkMonitor.setFilter. */
+export interface LinkFilter {
+  /** Devices whose every notification must reach the monitor. */
+  ifindexes: number[];
+  /** Link notifications whose interface name starts with one of these reach it too. */
+  namePrefixes: string[];
+}
+
 export interface LinkMonitorOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
   netns?: string;
@@ -269,6 +277,20 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       neighbours: this.#neighbours.size,
       queueOverruns: this.#queueOverruns,
     };
+  }
+
+  /**
+   * Keeps unrelated link notifications in the kernel (a classic BPF socket
+   * filter): only new devices, deletions, the listed devices, names with a
+   * listed prefix, dump replies and neighbour messages reach the monitor, so
+   * a flood of changes to other devices cannot overrun it. While a filter is
+   * set, other devices in the snapshot are only as fresh as the last resync.
+   * `null` removes it.
+   */
+  setFilter(filter: LinkFilter | null): void {
+    this.#native.setFilter(
+      filter ? { ifindexes: [...filter.ifindexes], namePrefixes: [...filter.namePrefixes] } : null,
+    );
   }
 
   /** Re-dumps everything now (coalesced with any resync in progress). */

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "netlink_parser.h"
 #include "netlink_socket.h"
 #include "result.h"
+#include "socket_filter.h"
 
 namespace fg {
 
@@ -93,6 +95,12 @@ class MonitorCore {
 
   // One wake of the poll: reads until the socket is empty or `maxDatagrams` were read.
   void ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out);
+
+  // Keeps unrelated link notifications out of the socket (see socket_filter.h);
+  // without a filter, every notification is read.
+  Result<Unit> SetFilter(const std::optional<LinkFilter>& filter) {
+    return socket_.SetFilter(filter ? BuildLinkFilter(*filter) : std::vector<sock_filter>{});
+  }
 
   void Close() { socket_.Close(); }
 

@@ -170,6 +170,25 @@ Result<Unit> NetlinkSocket::Send(const std::vector<uint8_t>& request) {
   }
 }
 
+Result<Unit> NetlinkSocket::SetFilter(const std::vector<sock_filter>& program) {
+  if (program.empty()) {
+    // The value is ignored, but the kernel wants an int's worth of it.
+    const int unused = 0;
+    if (setsockopt(fd_, SOL_SOCKET, SO_DETACH_FILTER, &unused, sizeof(unused)) != 0 &&
+        errno != ENOENT) {
+      return Errno("setsockopt");
+    }
+    return Unit{};
+  }
+  sock_fprog filter{};
+  filter.len = static_cast<unsigned short>(program.size());
+  filter.filter = const_cast<sock_filter*>(program.data());
+  if (setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &filter, sizeof(filter)) != 0) {
+    return Errno("setsockopt");
+  }
+  return Unit{};
+}
+
 Result<NetlinkSocket::Received> NetlinkSocket::Receive(std::vector<uint8_t>* buffer,
                                                        size_t* length) {
   ssize_t size;

@@ -3,6 +3,8 @@
 // that never parse a truncated or foreign datagram. No Node dependency.
 #pragma once
 
+#include <linux/filter.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +55,9 @@ class NetlinkSocket {
   void Close();
 
   Result<Unit> Send(const std::vector<uint8_t>& request);
+
+  // Replaces the socket's classic BPF filter; an empty program removes it.
+  Result<Unit> SetFilter(const std::vector<sock_filter>& program);
 
   enum class Received : uint8_t {
     kDatagram,       // `*length` bytes from the kernel are in the buffer

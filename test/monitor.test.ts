@@ -228,6 +228,45 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(m.getLink('vx1')?.mac, '0e:00:00:00:00:77');
   });
 
+  it('with a kernel filter, unrelated link changes never arrive; new, named and listed devices do', async function () {
+    await ns.ipBatch([
+      'link add ifb1 type ifb',
+      'link add flannel.1 type vxlan id 1 dstport 8472 nolearning',
+    ]);
+    const m = await open();
+    const ifb1 = m.getLink('ifb1');
+    assert.ok(ifb1);
+    m.setFilter({ ifindexes: [], namePrefixes: ['flannel.'] });
+    const changes = collectEvents(m, 'linkChanged');
+    // The kernel delivers in order: once the sentinel change arrives, a passed ifb1 change would have too.
+    const sentinel = nextEvent(
+      m,
+      'linkChanged',
+      (e) => e.link.name === 'flannel.1' && e.link.mtu === 1400,
+    );
+    await ns.ip('link set ifb1 mtu 1400');
+    await ns.ip('link set flannel.1 mtu 1400');
+    await sentinel;
+    assert.deepEqual(
+      changes.events.map((e) => e.link.name),
+      ['flannel.1'],
+    );
+    // New devices pass whatever their name; listed ones pass under any name.
+    const added = nextEvent(m, 'linkAdded', (e) => e.link.name === 'ifb2');
+    await ns.ip('link add ifb2 type ifb');
+    await added;
+    m.setFilter({ ifindexes: [ifb1.ifindex], namePrefixes: ['flannel.'] });
+    const listed = nextEvent(m, 'linkChanged', (e) => e.link.ifindex === ifb1.ifindex);
+    await ns.ip('link set ifb1 mtu 1300');
+    assert.equal((await listed)[0].link.mtu, 1300);
+    // Removed: everything arrives again.
+    m.setFilter(null);
+    const unfiltered = nextEvent(m, 'linkChanged', (e) => e.link.name === 'ifb2');
+    await ns.ip('link set ifb2 mtu 1200');
+    await unfiltered;
+    changes.stop();
+  });
+
   it('yields events through async iteration and ends on abort', async function () {
     const m = await open();
     const controller = new AbortController();

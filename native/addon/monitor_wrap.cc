@@ -87,6 +87,7 @@ Napi::Function MonitorWrap::Define(Napi::Env env) {
                      {
                          InstanceMethod<&MonitorWrap::Start>("start"),
                          InstanceMethod<&MonitorWrap::Resync>("resync"),
+                         InstanceMethod<&MonitorWrap::SetFilter>("setFilter"),
                          InstanceMethod<&MonitorWrap::Ref>("ref"),
                          InstanceMethod<&MonitorWrap::Unref>("unref"),
                          InstanceMethod<&MonitorWrap::Stats>("stats"),
@@ -168,6 +169,35 @@ Napi::Value MonitorWrap::Start(const Napi::CallbackInfo& info) {
 Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
   if (started_ && !closed_) poll_->core->RequestResync("requested", &pending_);
   return info.Env().Undefined();
+}
+
+// setFilter({ ifindexes: number[], namePrefixes: string[] } | null)
+Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::optional<LinkFilter> filter;
+  if (info[0].IsObject()) {
+    filter.emplace();
+    const Napi::Object options = info[0].As<Napi::Object>();
+    const Napi::Value ifindexes = options.Get("ifindexes");
+    const Napi::Value prefixes = options.Get("namePrefixes");
+    if (!ifindexes.IsArray() || !prefixes.IsArray()) {
+      throw Napi::TypeError::New(env, "setFilter({ ifindexes: number[], namePrefixes: string[] })");
+    }
+    const auto indexList = ifindexes.As<Napi::Array>();
+    for (uint32_t i = 0; i < indexList.Length(); ++i) {
+      filter->ifindexes.push_back(indexList.Get(i).ToNumber().Int32Value());
+    }
+    const auto prefixList = prefixes.As<Napi::Array>();
+    for (uint32_t i = 0; i < prefixList.Length(); ++i) {
+      filter->namePrefixes.push_back(prefixList.Get(i).ToString().Utf8Value());
+    }
+  } else if (!info[0].IsNull()) {
+    throw Napi::TypeError::New(env, "setFilter(filter | null)");
+  }
+  if (!poll_) throw Napi::Error::New(env, "monitor is closed");
+  Result<Unit> set = poll_->core->SetFilter(filter);
+  if (!set.ok()) ThrowSysError(env, set.error(), netnsLabel_);
+  return env.Undefined();
 }
 
 Napi::Value MonitorWrap::Ref(const Napi::CallbackInfo& info) {

@@ -34,6 +34,7 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
 
   Napi::Value Start(const Napi::CallbackInfo& info);
   Napi::Value Resync(const Napi::CallbackInfo& info);
+  Napi::Value SetFilter(const Napi::CallbackInfo& info);
   Napi::Value Ref(const Napi::CallbackInfo& info);
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
