@@ -353,6 +353,10 @@ function program(): Command {
       'netlink socket receive buffer (default: the kernel default)',
     )
     .option(
+      '--no-kernel-filter',
+      'let every link notification of the namespace reach the guard (default: filtered in the kernel)',
+    )
+    .option(
       '--max-rewrites <n>',
       'rewrites within the window after which a device is contested and left alone',
       String(DEFAULT_FIGHT_POLICY.maxRewrites),

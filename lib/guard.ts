@@ -546,20 +546,23 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const device = this.#devices.get(entry.ifindex);
     if (!device || entry.family === 'bridge' || !entry.permanent) return;
     // Flushed by a MAC change (or a down): not removed on purpose, so kept for
-    // restoring. Missing after lost events on a device whose MAC drifted: the
-    // same flush, seen late.
-    if (event.cause === 'flush') return;
-    if (event.cause === 'resync' && this.#isDrifted(device)) return;
+    // restoring. Found missing by a re-dump after lost notifications: most
+    // likely the same flush seen late (a rewrite put back by someone else
+    // meanwhile), so kept too, and put back at the resync's end.
+    if (event.cause === 'flush' || event.cause === 'resync') return;
     device.neighbours.delete(neighbourKey(entry));
   }
 
   #onResync(event: ResyncEvent): void {
     if (event.phase === 'begin') this.#counters.resyncs += 1;
     this.emit('resync', event);
-    // Feature notifications may have been lost with the rest.
+    // Feature and neighbour notifications may have been lost with the rest.
     if (event.phase === 'end' && this.#started) {
       for (const device of this.#devices.values()) {
-        this.#handle(() => this.#checkOffloads(device, 'resync'));
+        this.#handle(() => {
+          this.#checkOffloads(device, 'resync');
+          if (event.consistent === true && !this.#isDrifted(device)) this.#restoreMissing(device);
+        });
       }
     }
   }
@@ -848,6 +851,16 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
           this.#fail(error);
         },
       );
+    });
+  }
+
+  /** After a re-dump: puts back kept entries the kernel no longer has. */
+  #restoreMissing(device: ManagedDevice): void {
+    if (this.dryRun) return;
+    const present = new Set(this.#monitor.neighbours({ ifindex: device.ifindex }).map(neighbourKey));
+    if ([...device.neighbours.keys()].every((key) => present.has(key))) return;
+    this.#attempt(device, () => {
+      if (this.#writeTarget(device)) this.#restoreNeighbours(device);
     });
   }
 

@@ -31,6 +31,14 @@ void MonitorCore::MarkResyncPending(const char* reason) {
   resyncPending_ = true;
 }
 
+void MonitorCore::NoteLostNotifications() {
+  // A resync under way can no longer tell what is gone: what was re-added by
+  // a lost notification is missing from it too. Its end applies no removals;
+  // the resync that follows does.
+  if (phase_ != Phase::kIdle) resyncConsistent_ = false;
+  MarkResyncPending("overrun");
+}
+
 void MonitorCore::BeginResync(std::vector<MonitorItem>* out) {
   resyncPending_ = false;
   ++stats_.resyncs;
@@ -165,12 +173,12 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
       case NetlinkSocket::Received::kOverrun:
         ++stats_.overruns;
         out->push_back(OverrunItem{"ENOBUFS"});
-        MarkResyncPending("overrun");
+        NoteLostNotifications();
         continue;
       case NetlinkSocket::Received::kTruncated:
         ++stats_.truncatedDrops;
         out->push_back(OverrunItem{"truncated"});
-        MarkResyncPending("overrun");
+        NoteLostNotifications();
         continue;
       case NetlinkSocket::Received::kForeignSender:
         ++stats_.foreignSenderDrops;

@@ -115,6 +115,7 @@ class MonitorCore {
 
   void Drain(size_t maxDatagrams, std::vector<MonitorItem>* out);
   void MarkResyncPending(const char* reason);
+  void NoteLostNotifications();
   void BeginResync(std::vector<MonitorItem>* out);
   void SendDump(std::vector<MonitorItem>* out);
   void FinishDump(int32_t error, std::vector<MonitorItem>* out);
