@@ -9,6 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { Command, CommanderError, Option } from 'commander';
+import pino from 'pino';
 
 import { isSystemError } from './errors';
 import {
@@ -23,8 +24,13 @@ import { openControl } from './oneshot';
 import { explicitMacSource } from './sources';
 import { compileInterfaceGlob, resolveNetnsPath } from './validate';
 import { readStatus, type StatusReport } from './status';
+import { detectCluster, type ClusterSettings } from './kubernetes/cluster';
+import { parseListenAddress, type ListenAddress } from './kubernetes/server';
+import { WatchServices } from './kubernetes/watch';
 
 const EXIT_USAGE = 2;
+/** The metrics and health endpoint's address when running against a cluster. */
+export const DEFAULT_METRICS_ADDRESS = '127.0.0.1:9464';
 const EXIT_NOPERM = 77;
 
 /** A flag or value that is wrong: printed as one line, exit status 2. */
@@ -50,6 +56,12 @@ interface WatchFlags extends CommonFlags {
   rewriteWindow: string;
   quietPeriod: string;
   kernelFilter: boolean;
+  strategy: 'revert' | 'adopt';
+  node?: string;
+  kubeconfig?: string;
+  metricsAddress?: string;
+  sourceTimeout: string;
+  onNetnsDeleted: 'close' | 'continue';
 }
 
 function positiveInteger(flag: string, value: string): number {
@@ -133,11 +145,6 @@ function commonOptions(
 
 export type GuardEventName = Exclude<keyof FlannelGuardEvents, 'close'>;
 
-function jsonLine(event: string, payload: object): string {
-  const body = payload instanceof Error ? errorFields(payload) : payload;
-  return JSON.stringify({ event, time: new Date().toISOString(), ...body });
-}
-
 function errorFields(error: Error): object {
   return { message: error.message, ...Object.fromEntries(Object.entries(error)) };
 }
@@ -189,15 +196,157 @@ export function describe<Name extends GuardEventName>(
   return describers[event](payload);
 }
 
+type Level = 'info' | 'warn' | 'error';
+
+const GUARD_LEVELS: Record<GuardEventName, Level> = {
+  ready: 'info',
+  rewrite: 'warn',
+  restored: 'info',
+  adopted: 'info',
+  offload: 'info',
+  contested: 'warn',
+  resumed: 'info',
+  released: 'info',
+  overrun: 'warn',
+  resync: 'info',
+  error: 'error',
+};
+
+/**
+ * Where `watch` writes: with --json one JSON object per line through pino,
+ * field `event` first, then `time` (ISO 8601) and `level`; otherwise
+ * readable lines. Lines other than guard events wait until `ready` has been
+ * written, so that `ready` stays the first line.
+ */
+class Output {
+  readonly #logger: pino.Logger | undefined;
+  readonly #held: (() => void)[] = [];
+  #readySeen = false;
+
+  constructor(json: boolean) {
+    this.#logger = json
+      ? pino(
+          {
+            base: undefined,
+            timestamp: false,
+            // No level in front: the mixin's keys (event, time, level) come first.
+            formatters: { level: () => ({}) },
+            mixin: (object: { event?: unknown }, level: number, logger: pino.Logger) => ({
+              event: object.event,
+              time: new Date().toISOString(),
+              level: logger.levels.labels[level],
+            }),
+            // An empty level object leaves pino's line starting with "{,": drop the comma.
+            hooks: {
+              streamWrite: (line: string) => (line.startsWith('{,') ? `{${line.slice(2)}` : line),
+            },
+          },
+          pino.destination({ fd: 1, sync: true }),
+        )
+      : undefined;
+  }
+
+  guard<Name extends GuardEventName>(
+    event: Name,
+    payload: FlannelGuardEvents[Name][0],
+    extra: object = {},
+  ): void {
+    const body = payload instanceof Error ? errorFields(payload) : payload;
+    this.#write(event, GUARD_LEVELS[event], { ...body, ...extra }, describe(event, payload));
+    if (event === 'ready') this.release();
+  }
+
+  /** A line that is not a guard event: the source's state, annotation writes, Events. */
+  readonly line = (event: string, level: Level, fields: object, text: string): void => {
+    if (this.#readySeen) this.#write(event, level, fields, text);
+    else this.#held.push(() => this.#write(event, level, fields, text));
+  };
+
+  /** Writes the lines held back (after `ready`, or when exiting without it). */
+  release(): void {
+    this.#readySeen = true;
+    for (const write of this.#held.splice(0)) write();
+  }
+
+  #write(event: string, level: Level, fields: object, text: string): void {
+    if (this.#logger) this.#logger[level]({ event, ...fields });
+    else process.stdout.write(`${new Date().toISOString()} ${text}\n`);
+  }
+}
+
 function printer(
-  json: boolean,
+  output: Output,
+  services: WatchServices | null,
 ): <Name extends GuardEventName>(event: Name, payload: FlannelGuardEvents[Name][0]) => void {
   return (event, payload) => {
-    const line = json
-      ? jsonLine(event, payload)
-      : `${new Date().toISOString()} ${describe(event, payload)}`;
-    process.stdout.write(`${line}\n`);
+    output.guard(event, payload, event === 'ready' ? (services?.readyFields() ?? {}) : {});
   };
+}
+
+// --- Kubernetes, metrics -------------------------------------------------------
+
+function clusterOf(flags: WatchFlags): ClusterSettings | null {
+  try {
+    return detectCluster(
+      { node: flags.node, kubeconfig: flags.kubeconfig },
+      process.env,
+      existsSync,
+    );
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
+/**
+ * Starts what runs next to the guard with a cluster or a metrics address
+ * (null: neither); 'stopped' when a signal arrived meanwhile.
+ */
+async function startServices(
+  flags: WatchFlags,
+  options: FlannelGuardOptions,
+  output: Output,
+): Promise<WatchServices | null | 'stopped'> {
+  const cluster = clusterOf(flags);
+  const address = flags.metricsAddress ?? (cluster ? DEFAULT_METRICS_ADDRESS : 'off');
+  let metricsAddress: ListenAddress | 'off' = 'off';
+  if (address !== 'off') {
+    try {
+      metricsAddress = parseListenAddress(address);
+    } catch (error) {
+      throw new UsageError(`--metrics-address ${(error as Error).message}`);
+    }
+  }
+  const sourceTimeoutMs = positiveInteger('--source-timeout', flags.sourceTimeout);
+  if (flags.strategy === 'adopt') {
+    if (!cluster) {
+      throw new UsageError(
+        '--strategy adopt needs the node annotation: --kubeconfig, or KUBECONFIG with --node or NODE_NAME, or a pod',
+      );
+    }
+    options.strategy = 'adopt';
+  }
+  if (!cluster && metricsAddress === 'off') return null;
+  let stop = (): void => {};
+  const interrupted = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    const services = await WatchServices.start({
+      cluster,
+      metricsAddress,
+      sourceTimeoutMs,
+      dryRun: flags.dryRun ?? false,
+      log: output.line,
+      interrupted,
+    });
+    if (services !== 'stopped' && services.source) options.source = services.source;
+    return services;
+  } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+  }
 }
 
 // --- commands -----------------------------------------------------------------
@@ -214,11 +363,21 @@ async function watch(flags: WatchFlags): Promise<number> {
   };
   if (flags.dryRun) options.dryRun = true;
   if (!flags.kernelFilter) options.kernelFilter = false;
+  options.onNetnsDeleted = flags.onNetnsDeleted;
   if (flags.receiveBuffer !== undefined) {
     options.receiveBuffer = positiveInteger('--receive-buffer', flags.receiveBuffer);
   }
-  const print = printer(flags.json ?? false);
-  const guard = new FlannelGuard(options);
+  const output = new Output(flags.json ?? false);
+  const services = await startServices(flags, options, output);
+  if (services === 'stopped') return 0;
+  const print = printer(output, services);
+  let guard: FlannelGuard;
+  try {
+    guard = new FlannelGuard(options);
+  } catch (error) {
+    await services?.close();
+    throw error;
+  }
   // Handlers first: a signal that arrives while the guard starts up still closes it cleanly.
   const signal = { received: false };
   const stopped = new Promise<number>((resolve) => {
@@ -229,6 +388,10 @@ async function watch(flags: WatchFlags): Promise<number> {
     };
     process.once('SIGINT', stop);
     process.once('SIGTERM', stop);
+    // Closed by itself (its namespace was deleted): a failure.
+    guard.once('close', () => {
+      resolve(signal.received ? 0 : 1);
+    });
   });
   const names: GuardEventName[] = [
     'ready',
@@ -249,13 +412,21 @@ async function watch(flags: WatchFlags): Promise<number> {
       print(name, payload);
     });
   }
+  services?.attach(guard);
   try {
     await guard.ready();
   } catch (error) {
     guard.close();
-    if (!signal.received) throw error; // closed by a signal while starting: a clean stop
+    if (!signal.received) {
+      await services?.close();
+      output.release();
+      throw error;
+    }
   }
-  return stopped;
+  const code = await stopped;
+  await services?.close();
+  output.release();
+  return code;
 }
 
 async function status(flags: CommonFlags): Promise<number> {
@@ -352,6 +523,14 @@ function program(): Command {
       '--receive-buffer <bytes>',
       'netlink socket receive buffer (default: the kernel default)',
     )
+    .addOption(
+      new Option(
+        '--on-netns-deleted <action>',
+        'when the --netns namespace is deleted under the guard',
+      )
+        .choices(['close', 'continue'])
+        .default('close'),
+    )
     .option(
       '--no-kernel-filter',
       'let every link notification of the namespace reach the guard (default: filtered in the kernel)',
@@ -370,6 +549,31 @@ function program(): Command {
       '--quiet-period <ms>',
       'a contested device is corrected again after this long without a rewrite',
       String(DEFAULT_FIGHT_POLICY.quietMs),
+    )
+    .addOption(
+      new Option(
+        '--strategy <strategy>',
+        "on a rewrite: set the published MAC back (revert), or keep the device's MAC and publish it in the node annotation (adopt)",
+      )
+        .choices(['revert', 'adopt'])
+        .default('revert'),
+    )
+    .option(
+      '--node <name>',
+      "this node's name in the cluster, whose annotation gives the desired MACs (default: $NODE_NAME)",
+    )
+    .option(
+      '--kubeconfig <file>',
+      "kubeconfig to reach the cluster (default: $KUBECONFIG, else the pod's service account)",
+    )
+    .option(
+      '--metrics-address <host:port|off>',
+      `serve /metrics, /healthz and /readyz there (default: ${DEFAULT_METRICS_ADDRESS} with the Kubernetes source, off otherwise)`,
+    )
+    .option(
+      '--source-timeout <ms>',
+      'how long to wait for the first read of the Node before guarding without it',
+      '10000',
     )
     .action(async (flags: WatchFlags) => {
       process.exitCode = await watch(flags);

@@ -11,6 +11,8 @@
  * the desired values, so they are recognised by value and never counted.
  */
 import { EventEmitter } from 'node:events';
+import { watch } from 'node:fs';
+import { dirname } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import { binding } from './binding';
@@ -77,6 +79,12 @@ export interface FlannelGuardOptions {
    * of changes to other devices then never reaches the guard.
    */
   kernelFilter?: boolean;
+  /**
+   * When the named network namespace is deleted under the guard: 'close'
+   * (default) reports an ENOENT error and closes; 'continue' reports it and
+   * keeps guarding the devices the guard's sockets still hold.
+   */
+  onNetnsDeleted?: 'close' | 'continue';
 }
 
 export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
@@ -291,6 +299,38 @@ export interface GuardInternals {
   ports: GuardPorts;
   clock?: GuardClock;
   random?: () => number;
+  /** Calls `onDeleted` once the namespace is deleted; returns a function that stops watching. */
+  watchNetns?: (onDeleted: () => void) => () => void;
+}
+
+function currentInode(path: string): number | null {
+  try {
+    return binding.netnsInode(path);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Watches the directory of a named namespace (inotify, no polling) for the
+ * name going away or being bound to another namespace. Paths without a
+ * directory to watch (/proc/PID/ns/net) are not watched.
+ */
+function netnsWatcher(path: string): GuardInternals['watchNetns'] {
+  if (!path.startsWith('/run/netns/')) return undefined;
+  const inode = binding.netnsInode(path);
+  return (onDeleted) => {
+    const watcher = watch(dirname(path), () => {
+      if (currentInode(path) === inode) return;
+      watcher.close();
+      onDeleted();
+    });
+    // The monitor's socket keeps the process alive; the watcher must not.
+    watcher.unref();
+    return () => {
+      watcher.close();
+    };
+  };
 }
 
 /** The real sockets: a request socket (checked for write access) and a LinkMonitor. */
@@ -308,7 +348,8 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
       ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
       addrAssignType: false,
     });
-    return { monitor, ports };
+    const watchNetns = netnsPath === undefined ? undefined : netnsWatcher(netnsPath);
+    return { monitor, ports, ...(watchNetns ? { watchNetns } : {}) };
   } catch (error) {
     ports.close();
     throw error;
@@ -346,6 +387,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     resyncs: 0,
   };
   #unsubscribeSource: (() => void) | undefined;
+  #unwatchNetns: (() => void) | undefined;
   #started = false;
   #closed = false;
   /** Event currently being handled: the start of every latency figure. */
@@ -412,6 +454,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     // Adopt in the same turn as the snapshot, before any later event is handled.
     if (monitor.isReady) this.#initialize();
     else monitor.once('ready', () => this.#handle(() => this.#initialize()));
+    this.#unwatchNetns = internals.watchNetns?.(() => {
+      this.#onNetnsDeleted(options.onNetnsDeleted ?? 'close');
+    });
     this.#unsubscribeSource = this.#source?.subscribe?.(() =>
       this.#handle(() => this.#reconcileAll()),
     );
@@ -450,6 +495,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#closed = true;
     for (const device of this.#devices.values()) this.#cancelTimers(device);
     this.#unsubscribeSource?.();
+    this.#unwatchNetns?.();
     this.#monitor.close();
     this.#ports.close();
     this.emit('close');
@@ -466,6 +512,18 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     } catch (error) {
       this.#fail(error);
     }
+  }
+
+  #onNetnsDeleted(then: 'close' | 'continue'): void {
+    this.#fail(
+      Object.assign(
+        new Error(
+          `ENOENT: network namespace ${this.netns ?? ''} was deleted${then === 'close' ? '; closing' : '; still guarding what its sockets hold'}`,
+        ),
+        { code: 'ENOENT', errno: -2, syscall: 'netns', netns: this.netns ?? '' },
+      ),
+    );
+    if (then === 'close') this.close();
   }
 
   #fail(error: unknown): void {
@@ -857,7 +915,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   /** After a re-dump: puts back kept entries the kernel no longer has. */
   #restoreMissing(device: ManagedDevice): void {
     if (this.dryRun) return;
-    const present = new Set(this.#monitor.neighbours({ ifindex: device.ifindex }).map(neighbourKey));
+    const present = new Set(
+      this.#monitor.neighbours({ ifindex: device.ifindex }).map(neighbourKey),
+    );
     if ([...device.neighbours.keys()].every((key) => present.has(key))) return;
     this.#attempt(device, () => {
       if (this.#writeTarget(device)) this.#restoreNeighbours(device);

@@ -102,6 +102,12 @@ export class GuardProcess {
     });
   }
 
+  /** Resolves with the exit code once it exits by itself (null: killed by a signal). */
+  async exited(timeoutMs = 5000): Promise<number | null> {
+    if (!(await waitForExit(this.#child, timeoutMs))) throw new Error('flannel-guard did not exit');
+    return this.#child.exitCode;
+  }
+
   /** Sends `signal` and resolves with the exit code (null if it had to be killed). */
   async stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 5000): Promise<number | null> {
     if (this.#child.exitCode !== null) return this.#child.exitCode;
