@@ -1,0 +1,1447 @@
+/**
+ * Correction latency and cost: `flannel-guard watch` (the real CLI) side by
+ * side with a minimal C reference guard (scripts/bench/reference-guard.c, the
+ * floor), in one run, on the same throw-away namespace: a veth `eth0`
+ * (192.0.2.10/24), a vxlan `flannel.1` at a pinned MAC and K permanent
+ * neighbour entries on it (198.18.x.0).
+ *
+ * A separate C process (scripts/bench/rewriter.c) rewrites flannel.1's MAC N
+ * times, paced (one every --interval-ms) and back to back (the next as soon
+ * as the previous correction is complete), and times, from its own netlink
+ * socket, rewrite -> pinned MAC back, and rewrite -> MAC and all K neighbour
+ * entries back. Both guards run with the same work per correction: set the
+ * MAC back, re-add the K entries (flannel-guard: `--mac`, `--offload none`,
+ * `--rewrite-window 1` so that fight control's backoff stays out of a run
+ * that rewrites on purpose).
+ *
+ * Per guard: latency p50/p90/p99/max per mode, the first (cold) correction,
+ * CPU time per correction (utime+stime from /proc/PID/stat, and the threads'
+ * run time from /proc/PID/task/TID/schedstat), peak RSS (VmHWM), start-up
+ * (process start to its `ready` line), idle CPU and wakeups (context
+ * switches of every thread) over --idle-seconds with no events; then the
+ * same again with --links unrelated links (ifb) in the namespace.
+ * --breakdown adds a run of flannel-guard with scripts/bench/probe.ts
+ * preloaded, which splits its correction into stages.
+ *
+ * Prints the figures; asserts nothing. Cleans up (namespace, processes) on
+ * exit, error and Ctrl-C. Needs root.
+ *
+ * --realtime runs both guards and the rewriter under SCHED_FIFO (chrt -f 50):
+ * on a machine shared with other work, their latency is then their own.
+ *
+ * Usage: node dist/scripts/bench/latency.js [--rewrites N] [--warmup N]
+ *   [--interval-ms MS] [--neighbours K] [--links L] [--idle-seconds S]
+ *   [--startups N] [--timeout-ms MS] [--breakdown] [--realtime]
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  readdirSync,
+  rmSync,
+  watch,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+
+import {
+  Netns,
+  delay,
+  destroyAll,
+  registerSyncCleanup,
+  trackChild,
+  waitForExit,
+} from '../../test/support/netns';
+import { PROBE_MARKS } from './probe-marks';
+
+const ROOT = join(__dirname, '..', '..', '..');
+const CLI = join(ROOT, 'dist', 'lib', 'cli.js');
+const PROBE = join(__dirname, 'probe.js');
+const BIN_DIR = join(ROOT, 'build', 'bench');
+const REFERENCE = join(BIN_DIR, 'reference-guard');
+const REWRITER = join(BIN_DIR, 'rewriter');
+const VTEP = 'flannel.1';
+const PINNED = '0e:f1:a2:00:00:01';
+
+// --- options ------------------------------------------------------------------
+
+interface Options {
+  rewrites: number;
+  warmup: number;
+  intervalMs: number;
+  neighbours: number;
+  links: number;
+  idleSeconds: number;
+  startups: number;
+  timeoutMs: number;
+  breakdown: boolean;
+  realtime: boolean;
+}
+
+const USAGE =
+  'usage: latency.js [--rewrites N] [--warmup N] [--interval-ms MS] [--neighbours K] [--links L]\n' +
+  '                  [--idle-seconds S] [--startups N] [--timeout-ms MS] [--breakdown] [--realtime]';
+
+function parseOptions(argv: string[]): Options {
+  const options: Options = {
+    rewrites: 2000,
+    warmup: 200,
+    intervalMs: 5,
+    neighbours: 10,
+    links: 2000,
+    idleSeconds: 60,
+    startups: 5,
+    timeoutMs: 2000,
+    breakdown: false,
+    realtime: false,
+  };
+  const numeric: Record<string, [keyof Options, number, number]> = {
+    '--rewrites': ['rewrites', 1, 100_000],
+    '--warmup': ['warmup', 0, 100_000],
+    '--interval-ms': ['intervalMs', 1, 1000],
+    '--neighbours': ['neighbours', 0, 500],
+    '--links': ['links', 0, 10_000],
+    '--idle-seconds': ['idleSeconds', 0, 3600],
+    '--startups': ['startups', 0, 100],
+    '--timeout-ms': ['timeoutMs', 10, 60_000],
+  };
+  for (let i = 0; i < argv.length; i += 1) {
+    const flag = argv[i] ?? '';
+    if (flag === '--breakdown' || flag === '--realtime') {
+      options[flag === '--breakdown' ? 'breakdown' : 'realtime'] = true;
+      continue;
+    }
+    if (flag === '--help' || flag === '-h') {
+      console.log(USAGE);
+      process.exit(0);
+    }
+    const spec = numeric[flag];
+    const value = Number(argv[i + 1]);
+    if (!spec || !Number.isInteger(value) || value < spec[1] || value > spec[2]) {
+      throw new Error(
+        spec ? `${flag}: expected a whole number in ${spec[1]}..${spec[2]}` : `${flag}?\n${USAGE}`,
+      );
+    }
+    (options[spec[0]] as number) = value;
+    i += 1;
+  }
+  return options;
+}
+
+// --- statistics ---------------------------------------------------------------
+
+/** Nearest-rank percentile of an ascending list. */
+function percentile(sorted: readonly number[], fraction: number): number {
+  if (sorted.length === 0) return NaN;
+  return (
+    sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(fraction * sorted.length) - 1))] ?? NaN
+  );
+}
+
+interface Distribution {
+  n: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
+
+function distribution(values: readonly number[]): Distribution {
+  const sorted = [...values].sort((a, b) => a - b);
+  return {
+    n: sorted.length,
+    p50: percentile(sorted, 0.5),
+    p90: percentile(sorted, 0.9),
+    p99: percentile(sorted, 0.99),
+    max: sorted[sorted.length - 1] ?? NaN,
+  };
+}
+
+function fmt(value: number, digits = 1): string {
+  if (!Number.isFinite(value)) return '-';
+  return value.toFixed(digits);
+}
+
+function ratio(a: number, b: number): string {
+  return Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(2)}x` : '-';
+}
+
+function table(rows: string[][], rightAlignFrom = 1): string {
+  const widths: number[] = [];
+  for (const row of rows) {
+    row.forEach((cell, i) => {
+      widths[i] = Math.max(widths[i] ?? 0, cell.length);
+    });
+  }
+  return rows
+    .map((row) =>
+      row
+        .map((cell, i) =>
+          i >= rightAlignFrom ? cell.padStart(widths[i] ?? 0) : cell.padEnd(widths[i] ?? 0),
+        )
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
+}
+
+// --- /proc ----------------------------------------------------------------------
+
+const CLOCK_TICKS = ((): number => {
+  const result = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
+  const ticks = Number(result.stdout.trim());
+  return Number.isInteger(ticks) && ticks > 0 ? ticks : 100;
+})();
+
+interface ThreadSample {
+  comm: string;
+  switches: number;
+  runNs: number;
+}
+
+interface ProcSample {
+  pid: number;
+  /** utime + stime of the whole process, in clock ticks. */
+  ticks: number;
+  userTicks: number;
+  systemTicks: number;
+  /** Sum of the threads' run time (schedstat), in ns. */
+  runNs: number;
+  /** Sum of the threads' voluntary and involuntary context switches. */
+  switches: number;
+  threads: Map<number, ThreadSample>;
+}
+
+function readText(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+function statusField(status: string, field: string): number {
+  const match = new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(status);
+  return match ? Number(match[1]) : NaN;
+}
+
+function sampleProc(pid: number): ProcSample {
+  const stat = readText(`/proc/${pid}/stat`);
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // After "pid (comm) ": state is field 3, utime 14, stime 15.
+  const userTicks = Number(fields[11]);
+  const systemTicks = Number(fields[12]);
+  const threads = new Map<number, ThreadSample>();
+  let runNs = 0;
+  let switches = 0;
+  let tids: string[] = [];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    /* exited */
+  }
+  for (const tid of tids) {
+    const base = `/proc/${pid}/task/${tid}`;
+    const status = readText(`${base}/status`);
+    const thread: ThreadSample = {
+      comm: readText(`${base}/comm`).trim(),
+      switches:
+        statusField(status, 'voluntary_ctxt_switches') +
+        statusField(status, 'nonvoluntary_ctxt_switches'),
+      runNs: Number(readText(`${base}/schedstat`).split(' ')[0]),
+    };
+    if (!Number.isFinite(thread.switches) || !Number.isFinite(thread.runNs)) continue;
+    threads.set(Number(tid), thread);
+    runNs += thread.runNs;
+    switches += thread.switches;
+  }
+  return { pid, ticks: userTicks + systemTicks, userTicks, systemTicks, runNs, switches, threads };
+}
+
+/** Busy and total jiffies of the whole machine (every CPU), from /proc/stat. */
+function hostCpu(): { busy: number; total: number } {
+  const line = readText('/proc/stat').split('\n')[0] ?? '';
+  const values = line.trim().split(/\s+/).slice(1).map(Number);
+  const total = values.reduce((sum, v) => sum + v, 0);
+  const idle = (values[3] ?? 0) + (values[4] ?? 0);
+  return { busy: total - idle, total };
+}
+
+function loadAverage(): string {
+  return readText('/proc/loadavg').split(' ').slice(0, 3).join(' ');
+}
+
+function memory(pid: number): { hwmKiB: number; rssKiB: number } {
+  const status = readText(`/proc/${pid}/status`);
+  return { hwmKiB: statusField(status, 'VmHWM'), rssKiB: statusField(status, 'VmRSS') };
+}
+
+interface CpuDelta {
+  ticks: number;
+  /** From utime + stime (clock-tick resolution). */
+  cpuMs: number;
+  userMs: number;
+  systemMs: number;
+  /** From the threads' schedstat (ns resolution): all threads, and the main one. */
+  runMs: number;
+  mainMs: number;
+  switches: number;
+  threads: { tid: number; comm: string; switches: number; runMs: number }[];
+}
+
+function cpuDelta(before: ProcSample, after: ProcSample): CpuDelta {
+  const threads = [...after.threads].map(([tid, thread]) => {
+    const earlier = before.threads.get(tid);
+    return {
+      tid,
+      comm: thread.comm,
+      switches: thread.switches - (earlier?.switches ?? 0),
+      runMs: (thread.runNs - (earlier?.runNs ?? 0)) / 1e6,
+    };
+  });
+  const ms = (ticks: number): number => (ticks * 1000) / CLOCK_TICKS;
+  return {
+    ticks: after.ticks - before.ticks,
+    cpuMs: ms(after.ticks - before.ticks),
+    userMs: ms(after.userTicks - before.userTicks),
+    systemMs: ms(after.systemTicks - before.systemTicks),
+    runMs: (after.runNs - before.runNs) / 1e6,
+    mainMs: threads.find((t) => t.tid === after.pid)?.runMs ?? NaN,
+    switches: after.switches - before.switches,
+    threads,
+  };
+}
+
+// --- processes ------------------------------------------------------------------
+
+interface GuardSpec {
+  label: string;
+  command: string;
+  args: string[];
+  env?: NodeJS.ProcessEnv;
+}
+
+let outputFiles = 0;
+
+/**
+ * A guard process. Its stdout goes to a file, not a pipe: a reader in this
+ * process would wake on every line the guard prints and compete, on a small
+ * machine, with the rewriter for the other CPU. The `ready` line is awaited
+ * with inotify (fs.watch) and timed from spawn; the other lines are counted
+ * when `refresh()` reads the file, between runs.
+ */
+class GuardRun {
+  readonly spawnedAt: number;
+  readyMs = NaN;
+  restored = 0;
+  deferred = 0;
+  contested = 0;
+  readonly errors: string[] = [];
+  /** Lines kept verbatim: the C reference's `exit` and `trace` lines. */
+  readonly kept: string[] = [];
+  stderr = '';
+  readonly #child;
+  readonly #outPath: string;
+  readonly #unregister: () => void;
+  #offset = 0;
+  #pending = '';
+
+  private constructor(readonly spec: GuardSpec) {
+    outputFiles += 1;
+    const outPath = join(tmpdir(), `fgb-out-${process.pid}-${outputFiles}.jsonl`);
+    this.#outPath = outPath;
+    this.#unregister = registerSyncCleanup(() => rmSync(outPath, { force: true }));
+    const fd = openSync(outPath, 'w');
+    try {
+      this.spawnedAt = performance.now();
+      this.#child = trackChild(
+        spawn(spec.command, spec.args, {
+          stdio: ['ignore', fd, 'pipe'],
+          env: spec.env ?? process.env,
+        }),
+      );
+    } finally {
+      closeSync(fd);
+    }
+    this.#child.on('error', (error) => {
+      this.stderr += String(error);
+    });
+    this.#child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+      if (this.stderr.length < 65536) this.stderr += chunk;
+    });
+  }
+
+  static async start(spec: GuardSpec, timeoutMs = 30_000): Promise<GuardRun> {
+    const guard = new GuardRun(spec);
+    const deadline = performance.now() + timeoutMs;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const check = (): void => {
+          guard.refresh();
+          if (Number.isFinite(guard.readyMs)) {
+            finish();
+            resolve();
+          } else if (!guard.alive || performance.now() > deadline) {
+            finish();
+            reject(
+              new Error(
+                `${spec.label} ${guard.alive ? 'not ready' : 'exited'} before its ready line: ${guard.stderr.trim()}`,
+              ),
+            );
+          }
+        };
+        const watcher = watch(guard.#outPath, check);
+        const interval = setInterval(check, 10);
+        const finish = (): void => {
+          watcher.close();
+          clearInterval(interval);
+        };
+        check();
+      });
+    } catch (error) {
+      await guard.stop();
+      throw error;
+    }
+    return guard;
+  }
+
+  get pid(): number {
+    const pid = this.#child.pid;
+    if (pid === undefined) throw new Error(`${this.spec.label} has no pid`);
+    return pid;
+  }
+
+  get alive(): boolean {
+    return this.#child.exitCode === null && this.#child.signalCode === null;
+  }
+
+  /** SIGTERM (SIGKILL after 5 s); then reads the rest of its output and removes the file. */
+  async stop(): Promise<void> {
+    if (this.alive) {
+      this.#child.kill('SIGTERM');
+      if (!(await waitForExit(this.#child, 5000))) {
+        this.#child.kill('SIGKILL');
+        await waitForExit(this.#child, 5000);
+      }
+    }
+    this.refresh();
+    rmSync(this.#outPath, { force: true });
+    this.#unregister();
+  }
+
+  /** Reads what the guard printed since the last call. */
+  refresh(): void {
+    let fd: number;
+    try {
+      fd = openSync(this.#outPath, 'r');
+    } catch {
+      return;
+    }
+    try {
+      const chunk = Buffer.alloc(1 << 20);
+      for (;;) {
+        const length = readSync(fd, chunk, 0, chunk.length, this.#offset);
+        if (length <= 0) break;
+        this.#offset += length;
+        this.#onData(chunk.toString('utf8', 0, length));
+      }
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  #onData(chunk: string): void {
+    this.#pending += chunk;
+    const lines = this.#pending.split('\n');
+    this.#pending = lines.pop() ?? '';
+    for (const line of lines) {
+      if (line.startsWith('{"event":"restored"')) {
+        this.restored += 1;
+        if (line.includes('"deferred":true')) this.deferred += 1;
+      } else if (line.startsWith('{"event":"ready"')) {
+        this.readyMs = performance.now() - this.spawnedAt;
+      } else if (line.startsWith('{"event":"error"')) {
+        if (this.errors.length < 20) this.errors.push(line);
+      } else if (line.startsWith('{"event":"contested"')) {
+        this.contested += 1;
+      } else if (line.startsWith('trace ') || line.startsWith('{"event":"exit"')) {
+        this.kept.push(line);
+      }
+    }
+  }
+}
+
+// --- the namespace ----------------------------------------------------------------
+
+interface Neighbour {
+  ip: string;
+  mac: string;
+}
+
+interface Bench {
+  options: Options;
+  ns: Netns;
+  ifindex: number;
+  neighbours: Neighbour[];
+  /** Rewriter runs so far: each gets its own tag in its foreign MACs. */
+  runs: number;
+}
+
+function hex(byte: number): string {
+  return byte.toString(16).padStart(2, '0');
+}
+
+function neighbourTable(count: number): Neighbour[] {
+  return Array.from({ length: count }, (_, index) => {
+    const i = index + 1;
+    return {
+      ip: `198.${18 + (i >> 8)}.${i & 0xff}.0`,
+      mac: `0e:00:00:00:${hex(i >> 8)}:${hex(i & 0xff)}`,
+    };
+  });
+}
+
+async function setUp(options: Options): Promise<Bench> {
+  const ns = await Netns.create('fgb');
+  const neighbours = neighbourTable(options.neighbours);
+  await ns.ipBatch([
+    'link add eth0 type veth peer name eth0p',
+    'link set eth0 up',
+    'link set eth0p up',
+    'addr add 192.0.2.10/24 dev eth0',
+    `link add ${VTEP} type vxlan id 1 dstport 8472 nolearning local 192.0.2.10 dev eth0`,
+    `link set ${VTEP} address ${PINNED}`,
+    `addr add 198.18.0.0/32 dev ${VTEP}`,
+    `link set ${VTEP} up`,
+    ...neighbours.map((n) => `neigh replace ${n.ip} lladdr ${n.mac} dev ${VTEP} nud permanent`),
+  ]);
+  const [link] = await ns.ipJson<{ ifindex: number }[]>(['link', 'show', VTEP]);
+  if (!link) throw new Error(`${VTEP} not found`);
+  return { options, ns, ifindex: link.ifindex, neighbours, runs: 0 };
+}
+
+/** Puts flannel.1 back at the pinned MAC with every entry, if a guard left it otherwise. */
+async function ensureState(bench: Bench): Promise<string | null> {
+  const [link] = await bench.ns.ipJson<{ address?: string }[]>(['link', 'show', VTEP]);
+  const entries = await bench.ns.ipJson<{ dst: string; state?: string[] }[]>([
+    'neigh',
+    'show',
+    'dev',
+    VTEP,
+    'nud',
+    'permanent',
+  ]);
+  if (link?.address === PINNED && entries.length >= bench.neighbours.length) return null;
+  await bench.ns.ipBatch([
+    `link set ${VTEP} address ${PINNED}`,
+    ...bench.neighbours.map(
+      (n) => `neigh replace ${n.ip} lladdr ${n.mac} dev ${VTEP} nud permanent`,
+    ),
+  ]);
+  return `state repaired (mac ${link?.address ?? '?'}, ${entries.length} entries)`;
+}
+
+async function addLinks(bench: Bench, count: number): Promise<number> {
+  const started = performance.now();
+  for (let first = 0; first < count; first += 500) {
+    const lines: string[] = [];
+    for (let i = first; i < Math.min(count, first + 500); i += 1) {
+      lines.push(`link add fgbl${i} type ifb`);
+    }
+    await bench.ns.ipBatch(lines);
+  }
+  return performance.now() - started;
+}
+
+async function linkCount(bench: Bench): Promise<number> {
+  return (await bench.ns.ipJson<unknown[]>(['link', 'show'])).length;
+}
+
+// --- guards -------------------------------------------------------------------------
+
+/** The command line, under SCHED_FIFO with --realtime. */
+function scheduled(bench: Bench, command: string, args: string[]): [string, string[]] {
+  return bench.options.realtime ? ['chrt', ['-f', '50', command, ...args]] : [command, args];
+}
+
+function referenceSpec(bench: Bench, trace = false): GuardSpec {
+  const [command, args] = scheduled(bench, REFERENCE, [
+    ...(trace ? ['-t'] : []),
+    '-n',
+    bench.ns.path,
+    String(bench.ifindex),
+    PINNED,
+    ...bench.neighbours.map((n) => `${n.ip}=${n.mac}`),
+  ]);
+  return { label: 'C reference', command, args };
+}
+
+function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
+  const [command, args] = scheduled(bench, process.execPath, [
+    ...(probeOut === undefined ? [] : ['-r', PROBE]),
+    CLI,
+    'watch',
+    '--netns',
+    bench.ns.name,
+    '--mac',
+    `${VTEP}=${PINNED}`,
+    '--rewrite-window',
+    '1',
+    '--offload',
+    'none',
+    '--json',
+  ]);
+  return {
+    label: 'flannel-guard',
+    command,
+    args,
+    ...(probeOut === undefined ? {} : { env: { ...process.env, FG_PROBE_OUT: probeOut } }),
+  };
+}
+
+// --- the rewriter ---------------------------------------------------------------------
+
+interface Sample {
+  /** Absolute CLOCK_MONOTONIC of the rewrite, ns. */
+  t0: number;
+  /** Rewrite -> pinned MAC seen, ns (-1: not seen). */
+  mac: number;
+  /** Rewrite -> MAC and every neighbour entry seen, ns (-1: not seen). */
+  full: number;
+}
+
+interface RewriteRun {
+  samples: Sample[];
+  summary: Record<string, number>;
+}
+
+/**
+ * Runs the rewriter: paced when intervalMs > 0, else back to back (each round
+ * once the previous one is complete and, given its pid, the guard asleep).
+ */
+async function rewrite(
+  bench: Bench,
+  count: number,
+  intervalMs: number,
+  guardPid?: number,
+): Promise<RewriteRun> {
+  bench.runs += 1;
+  const { options } = bench;
+  const maxSeconds = Math.min(600, Math.ceil((count * intervalMs) / 1000 + 60));
+  const [command, args] = scheduled(bench, REWRITER, [
+    '-n',
+    bench.ns.path,
+    '-i',
+    String(bench.ifindex),
+    '-m',
+    PINNED,
+    '-c',
+    String(count),
+    '-k',
+    String(bench.neighbours.length),
+    '-p',
+    String(intervalMs * 1000),
+    ...(guardPid === undefined ? [] : ['-g', String(guardPid)]),
+    '-t',
+    String(options.timeoutMs),
+    '-T',
+    String(maxSeconds),
+    '-r',
+    String(bench.runs & 0xff),
+  ]);
+  const child = trackChild(spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  const closed = new Promise<number | null>((resolve) => child.once('close', resolve));
+  const timer = setTimeout(() => child.kill('SIGKILL'), (maxSeconds + 10) * 1000);
+  const code = await closed;
+  clearTimeout(timer);
+  if (code !== 0) throw new Error(`rewriter exited with ${code}: ${stderr.trim()}`);
+  const samples: Sample[] = [];
+  const summary: Record<string, number> = {};
+  for (const line of stdout.split('\n')) {
+    const parts = line.split(' ');
+    if (parts[0] === 'sample') {
+      samples.push({ t0: Number(parts[2]), mac: Number(parts[3]), full: Number(parts[4]) });
+    } else if (parts[0] === 'summary') {
+      for (const pair of parts.slice(1)) {
+        const [key, value] = pair.split('=');
+        if (key !== undefined) summary[key] = Number(value);
+      }
+    }
+  }
+  if (stderr.trim() !== '') process.stderr.write(stderr);
+  return { samples, summary };
+}
+
+/** Fight control's first backoff is 1 s +-20 %: nothing else takes this long here. */
+const BACKOFF_MS = 500;
+
+/**
+ * The samples without the `deferred` slowest ones, when those took longer
+ * than BACKOFF_MS: corrections the guard reported as deferred by fight
+ * control (a policy delay, not latency), counted apart.
+ */
+function withoutBackoff(samples: readonly Sample[], deferred: number): Sample[] {
+  if (deferred <= 0) return [...samples];
+  const slowest = [...samples]
+    .sort((a, b) => b.mac - a.mac)
+    .slice(0, deferred)
+    .filter((s) => s.mac >= BACKOFF_MS * 1e6);
+  const drop = new Set(slowest);
+  return samples.filter((s) => !drop.has(s));
+}
+
+function microseconds(samples: readonly Sample[], field: 'mac' | 'full'): number[] {
+  return samples.filter((s) => s[field] >= 0).map((s) => s[field] / 1000);
+}
+
+// --- measurements -----------------------------------------------------------------------
+
+type ModeName = 'paced' | 'back-to-back';
+
+interface ModeFigures {
+  mode: ModeName;
+  mac: Distribution;
+  full: Distribution;
+  rounds: number;
+  corrections: number;
+  missed: number;
+  cpu: CpuDelta;
+  deferred: number;
+  /** Rounds left out of the distributions as fight-control backoff. */
+  excluded: number;
+  /** Back to back: rounds started while the guard was still busy after 1 s. */
+  busy: number;
+  /** Share of the machine's CPU time that was busy during the run (all processes). */
+  hostBusy: number;
+  samples: Sample[];
+}
+
+interface GuardFigures {
+  label: string;
+  startupMs: number;
+  cold: Sample | undefined;
+  modes: ModeFigures[];
+  hwmKiB: number;
+  rssKiB: number;
+  errors: string[];
+  contested: number;
+  repaired: string | null;
+}
+
+async function runMode(bench: Bench, guard: GuardRun, mode: ModeName): Promise<ModeFigures> {
+  const { options } = bench;
+  guard.refresh();
+  const deferredBefore = guard.deferred;
+  const hostBefore = hostCpu();
+  const before = sampleProc(guard.pid);
+  const run =
+    mode === 'paced'
+      ? await rewrite(bench, options.rewrites, options.intervalMs)
+      : await rewrite(bench, options.rewrites, 0, guard.pid);
+  const after = sampleProc(guard.pid);
+  const hostAfter = hostCpu();
+  guard.refresh();
+  const corrections = run.samples.filter((s) => s.mac >= 0).length;
+  const deferred = guard.deferred - deferredBefore;
+  const kept = withoutBackoff(run.samples, deferred);
+  return {
+    mode,
+    mac: distribution(microseconds(kept, 'mac')),
+    full: distribution(microseconds(kept, 'full')),
+    rounds: run.samples.length,
+    corrections,
+    missed: run.samples.length - corrections,
+    cpu: cpuDelta(before, after),
+    deferred,
+    excluded: run.samples.length - kept.length,
+    busy: run.summary.busy ?? 0,
+    hostBusy: (hostAfter.busy - hostBefore.busy) / Math.max(1, hostAfter.total - hostBefore.total),
+    samples: run.samples,
+  };
+}
+
+/** Starts a guard, times its first (cold) correction, warms it up, runs both modes. */
+async function measureGuard(
+  bench: Bench,
+  spec: GuardSpec,
+  keep = false,
+): Promise<{ figures: GuardFigures; guard: GuardRun }> {
+  const repaired = await ensureState(bench);
+  const guard = await GuardRun.start(spec);
+  try {
+    const cold = (await rewrite(bench, 1, 0)).samples[0];
+    if (bench.options.warmup > 0) await rewrite(bench, bench.options.warmup, 0, guard.pid);
+    const modes = [
+      await runMode(bench, guard, 'paced'),
+      await runMode(bench, guard, 'back-to-back'),
+    ];
+    const { hwmKiB, rssKiB } = memory(guard.pid);
+    const figures: GuardFigures = {
+      label: spec.label,
+      startupMs: guard.readyMs,
+      cold,
+      modes,
+      hwmKiB,
+      rssKiB,
+      errors: guard.errors,
+      contested: guard.contested,
+      repaired,
+    };
+    if (!keep) await guard.stop();
+    return { figures, guard };
+  } catch (error) {
+    await guard.stop();
+    throw error;
+  }
+}
+
+async function measureStartups(bench: Bench, spec: GuardSpec, count: number): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < count; i += 1) {
+    const guard = await GuardRun.start(spec);
+    times.push(guard.readyMs);
+    await guard.stop();
+  }
+  return times;
+}
+
+interface IdleFigures {
+  label: string;
+  pid: number;
+  cpu: CpuDelta;
+  /** The same, per slice of IDLE_SLICE_S seconds: when the wakeups happened. */
+  slices: CpuDelta[];
+}
+
+const IDLE_SLICE_S = 10;
+
+/**
+ * Both guards at once in the namespace (flannel-guard right after its runs,
+ * a fresh C reference), nothing happening, for `seconds`.
+ */
+async function measureIdle(
+  bench: Bench,
+  flannelGuard: GuardRun,
+  seconds: number,
+): Promise<IdleFigures[]> {
+  const reference = await GuardRun.start(referenceSpec(bench));
+  try {
+    await delay(1000);
+    const guards = [reference, flannelGuard];
+    const first = guards.map((guard) => sampleProc(guard.pid));
+    let previous = first;
+    const slices: CpuDelta[][] = guards.map(() => []);
+    for (let done = 0; done < seconds; done += IDLE_SLICE_S) {
+      await delay(Math.min(IDLE_SLICE_S, seconds - done) * 1000);
+      const now = guards.map((guard) => sampleProc(guard.pid));
+      now.forEach((sample, i) => {
+        const before = previous[i];
+        if (before) slices[i]?.push(cpuDelta(before, sample));
+      });
+      previous = now;
+    }
+    return guards.map((guard, i) => ({
+      label: guard.spec.label,
+      pid: guard.pid,
+      cpu: cpuDelta(first[i] ?? sampleProc(guard.pid), previous[i] ?? sampleProc(guard.pid)),
+      slices: slices[i] ?? [],
+    }));
+  } finally {
+    await reference.stop();
+  }
+}
+
+// --- breakdown ------------------------------------------------------------------------------
+
+interface Mark {
+  code: number;
+  t: number;
+  extra: number;
+}
+
+interface StageRow {
+  stage: string;
+  values: number[];
+}
+
+function stage(rows: Map<string, number[]>, name: string, value: number | undefined): void {
+  if (value === undefined || !Number.isFinite(value)) return;
+  let list = rows.get(name);
+  if (!list) rows.set(name, (list = []));
+  list.push(value / 1000);
+}
+
+/** Index of the first mark at or after `t` (marks are in time order). */
+function firstAtOrAfter(marks: readonly Mark[], t: number): number {
+  let low = 0;
+  let high = marks.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if ((marks[middle]?.t ?? Infinity) < t) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
+function flannelGuardStages(marks: readonly Mark[], samples: readonly Sample[]): StageRow[] {
+  const rows = new Map<string, number[]>();
+  const M = PROBE_MARKS;
+  samples.forEach((sample, index) => {
+    if (sample.mac < 0) return;
+    const next = samples[index + 1]?.t0 ?? Infinity;
+    let i = firstAtOrAfter(marks, sample.t0);
+    while (i < marks.length && marks[i]?.code !== M.batchIn) i += 1;
+    const batchIn = marks[i];
+    if (!batchIn || batchIn.t >= next) return;
+    const pairs: Record<number, { in: number; out: number }[]> = {};
+    let open: number | undefined;
+    let batchOut: Mark | undefined;
+    for (i += 1; i < marks.length; i += 1) {
+      const mark = marks[i];
+      if (!mark) break;
+      if (mark.code === M.batchOut) {
+        batchOut = mark;
+        break;
+      }
+      if (mark.code % 2 === 0) open = mark.t;
+      else if (open !== undefined) (pairs[mark.code - 1] ??= []).push({ in: open, out: mark.t });
+    }
+    if (!batchOut) return;
+    const getLinks = pairs[M.getLinkIn] ?? [];
+    const writes = pairs[M.writeIn] ?? [];
+    const setMac = pairs[M.setMacIn]?.[0];
+    const target = getLinks[0];
+    const verify = getLinks[1];
+    const rewriteLine = writes[0];
+    const neighbours = pairs[M.neighIn] ?? [];
+    const restoredLine = writes[1];
+    const pinnedSeen = sample.t0 + sample.mac;
+    stage(rows, 'event into JS: rewrite -> monitor batch callback', batchIn.t - sample.t0);
+    if (target && rewriteLine) {
+      stage(
+        rows,
+        'LinkMonitor + guard logic before the first request',
+        target.in - batchIn.t - (rewriteLine.out - rewriteLine.in),
+      );
+      stage(rows, "'rewrite' JSON line to stdout", rewriteLine.out - rewriteLine.in);
+    }
+    if (target) stage(rows, 'write-target re-read (getLink)', target.out - target.in);
+    if (target && setMac) stage(rows, 'between re-read and setlink', setMac.in - target.out);
+    if (setMac) {
+      stage(rows, 'setlink request + ACK', setMac.out - setMac.in);
+      stage(rows, 'setlink start -> rewriter sees pinned MAC', pinnedSeen - setMac.in);
+    }
+    stage(rows, '= MAC back (rewriter)', sample.mac);
+    if (neighbours.length > 0) {
+      stage(
+        rows,
+        `neighbour replaces (${neighbours.length}, summed)`,
+        neighbours.reduce((sum, p) => sum + p.out - p.in, 0),
+      );
+    }
+    if (verify) stage(rows, 'verification re-read (getLink)', verify.out - verify.in);
+    if (restoredLine)
+      stage(rows, "'restored' JSON line to stdout", restoredLine.out - restoredLine.in);
+    const lastRequest = verify ?? neighbours[neighbours.length - 1] ?? setMac;
+    if (lastRequest) {
+      stage(rows, 'after the last request to batch end', batchOut.t - lastRequest.out);
+    }
+    stage(rows, 'JS time in the correcting batch', batchOut.t - batchIn.t);
+    // The echoes: the guard's own writes and the flush, delivered as later batches.
+    let echoes = 0;
+    let echoTime = 0;
+    let echoIn: number | undefined;
+    for (i += 1; i < marks.length; i += 1) {
+      const mark = marks[i];
+      if (!mark || mark.t >= next) break;
+      if (mark.code === M.batchIn) echoIn = mark.t;
+      if (mark.code === M.batchOut && echoIn !== undefined) {
+        echoes += 1;
+        echoTime += mark.t - echoIn;
+        echoIn = undefined;
+      }
+    }
+    stage(rows, `later batches (echoes, flush) JS time`, echoTime);
+    stage(rows, `later batches (count x1000)`, echoes * 1000);
+    if (sample.full >= 0) stage(rows, '= MAC + neighbours back (rewriter)', sample.full);
+  });
+  return [...rows].map(([name, values]) => ({ stage: name, values }));
+}
+
+function referenceStages(traces: readonly number[][], samples: readonly Sample[]): StageRow[] {
+  const rows = new Map<string, number[]>();
+  const wakes = traces.map((t) => ({ code: 0, t: t[0] ?? NaN, extra: 0 }));
+  for (const sample of samples) {
+    if (sample.mac < 0) continue;
+    const index = firstAtOrAfter(wakes, sample.t0);
+    const trace = traces[index];
+    if (!trace) continue;
+    const [wake = NaN, setlink = NaN, done = NaN] = trace;
+    stage(rows, 'event to guard: rewrite -> poll() returns', wake - sample.t0);
+    stage(rows, 'recv + parse before the setlink', setlink - wake);
+    stage(rows, 'setlink start -> rewriter sees pinned MAC', sample.t0 + sample.mac - setlink);
+    stage(rows, '= MAC back (rewriter)', sample.mac);
+    stage(rows, 'setlink + neighbour replaces', done - setlink);
+    if (sample.full >= 0) stage(rows, '= MAC + neighbours back (rewriter)', sample.full);
+  }
+  return [...rows].map(([name, values]) => ({ stage: name, values }));
+}
+
+interface Breakdown {
+  mode: ModeName;
+  flannelGuard: StageRow[];
+  reference: StageRow[];
+  /** System calls per correction (perf's raw_syscalls:sys_enter, all threads); NaN without perf. */
+  syscalls: { flannelGuard: number; reference: number };
+}
+
+const PERF_AVAILABLE = ((): boolean => {
+  const result = spawnSync('perf', ['stat', '-x,', '-e', 'raw_syscalls:sys_enter', 'true'], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
+  return result.status === 0 && /raw_syscalls:sys_enter/.test(result.stderr);
+})();
+
+/** Runs `during` with `perf stat` counting the system calls of `pid`; NaN without perf. */
+async function countSyscalls<T>(
+  pid: number,
+  during: () => Promise<T>,
+): Promise<{ result: T; syscalls: number }> {
+  if (!PERF_AVAILABLE) return { result: await during(), syscalls: NaN };
+  const perf = trackChild(
+    spawn('perf', ['stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', String(pid)], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    }),
+  );
+  let stderr = '';
+  perf.stderr?.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  await delay(300); // attached
+  let result: T;
+  try {
+    result = await during();
+  } finally {
+    perf.kill('SIGINT');
+    if (!(await waitForExit(perf, 5000))) perf.kill('SIGKILL');
+  }
+  const line = stderr.split('\n').find((l) => l.includes('raw_syscalls:sys_enter'));
+  return { result, syscalls: Number(line?.split(',')[0]) };
+}
+
+async function measureBreakdown(bench: Bench): Promise<Breakdown[]> {
+  const { options } = bench;
+  const probeOut = join(tmpdir(), `fgb-probe-${process.pid}.txt`);
+  const unregister = registerSyncCleanup(() => rmSync(probeOut, { force: true }));
+  try {
+    const runs = async (
+      spec: GuardSpec,
+    ): Promise<{ guard: GuardRun; modes: Sample[][]; syscalls: number[] }> => {
+      await ensureState(bench);
+      const guard = await GuardRun.start(spec);
+      try {
+        await rewrite(bench, 1 + options.warmup, 0, guard.pid);
+        const modes: Sample[][] = [];
+        const syscalls: number[] = [];
+        for (const interval of [options.intervalMs, 0]) {
+          const counted = await countSyscalls(guard.pid, () =>
+            rewrite(bench, options.rewrites, interval, interval > 0 ? undefined : guard.pid),
+          );
+          const samples = counted.result.samples;
+          modes.push(samples);
+          syscalls.push(counted.syscalls / Math.max(1, samples.filter((x) => x.mac >= 0).length));
+        }
+        return { guard, modes, syscalls };
+      } finally {
+        await guard.stop();
+      }
+    };
+    const fg = await runs(flannelGuardSpec(bench, probeOut));
+    const marks: Mark[] = readText(probeOut)
+      .split('\n')
+      .filter((line) => line !== '')
+      .map((line) => {
+        const [code, t, extra] = line.split(' ').map(Number);
+        return { code: code ?? -1, t: t ?? NaN, extra: extra ?? 0 };
+      });
+    const ref = await runs(referenceSpec(bench, true));
+    const traces = ref.guard.kept
+      .filter((line) => line.startsWith('trace '))
+      .map((line) => line.split(' ').slice(1).map(Number));
+    return (['paced', 'back-to-back'] as const).map((mode, i) => ({
+      mode,
+      flannelGuard: flannelGuardStages(marks, fg.modes[i] ?? []),
+      reference: referenceStages(traces, ref.modes[i] ?? []),
+      syscalls: { flannelGuard: fg.syscalls[i] ?? NaN, reference: ref.syscalls[i] ?? NaN },
+    }));
+  } finally {
+    rmSync(probeOut, { force: true });
+    unregister();
+  }
+}
+
+// --- report ---------------------------------------------------------------------------------
+
+interface Phase {
+  name: string;
+  links: number;
+  startups: Record<string, number[]>;
+  guards: GuardFigures[];
+}
+
+function latencyRows(phases: readonly Phase[]): string[][] {
+  const rows: string[][] = [
+    [
+      'phase',
+      'mode',
+      'measure',
+      'guard',
+      'n',
+      'p50',
+      'p90',
+      'p99',
+      'max',
+      'missed',
+      'backoff',
+      'host busy',
+    ],
+  ];
+  for (const phase of phases) {
+    const [reference, guard] = phase.guards;
+    if (!reference || !guard) continue;
+    for (const mode of ['paced', 'back-to-back'] as const) {
+      for (const measure of ['mac', 'full'] as const) {
+        const label = measure === 'mac' ? 'MAC back' : 'MAC + neigh back';
+        const pair = [reference, guard].map((g) => g.modes.find((m) => m.mode === mode));
+        pair.forEach((m, i) => {
+          if (!m) return;
+          const d = m[measure];
+          rows.push([
+            phase.name,
+            mode,
+            label,
+            i === 0 ? 'C reference' : 'flannel-guard',
+            String(d.n),
+            fmt(d.p50),
+            fmt(d.p90),
+            fmt(d.p99),
+            fmt(d.max),
+            String(m.missed),
+            m.deferred === m.excluded ? String(m.deferred) : `${m.deferred} (${m.excluded} excl.)`,
+            `${fmt(m.hostBusy * 100, 0)} %`,
+          ]);
+        });
+        const [r, g] = pair;
+        if (r && g) {
+          rows.push([
+            phase.name,
+            mode,
+            label,
+            'ratio FG/C',
+            '',
+            ratio(g[measure].p50, r[measure].p50),
+            ratio(g[measure].p90, r[measure].p90),
+            ratio(g[measure].p99, r[measure].p99),
+            ratio(g[measure].max, r[measure].max),
+            '',
+            '',
+            '',
+          ]);
+        }
+      }
+    }
+  }
+  return rows;
+}
+
+function costRows(phases: readonly Phase[]): string[][] {
+  const rows: string[][] = [
+    [
+      'phase',
+      'guard',
+      'start-up p50',
+      'start-up max',
+      'cold MAC',
+      'cold full',
+      'peak RSS',
+      'RSS now',
+    ],
+  ];
+  for (const phase of phases) {
+    for (const g of phase.guards) {
+      const starts = distribution([g.startupMs, ...(phase.startups[g.label] ?? [])]);
+      rows.push([
+        phase.name,
+        g.label,
+        `${fmt(starts.p50)} ms`,
+        `${fmt(starts.max)} ms`,
+        g.cold && g.cold.mac >= 0 ? `${fmt(g.cold.mac / 1000)} us` : '-',
+        g.cold && g.cold.full >= 0 ? `${fmt(g.cold.full / 1000)} us` : '-',
+        `${fmt(g.hwmKiB / 1024)} MiB`,
+        `${fmt(g.rssKiB / 1024)} MiB`,
+      ]);
+    }
+  }
+  return rows;
+}
+
+function cpuRows(phases: readonly Phase[]): string[][] {
+  const rows: string[][] = [
+    [
+      'phase',
+      'mode',
+      'guard',
+      'corrections',
+      'ticks',
+      'CPU/corr',
+      'user/corr',
+      'sys/corr',
+      'run/corr',
+      'main thread',
+      'other threads',
+      'switches/corr',
+    ],
+  ];
+  for (const phase of phases) {
+    for (const mode of ['paced', 'back-to-back'] as const) {
+      for (const g of phase.guards) {
+        const m = g.modes.find((x) => x.mode === mode);
+        if (!m || m.corrections === 0) continue;
+        const per = (ms: number): string => fmt((ms * 1000) / m.corrections);
+        rows.push([
+          phase.name,
+          mode,
+          g.label,
+          String(m.corrections),
+          String(m.cpu.ticks),
+          per(m.cpu.cpuMs),
+          per(m.cpu.userMs),
+          per(m.cpu.systemMs),
+          per(m.cpu.runMs),
+          per(m.cpu.mainMs),
+          per(m.cpu.runMs - m.cpu.mainMs),
+          fmt(m.cpu.switches / m.corrections, 2),
+        ]);
+      }
+    }
+  }
+  return rows;
+}
+
+function report(
+  options: Options,
+  phases: readonly Phase[],
+  idle: readonly IdleFigures[],
+  breakdown: readonly Breakdown[] | undefined,
+  notes: readonly string[],
+): void {
+  const out: string[] = [];
+  out.push(
+    `flannel-guard vs C reference guard: ${VTEP} (vxlan) with ${options.neighbours} permanent neighbour entries; ` +
+      `${options.rewrites} rewrites per mode after ${options.warmup} warm-up (paced: one every ${options.intervalMs} ms; ` +
+      `back-to-back: next rewrite once MAC and entries are back and the guard's main thread sleeps again); ` +
+      `${options.realtime ? 'guards and rewriter under SCHED_FIFO 50' : 'default scheduling'}; ${CLOCK_TICKS} clock ticks/s`,
+  );
+  out.push('');
+  out.push(
+    'Latency, microseconds, from the rewrite (rewriter, right before its write) to what its netlink socket sees:',
+  );
+  out.push(table(latencyRows(phases), 4));
+  out.push(
+    `missed: no correction within ${options.timeoutMs} ms; backoff: corrections fight control deferred (~1 s each; left out of the figures).`,
+  );
+  out.push('');
+  out.push(
+    'Start-up = process start to the ready line (5 ms-class noise: inotify on its output file); cold = the',
+  );
+  out.push('first correction after ready; peak RSS = VmHWM at the end of the runs.');
+  out.push(table(costRows(phases), 2));
+  out.push('');
+  out.push(
+    'CPU per correction, us: CPU/user/sys from utime/stime (clock ticks, so +-1 tick over the run);',
+  );
+  out.push(
+    "run/main/other from the threads' schedstat (ns); everything the process did during the run counts.",
+  );
+  out.push(table(cpuRows(phases), 3));
+  out.push('');
+  if (idle.length > 0) {
+    out.push(
+      `Idle: both guards in the namespace, no events, ${options.idleSeconds} s (flannel-guard right after its runs, C reference fresh);`,
+    );
+    out.push(
+      `wakeups = context switches of every thread; per ${IDLE_SLICE_S} s: wakeups/run ms in each slice; by thread: wakeups/run ms.`,
+    );
+    const rows: string[][] = [
+      ['guard', 'ticks', 'CPU', 'run time', 'wakeups', `per ${IDLE_SLICE_S} s`, 'by thread'],
+    ];
+    for (const entry of idle) {
+      const busy = entry.cpu.threads
+        .filter((t) => t.switches !== 0 || t.runMs > 0.05)
+        .map((t) => `${t.tid === entry.pid ? 'main' : t.tid}:${t.switches}/${fmt(t.runMs, 2)}`)
+        .join(' ');
+      rows.push([
+        entry.label,
+        String(entry.cpu.ticks),
+        `${fmt(entry.cpu.cpuMs)} ms`,
+        `${fmt(entry.cpu.runMs, 2)} ms`,
+        String(entry.cpu.switches),
+        entry.slices.map((slice) => `${slice.switches}/${fmt(slice.runMs, 1)}`).join(' '),
+        busy === '' ? '-' : busy,
+      ]);
+    }
+    out.push(table(rows, 1));
+    out.push('');
+  }
+  const base = phases[0];
+  const [c, fg] = base?.guards ?? [];
+  if (c && fg) {
+    out.push('Against the bar (no extra links):');
+    for (const mode of ['paced', 'back-to-back'] as const) {
+      const rc = c.modes.find((m) => m.mode === mode);
+      const rg = fg.modes.find((m) => m.mode === mode);
+      if (!rc || !rg) continue;
+      out.push(
+        `  ${mode.padEnd(12)} p50 ${fmt(rg.mac.p50)} vs ${fmt(rc.mac.p50)} us = ${ratio(rg.mac.p50, rc.mac.p50)} (bar 1.3x); ` +
+          `p99 ${fmt(rg.mac.p99)} vs ${fmt(rc.mac.p99)} us = ${ratio(rg.mac.p99, rc.mac.p99)} (bar 2x); ` +
+          `CPU/correction ${fmt((rg.cpu.cpuMs * 1000) / Math.max(1, rg.corrections))} us (bar 100 us)`,
+      );
+    }
+    out.push(`  peak RSS ${fmt(fg.hwmKiB / 1024)} MiB (bar 64 MiB)`);
+    const idleFg = idle.find((i) => i.label === 'flannel-guard');
+    if (idleFg) {
+      out.push(
+        `  idle ${options.idleSeconds} s: ${idleFg.cpu.ticks} ticks, ${fmt(idleFg.cpu.runMs, 2)} ms run time, ${idleFg.cpu.switches} context switches (bar ~0)`,
+      );
+    }
+    out.push('');
+  }
+  if (breakdown) {
+    for (const entry of breakdown) {
+      out.push(
+        `Where the time goes, ${entry.mode} (probe preloaded into flannel-guard; -t on the C reference), us:`,
+      );
+      const rows: string[][] = [['guard', 'stage', 'n', 'p50', 'p90', 'p99']];
+      for (const [label, stages] of [
+        ['flannel-guard', entry.flannelGuard],
+        ['C reference', entry.reference],
+      ] as const) {
+        for (const row of stages) {
+          const d = distribution(row.values);
+          rows.push([label, row.stage, String(d.n), fmt(d.p50), fmt(d.p90), fmt(d.p99)]);
+        }
+      }
+      out.push(table(rows, 2));
+      out.push(
+        `System calls per correction (perf, every thread, the echoes included): flannel-guard ${fmt(entry.syscalls.flannelGuard)}, C reference ${fmt(entry.syscalls.reference)}`,
+      );
+      out.push('');
+    }
+  }
+  for (const phase of phases) {
+    for (const g of phase.guards) {
+      if (g.errors.length > 0) out.push(`${phase.name} ${g.label} errors: ${g.errors.join(' | ')}`);
+      if (g.contested > 0) out.push(`${phase.name} ${g.label}: contested ${g.contested} times`);
+      if (g.repaired) out.push(`${phase.name} ${g.label}: before start, ${g.repaired}`);
+    }
+  }
+  out.push(...notes);
+  console.log(out.join('\n'));
+}
+
+// --- main -----------------------------------------------------------------------------------
+
+function compile(): void {
+  mkdirSync(BIN_DIR, { recursive: true });
+  for (const name of ['reference-guard', 'rewriter']) {
+    const source = join(ROOT, 'scripts', 'bench', `${name}.c`);
+    const result = spawnSync('cc', ['-O2', '-Wall', '-o', join(BIN_DIR, name), source], {
+      encoding: 'utf8',
+    });
+    if (result.status !== 0) throw new Error(`cc ${source}: ${result.stderr || result.error}`);
+  }
+}
+
+async function main(): Promise<void> {
+  const options = parseOptions(process.argv.slice(2));
+  if (process.getuid?.() !== 0) throw new Error('needs root (network namespaces, CAP_NET_ADMIN)');
+  if (!existsSync(CLI)) throw new Error(`${CLI} missing: run tsc -p tsconfig.json first`);
+  compile();
+  const started = performance.now();
+  const notes: string[] = [];
+  const loadAtStart = loadAverage();
+  const bench = await setUp(options);
+  let keptGuard: GuardRun | undefined;
+  try {
+    const phases: Phase[] = [];
+    const log = (message: string): void => {
+      process.stderr.write(`[${fmt((performance.now() - started) / 1000)} s] ${message}\n`);
+    };
+    const runPhase = async (name: string, keepFlannelGuard: boolean): Promise<Phase> => {
+      const links = await linkCount(bench);
+      log(`${name}: ${links} links in ${bench.ns.name}; start-ups`);
+      const startups = {
+        'C reference': await measureStartups(bench, referenceSpec(bench), options.startups),
+        'flannel-guard': await measureStartups(bench, flannelGuardSpec(bench), options.startups),
+      };
+      log(`${name}: C reference`);
+      const reference = await measureGuard(bench, referenceSpec(bench));
+      log(`${name}: flannel-guard`);
+      const guard = await measureGuard(bench, flannelGuardSpec(bench), keepFlannelGuard);
+      if (keepFlannelGuard) keptGuard = guard.guard;
+      return { name, links, startups, guards: [reference.figures, guard.figures] };
+    };
+
+    phases.push(await runPhase('base', options.idleSeconds > 0));
+    let idle: IdleFigures[] = [];
+    if (keptGuard) {
+      log(`idle: ${options.idleSeconds} s`);
+      idle = await measureIdle(bench, keptGuard, options.idleSeconds);
+      await keptGuard.stop();
+      keptGuard = undefined;
+    }
+    if (options.links > 0) {
+      log(`adding ${options.links} ifb links`);
+      const ms = await addLinks(bench, options.links);
+      notes.push(`${options.links} ifb links created in ${fmt(ms / 1000, 2)} s (ip -batch).`);
+      phases.push(await runPhase(`+${options.links} links`, false));
+    }
+    let breakdown: Breakdown[] | undefined;
+    if (options.breakdown) {
+      log('breakdown: flannel-guard with the probe, C reference with -t');
+      breakdown = await measureBreakdown(bench);
+    }
+    log('done');
+    notes.push(
+      `Total run time ${fmt((performance.now() - started) / 1000)} s; load average ${loadAtStart} at start, ${loadAverage()} at the end ` +
+        '(host busy: share of all CPUs busy during a run, this run included: other load on the machine shows there).',
+    );
+    for (const phase of phases) {
+      for (const g of phase.guards) {
+        const busy = g.modes.reduce((sum, m) => sum + m.busy, 0);
+        if (busy > 0)
+          notes.push(
+            `${phase.name} ${g.label}: ${busy} back-to-back rounds started with the guard still busy after 1 s.`,
+          );
+      }
+    }
+    report(options, phases, idle, breakdown, notes);
+  } finally {
+    await keptGuard?.stop();
+    await bench.ns.destroy();
+    await destroyAll();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error instanceof Error ? error.message : error);
+  process.exitCode = 1;
+});
