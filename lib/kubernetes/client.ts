@@ -1,0 +1,693 @@
+/**
+ * The few Kubernetes API calls the guard makes, through @kubernetes/client-node:
+ * its KubeConfig (in-cluster service account or a kubeconfig file, with every
+ * authentication method it supports) and its typed CoreV1Api for reading and
+ * patching the Node and creating and patching Events. Two things are ours:
+ *
+ * - the HTTP transport under CoreV1Api (client-node's default has no timeout
+ *   and cannot be aborted): every request has a deadline and `close()` aborts
+ *   whatever is in flight, so a hung API server never wedges the guard;
+ * - the watch stream, read line by line with an idle deadline on the same
+ *   transport and the same authentication (client-node's Watch cannot be
+ *   aborted while it connects).
+ *
+ * client-node is an ES module; it is loaded with `import()` on first use, so
+ * nothing Kubernetes is loaded unless a cluster is used. Its type
+ * declarations need @types/ws, which this package does not have, so the
+ * parts used here are declared below instead of imported.
+ */
+import { readFileSync } from 'node:fs';
+import * as http from 'node:http';
+import * as https from 'node:https';
+
+// --- the parts of @kubernetes/client-node used here ------------------------------
+
+interface RequestContextLike {
+  getUrl(): string;
+  getHttpMethod(): string;
+  getHeaders(): Record<string, string>;
+  getBody(): unknown;
+  getAgent(): http.Agent | https.Agent | undefined;
+  setHeaderParam(key: string, value: string): void;
+}
+
+interface ResponseBodyLike {
+  text(): Promise<string>;
+  binary(): Promise<Buffer>;
+}
+
+interface KubeConfigLike {
+  loadFromFile(file: string): void;
+  loadFromDefault(): void;
+  loadFromCluster(): void;
+  getCurrentCluster(): { name: string; server: string } | null;
+  getCurrentUser(): { name: string } | null;
+  applySecurityAuthentication(context: RequestContextLike): Promise<void>;
+}
+
+interface ObjectMetaLike {
+  name?: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  annotations?: Record<string, string>;
+}
+
+interface EventLike {
+  metadata: ObjectMetaLike;
+  count?: number;
+}
+
+interface CoreV1ApiLike {
+  readNode(param: { name: string }): Promise<{ metadata?: ObjectMetaLike }>;
+  patchNode(
+    param: { name: string; body: object; fieldManager?: string },
+    options?: unknown,
+  ): Promise<{ metadata?: ObjectMetaLike }>;
+  createNamespacedEvent(param: {
+    namespace: string;
+    body: object;
+    fieldManager?: string;
+  }): Promise<EventLike>;
+  patchNamespacedEvent(
+    param: { name: string; namespace: string; body: object; fieldManager?: string },
+    options?: unknown,
+  ): Promise<EventLike>;
+}
+
+interface ClientNodeModule {
+  KubeConfig: new () => KubeConfigLike;
+  CoreV1Api: new (configuration: unknown) => CoreV1ApiLike;
+  ServerConfiguration: new (url: string, variables: Record<string, string>) => unknown;
+  RequestContext: new (url: string, method: string) => RequestContextLike;
+  ResponseContext: new (
+    status: number,
+    headers: Record<string, string>,
+    body: ResponseBodyLike,
+  ) => unknown;
+  Observable: new (promise: Promise<unknown>) => unknown;
+  ApiException: abstract new (...args: never[]) => Error & { code: number; body: unknown };
+  createConfiguration(parameters: {
+    baseServer: unknown;
+    authMethods: { default: KubeConfigLike };
+    httpApi: { send(context: RequestContextLike): unknown };
+  }): unknown;
+  setHeaderOptions(key: string, value: string): unknown;
+  loadAllYaml(text: string): unknown[];
+}
+
+// A variable, so that TypeScript does not load client-node's declarations (see above).
+const CLIENT_NODE = '@kubernetes/client-node';
+let clientNode: Promise<ClientNodeModule> | undefined;
+
+/** Loads @kubernetes/client-node (an ES module) once. */
+export function loadClientNode(): Promise<ClientNodeModule> {
+  clientNode ??= import(CLIENT_NODE) as Promise<ClientNodeModule>;
+  return clientNode;
+}
+
+// --- what the guard uses ------------------------------------------------------------
+
+export const FIELD_MANAGER = 'flannel-guard';
+export const MERGE_PATCH = 'application/merge-patch+json';
+export const STRATEGIC_MERGE_PATCH = 'application/strategic-merge-patch+json';
+
+/** The metadata of an object as the guard keeps it. */
+export interface KubeObjectMeta {
+  name: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  annotations?: Record<string, string>;
+}
+
+export interface KubeNode {
+  metadata: KubeObjectMeta;
+}
+
+/** A core/v1 Event, in the fields the guard writes. */
+export interface KubeEvent {
+  metadata: { name: string; namespace: string; resourceVersion?: string };
+  involvedObject: {
+    kind: string;
+    apiVersion: string;
+    name: string;
+    uid: string;
+    namespace?: string;
+  };
+  reason: string;
+  message: string;
+  type: 'Normal' | 'Warning';
+  count: number;
+  firstTimestamp: Date;
+  lastTimestamp: Date;
+  source: { component: string; host: string };
+  reportingComponent: string;
+  reportingInstance: string;
+}
+
+/** What the API server stored of an Event. */
+export interface StoredEvent {
+  name: string;
+  namespace: string;
+  resourceVersion: string | undefined;
+  count: number;
+}
+
+/** One event of a watch stream: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR. */
+export interface WatchEvent {
+  type: string;
+  object: Record<string, unknown>;
+}
+
+/** How a watch stream ended. */
+export type WatchEnd =
+  { kind: 'closed' } | { kind: 'aborted' } | { kind: 'stalled' } | { kind: 'error'; error: Error };
+
+export interface WatchStream {
+  /** Resolves once the server answered 200 and the stream is open; rejects otherwise. */
+  readonly opened: Promise<void>;
+  /** Resolves when the stream has ended (never rejects). */
+  readonly ended: Promise<WatchEnd>;
+  abort(): void;
+}
+
+export interface WatchOptions {
+  resourceVersion: string;
+  /** Asks the server to end the watch after this long (it then ends cleanly). */
+  timeoutSeconds: number;
+  /** Ends the stream as `stalled` when nothing arrives for this long. */
+  idleTimeoutMs: number;
+}
+
+/** The API calls the Kubernetes source and the event recorder make. */
+export interface KubernetesApi {
+  /** The API server's URL, for messages. */
+  readonly server: string;
+  getNode(name: string): Promise<KubeNode>;
+  /** Watches one Node (a field selector on its name): GET /api/v1/nodes?watch=true. */
+  watchNode(name: string, options: WatchOptions, onEvent: (event: WatchEvent) => void): WatchStream;
+  /** A JSON merge patch (RFC 7386) of the Node. */
+  patchNode(name: string, patch: object): Promise<KubeNode>;
+  createEvent(event: KubeEvent): Promise<StoredEvent>;
+  /** A strategic merge patch of an Event, as kubelet's recorder sends for repeats. */
+  patchEvent(namespace: string, name: string, patch: object): Promise<StoredEvent>;
+  /** Aborts whatever is in flight; later calls reject. */
+  close(): void;
+}
+
+/**
+ * An answer other than success from the API server, with the fields of its
+ * Status object, or a request that never got one (`statusCode` 0: refused,
+ * reset, timed out).
+ */
+export class KubernetesApiError extends Error {
+  readonly statusCode: number;
+  /** Status.reason: 'Conflict', 'NotFound', 'Expired', 'Forbidden' ... */
+  readonly reason: string | undefined;
+  /** The transport error's code (ECONNREFUSED, ETIMEDOUT ...) when there was no answer. */
+  readonly code: string | undefined;
+
+  constructor(
+    message: string,
+    fields: { statusCode: number; reason?: string | undefined; code?: string | undefined },
+  ) {
+    super(message);
+    this.name = 'KubernetesApiError';
+    this.statusCode = fields.statusCode;
+    this.reason = fields.reason;
+    this.code = fields.code;
+  }
+
+  /** No answer, or one saying the server cannot serve now (5xx, 429). */
+  get transient(): boolean {
+    return this.statusCode === 0 || this.statusCode === 429 || this.statusCode >= 500;
+  }
+}
+
+export function isKubernetesApiError(error: unknown): error is KubernetesApiError {
+  return error instanceof KubernetesApiError;
+}
+
+interface StatusLike {
+  kind?: unknown;
+  message?: unknown;
+  reason?: unknown;
+  code?: unknown;
+}
+
+function parseStatus(body: unknown): StatusLike | undefined {
+  if (typeof body === 'object' && body !== null) return body;
+  if (typeof body !== 'string' || body === '') return undefined;
+  try {
+    const parsed = JSON.parse(body) as unknown;
+    return typeof parsed === 'object' && parsed !== null ? parsed : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** An API error from an HTTP status and its (Status) body. */
+export function apiErrorFromStatus(
+  statusCode: number,
+  body: unknown,
+  what: string,
+): KubernetesApiError {
+  const status = parseStatus(body);
+  const reason = typeof status?.reason === 'string' ? status.reason : undefined;
+  const named = reason ?? http.STATUS_CODES[statusCode] ?? '';
+  const message = typeof status?.message === 'string' ? status.message : named;
+  const text = message === named ? `${statusCode} ${named}` : `${statusCode} ${named}: ${message}`;
+  return new KubernetesApiError(`${what}: ${text}`, { statusCode, reason });
+}
+
+function transportError(error: unknown, what: string): KubernetesApiError {
+  const code =
+    typeof (error as { code?: unknown } | null)?.code === 'string'
+      ? (error as { code: string }).code
+      : undefined;
+  const message = error instanceof Error ? error.message : String(error);
+  return new KubernetesApiError(`${what}: ${message}`, { statusCode: 0, code });
+}
+
+// --- transport ------------------------------------------------------------------------
+
+interface RawResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+function flattenHeaders(headers: http.IncomingHttpHeaders): Record<string, string> {
+  const flat: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined) flat[name] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  return flat;
+}
+
+class Transport {
+  readonly #inflight = new Set<http.ClientRequest>();
+  readonly #timeoutMs: number;
+  #closed = false;
+
+  constructor(timeoutMs: number) {
+    this.#timeoutMs = timeoutMs;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  #open(context: RequestContextLike, body?: string): http.ClientRequest {
+    if (this.#closed) throw new Error('the Kubernetes client is closed');
+    const url = new URL(context.getUrl());
+    const headers: Record<string, string | number> = { ...context.getHeaders() };
+    if (body !== undefined) headers['Content-Length'] = Buffer.byteLength(body);
+    const options: https.RequestOptions = { method: context.getHttpMethod(), headers };
+    const agent = context.getAgent();
+    if (agent) options.agent = agent;
+    const request =
+      url.protocol === 'https:' ? https.request(url, options) : http.request(url, options);
+    this.#inflight.add(request);
+    request.once('close', () => this.#inflight.delete(request));
+    return request;
+  }
+
+  /** One request with a deadline; resolves with any HTTP answer, rejects without one. */
+  send(context: RequestContextLike): Promise<RawResponse> {
+    const rawBody = context.getBody();
+    const body = typeof rawBody === 'string' ? rawBody : undefined;
+    return new Promise((resolve, reject) => {
+      let request: http.ClientRequest;
+      try {
+        request = this.#open(context, body);
+      } catch (error) {
+        reject(error instanceof Error ? error : new Error(String(error)));
+        return;
+      }
+      const timer = setTimeout(() => {
+        request.destroy(
+          Object.assign(new Error(`no answer within ${this.#timeoutMs} ms`), {
+            code: 'ETIMEDOUT',
+          }),
+        );
+      }, this.#timeoutMs);
+      request.once('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+      request.once('response', (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.once('error', (error) => {
+          clearTimeout(timer);
+          reject(error);
+        });
+        response.once('end', () => {
+          clearTimeout(timer);
+          resolve({
+            status: response.statusCode ?? 0,
+            headers: flattenHeaders(response.headers),
+            body: Buffer.concat(chunks).toString('utf8'),
+          });
+        });
+      });
+      request.end(body);
+    });
+  }
+
+  /** A streaming GET whose body is read as JSON lines. */
+  stream(
+    context: RequestContextLike,
+    what: string,
+    idleTimeoutMs: number,
+    onLine: (line: string) => void,
+  ): WatchStream {
+    let resolveOpened: () => void = () => {};
+    let rejectOpened: (error: Error) => void = () => {};
+    let resolveEnded: (end: WatchEnd) => void = () => {};
+    const opened = new Promise<void>((resolve, reject) => {
+      resolveOpened = resolve;
+      rejectOpened = reject;
+    });
+    // Never leave a rejection of `opened` unhandled: `ended` reports the same failure.
+    opened.catch(() => undefined);
+    const ended = new Promise<WatchEnd>((resolve) => {
+      resolveEnded = resolve;
+    });
+    let settled = false;
+    let aborted = false;
+    let stalled = false;
+    let idle: NodeJS.Timeout | undefined;
+    let request: http.ClientRequest | undefined;
+    const finish = (end: WatchEnd): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(idle);
+      if (end.kind === 'error') rejectOpened(end.error);
+      else rejectOpened(new Error(`${what}: ${end.kind}`));
+      resolveEnded(end);
+    };
+    const armIdle = (): void => {
+      clearTimeout(idle);
+      idle = setTimeout(() => {
+        stalled = true;
+        request?.destroy();
+      }, idleTimeoutMs);
+    };
+    const endOf = (error: unknown): WatchEnd =>
+      aborted
+        ? { kind: 'aborted' }
+        : stalled
+          ? { kind: 'stalled' }
+          : { kind: 'error', error: transportError(error, what) };
+    try {
+      request = this.#open(context);
+    } catch (error) {
+      finish({ kind: 'error', error: transportError(error, what) });
+      return { opened, ended, abort: () => undefined };
+    }
+    armIdle();
+    request.once('error', (error) => {
+      finish(endOf(error));
+    });
+    request.once('response', (response) => {
+      const status = response.statusCode ?? 0;
+      response.once('error', (error) => {
+        finish(endOf(error));
+      });
+      if (status !== 200) {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.once('end', () => {
+          const body = Buffer.concat(chunks).toString('utf8');
+          finish({ kind: 'error', error: apiErrorFromStatus(status, body, what) });
+        });
+        return;
+      }
+      resolveOpened();
+      armIdle();
+      response.setEncoding('utf8');
+      let pending = '';
+      response.on('data', (chunk: string) => {
+        armIdle();
+        pending += chunk;
+        let newline = pending.indexOf('\n');
+        while (newline >= 0 && !settled) {
+          const line = pending.slice(0, newline).trim();
+          pending = pending.slice(newline + 1);
+          if (line !== '') onLine(line);
+          newline = pending.indexOf('\n');
+        }
+      });
+      // 'end': the server finished the chunked body. 'close' without it: the connection dropped.
+      response.once('end', () => {
+        finish({ kind: 'closed' });
+      });
+      response.once('close', () => {
+        finish(
+          endOf(
+            Object.assign(new Error('connection closed in the middle of the stream'), {
+              code: 'ECONNRESET',
+            }),
+          ),
+        );
+      });
+    });
+    request.end();
+    return {
+      opened,
+      ended,
+      abort: () => {
+        if (settled) return;
+        aborted = true;
+        request.destroy();
+      },
+    };
+  }
+
+  close(): void {
+    this.#closed = true;
+    for (const request of this.#inflight) request.destroy();
+    this.#inflight.clear();
+  }
+}
+
+// --- the client -----------------------------------------------------------------------
+
+export interface KubernetesClientOptions {
+  /**
+   * A kubeconfig file. Without it: the files in $KUBECONFIG when set, else the
+   * pod's service account (in-cluster).
+   */
+  kubeconfig?: string;
+  /** Use the pod's service account even when KUBECONFIG is set. */
+  inCluster?: boolean;
+  /** Deadline of every request but the watch (default 10 s). */
+  requestTimeoutMs?: number;
+}
+
+/** Where the client takes its configuration from, for messages. */
+export type KubeconfigOrigin = 'file' | 'KUBECONFIG' | 'in-cluster';
+
+function objectMeta(meta: ObjectMetaLike | undefined, what: string): KubeObjectMeta {
+  if (!meta?.name) throw new Error(`${what}: the API server sent an object without metadata.name`);
+  const result: KubeObjectMeta = { name: meta.name };
+  if (meta.namespace !== undefined) result.namespace = meta.namespace;
+  if (meta.uid !== undefined) result.uid = meta.uid;
+  if (meta.resourceVersion !== undefined) result.resourceVersion = meta.resourceVersion;
+  if (meta.annotations !== undefined) result.annotations = { ...meta.annotations };
+  return result;
+}
+
+function storedEvent(event: EventLike, namespace: string, what: string): StoredEvent {
+  const meta = objectMeta(event.metadata, what);
+  return {
+    name: meta.name,
+    namespace: meta.namespace ?? namespace,
+    resourceVersion: meta.resourceVersion,
+    count: event.count ?? 1,
+  };
+}
+
+class ClientNodeApi implements KubernetesApi {
+  readonly server: string;
+  readonly origin: KubeconfigOrigin;
+  readonly #k8s: ClientNodeModule;
+  readonly #config: KubeConfigLike;
+  readonly #core: CoreV1ApiLike;
+  readonly #transport: Transport;
+
+  constructor(
+    k8s: ClientNodeModule,
+    config: KubeConfigLike,
+    origin: KubeconfigOrigin,
+    timeoutMs: number,
+  ) {
+    const cluster = config.getCurrentCluster();
+    if (!cluster) throw new Error('the kubeconfig has no current cluster');
+    this.server = cluster.server.replace(/\/+$/, '');
+    this.origin = origin;
+    this.#k8s = k8s;
+    this.#config = config;
+    this.#transport = new Transport(timeoutMs);
+    const transport = this.#transport;
+    const httpApi = {
+      send: (context: RequestContextLike): unknown =>
+        new k8s.Observable(
+          transport.send(context).then(
+            (response) =>
+              new k8s.ResponseContext(response.status, response.headers, {
+                text: () => Promise.resolve(response.body),
+                binary: () => Promise.resolve(Buffer.from(response.body)),
+              }),
+          ),
+        ),
+    };
+    this.#core = new k8s.CoreV1Api(
+      k8s.createConfiguration({
+        baseServer: new k8s.ServerConfiguration(this.server, {}),
+        authMethods: { default: config },
+        httpApi,
+      }),
+    );
+  }
+
+  async #call<T>(what: string, call: () => Promise<T>): Promise<T> {
+    if (this.#transport.closed) throw new Error(`${what}: the Kubernetes client is closed`);
+    try {
+      return await call();
+    } catch (error) {
+      if (error instanceof this.#k8s.ApiException) {
+        throw apiErrorFromStatus(error.code, error.body, what);
+      }
+      if (error instanceof KubernetesApiError) throw error;
+      throw transportError(error, what);
+    }
+  }
+
+  async getNode(name: string): Promise<KubeNode> {
+    const what = `get node ${name}`;
+    const node = await this.#call(what, () => this.#core.readNode({ name }));
+    return { metadata: objectMeta(node.metadata, what) };
+  }
+
+  watchNode(
+    name: string,
+    options: WatchOptions,
+    onEvent: (event: WatchEvent) => void,
+  ): WatchStream {
+    const what = `watch node ${name}`;
+    const url = new URL(`${this.server}/api/v1/nodes`);
+    url.searchParams.set('allowWatchBookmarks', 'true');
+    url.searchParams.set('fieldSelector', `metadata.name=${name}`);
+    url.searchParams.set('resourceVersion', options.resourceVersion);
+    url.searchParams.set('timeoutSeconds', String(options.timeoutSeconds));
+    url.searchParams.set('watch', 'true');
+    const context = new this.#k8s.RequestContext(url.toString(), 'GET');
+    context.setHeaderParam('Accept', 'application/json');
+    // Authentication is asynchronous (token files, exec plugins): open once it is applied.
+    let inner: WatchStream | undefined;
+    let aborted = false;
+    const ready = this.#config.applySecurityAuthentication(context).then(() => {
+      if (aborted) throw new Error(`${what}: aborted`);
+      inner = this.#transport.stream(context, what, options.idleTimeoutMs, (line) => {
+        let event: unknown;
+        try {
+          event = JSON.parse(line);
+        } catch {
+          return; // a line cut by a dropped connection; the end of the stream reports it
+        }
+        const candidate = event as { type?: unknown; object?: unknown } | null;
+        if (
+          typeof candidate?.type === 'string' &&
+          typeof candidate.object === 'object' &&
+          candidate.object !== null
+        ) {
+          onEvent({ type: candidate.type, object: candidate.object as Record<string, unknown> });
+        }
+      });
+      return inner;
+    });
+    const opened = ready.then((stream) => stream.opened);
+    opened.catch(() => undefined);
+    const ended: Promise<WatchEnd> = ready.then(
+      (stream) => stream.ended,
+      (error: unknown): WatchEnd =>
+        aborted ? { kind: 'aborted' } : { kind: 'error', error: transportError(error, what) },
+    );
+    return {
+      opened,
+      ended,
+      abort: () => {
+        aborted = true;
+        inner?.abort();
+      },
+    };
+  }
+
+  async patchNode(name: string, patch: object): Promise<KubeNode> {
+    const what = `patch node ${name}`;
+    const node = await this.#call(what, () =>
+      this.#core.patchNode(
+        { name, body: patch, fieldManager: FIELD_MANAGER },
+        this.#k8s.setHeaderOptions('Content-Type', MERGE_PATCH),
+      ),
+    );
+    return { metadata: objectMeta(node.metadata, what) };
+  }
+
+  async createEvent(event: KubeEvent): Promise<StoredEvent> {
+    const what = `create event ${event.metadata.name}`;
+    const created = await this.#call(what, () =>
+      this.#core.createNamespacedEvent({
+        namespace: event.metadata.namespace,
+        body: event,
+        fieldManager: FIELD_MANAGER,
+      }),
+    );
+    return storedEvent(created, event.metadata.namespace, what);
+  }
+
+  async patchEvent(namespace: string, name: string, patch: object): Promise<StoredEvent> {
+    const what = `patch event ${name}`;
+    const patched = await this.#call(what, () =>
+      this.#core.patchNamespacedEvent(
+        { name, namespace, body: patch, fieldManager: FIELD_MANAGER },
+        this.#k8s.setHeaderOptions('Content-Type', STRATEGIC_MERGE_PATCH),
+      ),
+    );
+    return storedEvent(patched, namespace, what);
+  }
+
+  close(): void {
+    this.#transport.close();
+  }
+}
+
+/**
+ * A client for the cluster: `kubeconfig` when given, else $KUBECONFIG when
+ * set, else the pod's service account. Throws when the configuration cannot
+ * be read or has no current cluster.
+ */
+export async function createKubernetesClient(
+  options: KubernetesClientOptions = {},
+): Promise<KubernetesApi & { readonly origin: KubeconfigOrigin }> {
+  const k8s = await loadClientNode();
+  const config = new k8s.KubeConfig();
+  let origin: KubeconfigOrigin;
+  if (options.kubeconfig !== undefined && !options.inCluster) {
+    // Read it first, so that a missing or unreadable file is reported as such.
+    readFileSync(options.kubeconfig);
+    config.loadFromFile(options.kubeconfig);
+    origin = 'file';
+  } else if (process.env.KUBECONFIG && !options.inCluster) {
+    config.loadFromDefault();
+    origin = 'KUBECONFIG';
+  } else {
+    config.loadFromCluster();
+    origin = 'in-cluster';
+  }
+  return new ClientNodeApi(k8s, config, origin, options.requestTimeoutMs ?? 10_000);
+}

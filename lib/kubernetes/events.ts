@@ -1,0 +1,527 @@
+/**
+ * Kubernetes Events on the guard's Node for what the guard does, recorded
+ * the way kubelet's EventRecorder (client-go tools/record) records them:
+ *
+ * - core/v1 Events in the `default` namespace (a Node is cluster-scoped),
+ *   named `<node>.<hex nanoseconds>`, with source, reportingComponent and
+ *   reportingInstance set, count/firstTimestamp/lastTimestamp;
+ * - a repeat of an identical event (same object, type, reason and message)
+ *   patches the existing Event - count + 1, lastTimestamp - instead of
+ *   creating another (strategic merge patch; a create again if it expired);
+ * - more than 10 events differing only by message within 10 minutes are
+ *   aggregated into one "(combined from similar events): ..." Event;
+ * - a token bucket per object (burst 25, one more every 5 minutes) drops the
+ *   rest, as client-go's spam filter does;
+ * - Events go out one at a time, in order, off the guard's path; transport
+ *   failures are retried with backoff, a refusal by the API is not.
+ */
+import { EventEmitter } from 'node:events';
+
+import type { FlannelGuard, RewriteCause, RewriteEvent } from '../guard';
+import {
+  isKubernetesApiError,
+  type KubeEvent,
+  type KubernetesApi,
+  type StoredEvent,
+} from './client';
+
+export const EVENT_COMPONENT = 'flannel-guard';
+
+/** Reasons of the Events the guard records. */
+export const EVENT_REASONS = {
+  rewrite: 'VtepMacRewritten',
+  restored: 'VtepMacRestored',
+  adopted: 'VtepMacAdopted',
+  contestedMac: 'VtepMacContested',
+  contestedOffload: 'VtepOffloadContested',
+} as const;
+
+export interface InvolvedObject {
+  kind: string;
+  apiVersion: string;
+  name: string;
+  uid: string;
+  namespace?: string;
+}
+
+export interface EventRecorderOptions {
+  api: Pick<KubernetesApi, 'createEvent' | 'patchEvent'>;
+  /** source.host and reportingInstance: the node name. */
+  host: string;
+  component?: string;
+  /** Wall clock in ms (tests). */
+  now?: () => number;
+  /** Spam filter: events per object at once, and the time one more takes to be allowed. */
+  spamBurst?: number;
+  spamRefillMs?: number;
+  /** Aggregation: this many events differing only by message within the interval are combined. */
+  aggregateMaxEvents?: number;
+  aggregateIntervalMs?: number;
+  /** Tries per Event (transport failures, 5xx, 429) and the backoff between them. */
+  maxTries?: number;
+  retryInitialMs?: number;
+  retryMaxMs?: number;
+  /** Events waiting beyond this are dropped. */
+  queueLimit?: number;
+}
+
+export type EventDropReason = 'spam' | 'queue-full' | 'rejected' | 'retries-exhausted' | 'closed';
+
+export interface RecordedEvent {
+  action: 'created' | 'patched';
+  event: KubeEvent;
+  stored: StoredEvent;
+}
+
+export interface DroppedEvent {
+  reason: EventDropReason;
+  eventReason: string;
+  message: string;
+  error?: string;
+}
+
+export interface EventRecorderEvents {
+  recorded: [RecordedEvent];
+  dropped: [DroppedEvent];
+}
+
+const MAX_MESSAGE = 1024;
+const CACHE_ENTRIES = 4096;
+
+interface Pending {
+  involved: InvolvedObject;
+  type: 'Normal' | 'Warning';
+  reason: string;
+  message: string;
+  at: number;
+}
+
+interface LoggedEvent {
+  name: string;
+  count: number;
+  firstTimestamp: Date;
+  resourceVersion: string | undefined;
+}
+
+interface AggregateRecord {
+  messages: Set<string>;
+  last: number;
+}
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+/** A Map that forgets its least recently used entries beyond `limit`. */
+class LruCache<V> {
+  readonly #map = new Map<string, V>();
+  constructor(readonly limit: number) {}
+  get(key: string): V | undefined {
+    const value = this.#map.get(key);
+    if (value !== undefined) {
+      this.#map.delete(key);
+      this.#map.set(key, value);
+    }
+    return value;
+  }
+  set(key: string, value: V): void {
+    this.#map.delete(key);
+    this.#map.set(key, value);
+    if (this.#map.size > this.limit) {
+      const oldest = this.#map.keys().next();
+      if (!oldest.done) this.#map.delete(oldest.value);
+    }
+  }
+}
+
+/** metav1.Time: RFC 3339 to the second. */
+function toSeconds(ms: number): Date {
+  return new Date(Math.floor(ms / 1000) * 1000);
+}
+
+function rfc3339(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+export class EventRecorder extends EventEmitter<EventRecorderEvents> {
+  readonly host: string;
+  readonly component: string;
+  readonly #api: Pick<KubernetesApi, 'createEvent' | 'patchEvent'>;
+  readonly #now: () => number;
+  readonly #spamBurst: number;
+  readonly #spamRefillMs: number;
+  readonly #aggregateMax: number;
+  readonly #aggregateIntervalMs: number;
+  readonly #maxTries: number;
+  readonly #retryInitialMs: number;
+  readonly #retryMaxMs: number;
+  readonly #queueLimit: number;
+  readonly #queue: Pending[] = [];
+  readonly #logged = new LruCache<LoggedEvent>(CACHE_ENTRIES);
+  readonly #aggregates = new LruCache<AggregateRecord>(CACHE_ENTRIES);
+  readonly #buckets = new LruCache<Bucket>(CACHE_ENTRIES);
+  readonly #idleWaiters = new Set<() => void>();
+  #working = false;
+  #closed = false;
+  #sequence = 0;
+  #sleeping: { cancel(): void } | undefined;
+
+  constructor(options: EventRecorderOptions) {
+    super();
+    this.#api = options.api;
+    this.host = options.host;
+    this.component = options.component ?? EVENT_COMPONENT;
+    this.#now = options.now ?? Date.now;
+    this.#spamBurst = options.spamBurst ?? 25;
+    this.#spamRefillMs = options.spamRefillMs ?? 300_000;
+    this.#aggregateMax = options.aggregateMaxEvents ?? 10;
+    this.#aggregateIntervalMs = options.aggregateIntervalMs ?? 600_000;
+    this.#maxTries = options.maxTries ?? 12;
+    this.#retryInitialMs = options.retryInitialMs ?? 1_000;
+    this.#retryMaxMs = options.retryMaxMs ?? 10_000;
+    this.#queueLimit = options.queueLimit ?? 1_000;
+  }
+
+  /** Queues an Event about `involved`; returns at once. */
+  record(
+    involved: InvolvedObject,
+    type: 'Normal' | 'Warning',
+    reason: string,
+    message: string,
+  ): void {
+    const text = message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE - 1)}…` : message;
+    if (this.#closed) {
+      this.emit('dropped', { reason: 'closed', eventReason: reason, message: text });
+      return;
+    }
+    if (this.#queue.length >= this.#queueLimit) {
+      this.emit('dropped', { reason: 'queue-full', eventReason: reason, message: text });
+      return;
+    }
+    this.#queue.push({ involved, type, reason, message: text, at: this.#now() });
+    void this.#work();
+  }
+
+  /** Resolves once every queued Event has been sent (or dropped), or after `timeoutMs`. */
+  flush(timeoutMs: number): Promise<boolean> {
+    if (!this.#working && this.#queue.length === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#idleWaiters.delete(done);
+        resolve(false);
+      }, timeoutMs);
+      const done = (): void => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      this.#idleWaiters.add(done);
+    });
+  }
+
+  /** Stops sending; what is still queued is dropped. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#sleeping?.cancel();
+    for (const pending of this.#queue.splice(0)) {
+      this.emit('dropped', {
+        reason: 'closed',
+        eventReason: pending.reason,
+        message: pending.message,
+      });
+    }
+  }
+
+  async #work(): Promise<void> {
+    if (this.#working) return;
+    this.#working = true;
+    try {
+      for (let next = this.#queue.shift(); next; next = this.#queue.shift()) {
+        if (this.#closed) break;
+        await this.#deliver(next);
+      }
+    } finally {
+      this.#working = false;
+      for (const wake of [...this.#idleWaiters]) wake();
+      this.#idleWaiters.clear();
+    }
+  }
+
+  /** The correlation of client-go's EventCorrelator, then create or patch. */
+  async #deliver(pending: Pending): Promise<void> {
+    const { event, key } = this.#aggregate(this.#makeEvent(pending));
+    const logged = this.#logged.get(key);
+    let patch: Record<string, unknown> | undefined;
+    if (logged) {
+      event.metadata.name = logged.name;
+      event.firstTimestamp = logged.firstTimestamp;
+      event.count = logged.count + 1;
+      patch = {
+        count: event.count,
+        lastTimestamp: rfc3339(event.lastTimestamp),
+        message: event.message,
+      };
+    }
+    this.#logged.set(key, {
+      name: event.metadata.name,
+      count: event.count,
+      firstTimestamp: event.firstTimestamp,
+      resourceVersion: logged?.resourceVersion,
+    });
+    if (!this.#allow(event)) {
+      this.emit('dropped', { reason: 'spam', eventReason: event.reason, message: event.message });
+      return;
+    }
+    for (let attempt = 1; ; attempt += 1) {
+      if (this.#closed) {
+        this.emit('dropped', {
+          reason: 'closed',
+          eventReason: event.reason,
+          message: event.message,
+        });
+        return;
+      }
+      try {
+        let stored: StoredEvent | undefined;
+        let action: RecordedEvent['action'] = 'created';
+        if (patch) {
+          try {
+            stored = await this.#api.patchEvent(
+              event.metadata.namespace,
+              event.metadata.name,
+              patch,
+            );
+            action = 'patched';
+          } catch (error) {
+            // Expired (Events live an hour by default): create it again.
+            if (!(isKubernetesApiError(error) && error.statusCode === 404)) throw error;
+          }
+        }
+        stored ??= await this.#api.createEvent(event);
+        this.#logged.set(key, {
+          name: stored.name,
+          count: stored.count,
+          firstTimestamp: event.firstTimestamp,
+          resourceVersion: stored.resourceVersion,
+        });
+        this.emit('recorded', { action, event, stored });
+        return;
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        const retry = !isKubernetesApiError(error) || error.transient;
+        if (!retry || attempt >= this.#maxTries) {
+          this.emit('dropped', {
+            reason: retry ? 'retries-exhausted' : 'rejected',
+            eventReason: event.reason,
+            message: event.message,
+            error: message,
+          });
+          return;
+        }
+        const base = Math.min(this.#retryMaxMs, this.#retryInitialMs * 2 ** (attempt - 1));
+        await this.#sleep(base / 2 + (Math.random() * base) / 2);
+      }
+    }
+  }
+
+  #makeEvent(pending: Pending): KubeEvent {
+    const at = toSeconds(pending.at);
+    return {
+      metadata: {
+        name: this.#eventName(pending.involved.name, pending.at),
+        namespace: pending.involved.namespace || 'default',
+      },
+      involvedObject: { ...pending.involved },
+      reason: pending.reason,
+      message: pending.message,
+      type: pending.type,
+      count: 1,
+      firstTimestamp: at,
+      lastTimestamp: at,
+      source: { component: this.component, host: this.host },
+      reportingComponent: this.component,
+      reportingInstance: this.host,
+    };
+  }
+
+  /** `<object name>.<hex of the time in ns>`, unique within this process. */
+  #eventName(object: string, at: number): string {
+    this.#sequence = (this.#sequence + 1) % 1_000_000;
+    const nanos = BigInt(Math.floor(at)) * 1_000_000n + BigInt(this.#sequence);
+    return `${object}.${nanos.toString(16)}`;
+  }
+
+  #objectKey(event: KubeEvent): string {
+    const o = event.involvedObject;
+    return [
+      event.source.component,
+      event.source.host,
+      o.kind,
+      o.namespace ?? '',
+      o.name,
+      o.uid,
+      o.apiVersion,
+    ].join('\u0000');
+  }
+
+  /** client-go's EventAggregator: similar events (all but the message) beyond the limit are combined. */
+  #aggregate(event: KubeEvent): { event: KubeEvent; key: string } {
+    const aggregateKey = [
+      this.#objectKey(event),
+      event.type,
+      event.reason,
+      event.reportingComponent,
+      event.reportingInstance,
+    ].join('\u0000');
+    const eventKey = `${aggregateKey}\u0000${event.message}`;
+    const now = this.#now();
+    let record = this.#aggregates.get(aggregateKey);
+    if (!record || now - record.last > this.#aggregateIntervalMs) {
+      record = { messages: new Set(), last: now };
+    }
+    record.messages.add(event.message);
+    record.last = now;
+    this.#aggregates.set(aggregateKey, record);
+    if (record.messages.size < this.#aggregateMax) return { event, key: eventKey };
+    // Do not let the set grow beyond the limit.
+    const first = record.messages.values().next();
+    if (!first.done) record.messages.delete(first.value);
+    const at = toSeconds(now);
+    return {
+      event: {
+        ...event,
+        metadata: {
+          name: this.#eventName(event.involvedObject.name, now),
+          namespace: event.metadata.namespace,
+        },
+        message: `(combined from similar events): ${event.message}`,
+        count: 1,
+        firstTimestamp: at,
+        lastTimestamp: at,
+      },
+      key: aggregateKey,
+    };
+  }
+
+  /** client-go's spam filter: a token bucket per object. */
+  #allow(event: KubeEvent): boolean {
+    const key = this.#objectKey(event);
+    const now = this.#now();
+    const bucket = this.#buckets.get(key) ?? { tokens: this.#spamBurst, at: now };
+    bucket.tokens = Math.min(
+      this.#spamBurst,
+      bucket.tokens + (now - bucket.at) / this.#spamRefillMs,
+    );
+    bucket.at = now;
+    const allowed = bucket.tokens >= 1;
+    if (allowed) bucket.tokens -= 1;
+    this.#buckets.set(key, bucket);
+    return allowed;
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#sleeping = undefined;
+        resolve();
+      }, ms).unref();
+      this.#sleeping = {
+        cancel: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
+    });
+  }
+}
+
+// --- the guard's events --------------------------------------------------------------
+
+const CAUSES: Record<RewriteCause, string> = {
+  'udev-mac-policy':
+    'systemd-udevd applying MACAddressPolicy=persistent right after flannel created the device (a .link file matching flannel* with MACAddressPolicy=none prevents it)',
+  'external-write': 'a userspace write (ip link set address, another agent)',
+  'found-on-resync':
+    'a change made while the guard lost netlink notifications (found when it re-read the namespace)',
+  'found-at-start':
+    'a change made before the guard started (typically systemd-udevd MACAddressPolicy=persistent at device creation)',
+};
+
+export interface GuardEventOptions {
+  /** The Node the Events are about (its uid may only be known once the Node was read). */
+  involvedObject: () => InvolvedObject;
+  /** Named in the messages of adoptions. */
+  annotation?: string;
+}
+
+/** The Node as kubelet names it in Events: kind Node, v1, its uid (or its name until known). */
+export function nodeReference(name: string, uid?: string): InvolvedObject {
+  return { kind: 'Node', apiVersion: 'v1', name, uid: uid ?? name };
+}
+
+/**
+ * Records the guard's rewrite, restored, adopted and contested events as
+ * Events on the Node. Returns a function that stops it.
+ */
+export function recordGuardEvents(
+  guard: FlannelGuard,
+  recorder: EventRecorder,
+  options: GuardEventOptions,
+): () => void {
+  const lastRewrite = new Map<string, RewriteEvent>();
+  const annotation = options.annotation ?? 'flannel.alpha.coreos.com/backend-data';
+  const record = (type: 'Normal' | 'Warning', reason: string, message: string): void => {
+    recorder.record(options.involvedObject(), type, reason, message);
+  };
+  const onRewrite = (e: RewriteEvent): void => {
+    lastRewrite.set(e.device, e);
+    const was =
+      e.previous !== null && e.previous !== e.mac && e.previous !== e.expected
+        ? `, was ${e.previous}`
+        : '';
+    record(
+      'Warning',
+      EVENT_REASONS.rewrite,
+      `${e.device} has MAC ${e.mac ?? 'none'}${was}; the other nodes use ${e.expected}. Likely cause: ${CAUSES[e.cause]}${e.dryRun ? '. Dry run: not corrected' : ''}`,
+    );
+  };
+  const onRestored = (e: { device: string; mac: string; neighbours: number }): void => {
+    const rewrite = lastRewrite.get(e.device);
+    const from = rewrite?.mac ? ` from ${rewrite.mac}` : '';
+    record(
+      'Normal',
+      EVENT_REASONS.restored,
+      `${e.device} MAC set back to ${e.mac}${from}; ${e.neighbours} permanent neighbour entries restored`,
+    );
+  };
+  const onAdopted = (e: {
+    device: string;
+    mac: string;
+    previous: string;
+    neighbours: number;
+  }): void => {
+    record(
+      'Normal',
+      EVENT_REASONS.adopted,
+      `${e.device} keeps MAC ${e.mac} instead of ${e.previous}: ${annotation} now publishes ${e.mac}, so the other nodes reprogram their ARP and FDB entries; ${e.neighbours} permanent neighbour entries restored`,
+    );
+  };
+  const onContested = (e: { what: 'mac' | 'offload'; detail: string }): void => {
+    record(
+      'Warning',
+      e.what === 'mac' ? EVENT_REASONS.contestedMac : EVENT_REASONS.contestedOffload,
+      e.detail,
+    );
+  };
+  guard.on('rewrite', onRewrite);
+  guard.on('restored', onRestored);
+  guard.on('adopted', onAdopted);
+  guard.on('contested', onContested);
+  return () => {
+    guard.off('rewrite', onRewrite);
+    guard.off('restored', onRestored);
+    guard.off('adopted', onAdopted);
+    guard.off('contested', onContested);
+  };
+}

@@ -1,0 +1,66 @@
+/**
+ * The Kubernetes integration: the node annotation as the desired-MAC source,
+ * Events on the Node, Prometheus metrics and health endpoints.
+ */
+export {
+  ADDRESS_FAMILIES,
+  DEFAULT_ANNOTATION_PREFIX,
+  backendDataKey,
+  backendTypeKey,
+  readBackendData,
+  vtepDeviceName,
+  withVtepMac,
+} from './annotation';
+export type { AddressFamily, BackendDataReading } from './annotation';
+export {
+  KubernetesApiError,
+  createKubernetesClient,
+  isKubernetesApiError,
+  loadClientNode,
+} from './client';
+export type {
+  KubeEvent,
+  KubeNode,
+  KubeObjectMeta,
+  KubeconfigOrigin,
+  KubernetesApi,
+  KubernetesClientOptions,
+  StoredEvent,
+  WatchEnd,
+  WatchEvent,
+  WatchOptions,
+  WatchStream,
+} from './client';
+export { SERVICE_ACCOUNT_TOKEN, detectCluster, validateNodeName } from './cluster';
+export type { ClusterFlags, ClusterSettings } from './cluster';
+export {
+  EVENT_COMPONENT,
+  EVENT_REASONS,
+  EventRecorder,
+  nodeReference,
+  recordGuardEvents,
+} from './events';
+export type {
+  DroppedEvent,
+  EventDropReason,
+  EventRecorderEvents,
+  EventRecorderOptions,
+  GuardEventOptions,
+  InvolvedObject,
+  RecordedEvent,
+} from './events';
+export { ADOPT_BUCKETS, GuardMetrics, LATENCY_BUCKETS, METRIC_PREFIX } from './metrics';
+export type { GuardMetricsOptions } from './metrics';
+export { GuardHealth, parseListenAddress, startMetricsServer } from './server';
+export type { HealthReport, ListenAddress, MetricsServer, MetricsServerOptions } from './server';
+export { KubernetesMacSource } from './source';
+export type {
+  AdoptEvent,
+  KubernetesMacSourceEvents,
+  KubernetesMacSourceOptions,
+  SourceProblem,
+  SourceState,
+  SourceStatus,
+  WatchRestartEvent,
+  WatchRestartReason,
+} from './source';

@@ -1,0 +1,194 @@
+/**
+ * The guard's HTTP endpoint: Prometheus `/metrics`, `/healthz` (liveness) and
+ * `/readyz` (readiness), JSON bodies for the health checks.
+ *
+ * - live: the guard has not stopped (it was closed or never started after an
+ *   error). Nothing about the API server: restarting the guard never fixes it.
+ * - ready: the guard has taken on its devices (its `ready` event) and the
+ *   desired-MAC source is either synced or has explicitly declared itself
+ *   degraded (API unreachable, annotation missing or invalid: the guard then
+ *   keeps the last known value, or first-seen). Only "starting" - the first
+ *   read of the Node neither answered nor timed out - is not ready. A later
+ *   API outage keeps the guard ready: it keeps guarding, and says so in the
+ *   body, the metrics and the log.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
+
+import type { FlannelGuard } from '../guard';
+import type { KubernetesMacSource, SourceStatus } from './source';
+
+export interface ListenAddress {
+  host: string;
+  port: number;
+}
+
+/**
+ * `HOST:PORT`: an IPv4 address, a bracketed or bare IPv6 address, or a
+ * host name; port 0 picks a free one. Throws a RangeError with the reason.
+ */
+export function parseListenAddress(value: string): ListenAddress {
+  const match = /^(?:\[([^\]]+)\]|(.*)):(\d+)$/.exec(value);
+  const host = match?.[1] ?? match?.[2];
+  const portText = match?.[3];
+  if (!host || !portText) throw new RangeError(`${value}: expected HOST:PORT or off`);
+  const port = Number(portText);
+  if (!Number.isInteger(port) || port > 65535) {
+    throw new RangeError(`${value}: port ${portText} is not 0..65535`);
+  }
+  if (host.includes(':') && isIP(host) !== 6) {
+    throw new RangeError(`${value}: ${host} is not an IPv6 address`);
+  }
+  if (!host.includes(':') && isIP(host) === 0 && !/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/i.test(host)) {
+    throw new RangeError(`${value}: ${host} is not an address or host name`);
+  }
+  return { host, port };
+}
+
+export interface HealthReport {
+  ok: boolean;
+  [field: string]: unknown;
+}
+
+/** Liveness and readiness of a running `watch`. */
+export class GuardHealth {
+  #guardReady = false;
+  #guardClosed = false;
+  #source: KubernetesMacSource | undefined;
+
+  /** Follows the guard's `ready` and `close`. */
+  attachGuard(guard: FlannelGuard): void {
+    guard.once('ready', () => {
+      this.#guardReady = true;
+    });
+    guard.once('close', () => {
+      this.#guardClosed = true;
+    });
+  }
+
+  attachSource(source: KubernetesMacSource): void {
+    this.#source = source;
+  }
+
+  live(): HealthReport {
+    return { ok: !this.#guardClosed, guard: this.#guardState() };
+  }
+
+  ready(): HealthReport {
+    const source = this.#source?.status();
+    const sourceOk = source === undefined || source.state !== 'starting';
+    const report: HealthReport = {
+      ok: this.#guardReady && !this.#guardClosed && sourceOk,
+      guard: this.#guardState(),
+    };
+    if (source) report.source = sourceSummary(source);
+    return report;
+  }
+
+  #guardState(): 'starting' | 'ready' | 'stopped' {
+    if (this.#guardClosed) return 'stopped';
+    return this.#guardReady ? 'ready' : 'starting';
+  }
+}
+
+function sourceSummary(status: SourceStatus): Record<string, unknown> {
+  return {
+    name: status.source,
+    node: status.node,
+    state: status.state,
+    problem: status.problem,
+    message: status.message,
+    since: status.since,
+    lastSync: status.lastSync,
+  };
+}
+
+export interface MetricsServerOptions {
+  address: ListenAddress;
+  /** The exposition text and its content type. */
+  metrics: () => Promise<string>;
+  contentType: string;
+  health: GuardHealth;
+}
+
+export interface MetricsServer {
+  /** Where it listens (the real port when 0 was asked for). */
+  readonly address: ListenAddress;
+  /** HOST:PORT, IPv6 bracketed. */
+  readonly endpoint: string;
+  close(): Promise<void>;
+}
+
+function send(
+  response: ServerResponse,
+  status: number,
+  contentType: string,
+  body: string,
+  head: boolean,
+): void {
+  response.writeHead(status, {
+    'Content-Type': contentType,
+    'Content-Length': Buffer.byteLength(body),
+    'Cache-Control': 'no-store',
+  });
+  response.end(head ? undefined : body);
+}
+
+/** Starts listening; rejects when the address cannot be bound (in use, not local). */
+export async function startMetricsServer(options: MetricsServerOptions): Promise<MetricsServer> {
+  const handle = async (request: IncomingMessage, response: ServerResponse): Promise<void> => {
+    const path = new URL(request.url ?? '/', 'http://localhost').pathname;
+    const head = request.method === 'HEAD';
+    if (request.method !== 'GET' && !head) {
+      response.setHeader('Allow', 'GET, HEAD');
+      send(response, 405, 'text/plain; charset=utf-8', 'method not allowed\n', false);
+      return;
+    }
+    switch (path) {
+      case '/metrics':
+        send(response, 200, options.contentType, await options.metrics(), head);
+        return;
+      case '/healthz':
+      case '/livez':
+      case '/readyz': {
+        const report = path === '/readyz' ? options.health.ready() : options.health.live();
+        const body = JSON.stringify({ status: report.ok ? 'ok' : 'unavailable', ...report });
+        send(response, report.ok ? 200 : 503, 'application/json', `${body}\n`, head);
+        return;
+      }
+      default:
+        send(response, 404, 'text/plain; charset=utf-8', 'not found\n', head);
+    }
+  };
+  const server: Server = createServer((request, response) => {
+    handle(request, response).catch((error: unknown) => {
+      const message = error instanceof Error ? error.message : String(error);
+      if (!response.headersSent) {
+        send(response, 500, 'text/plain; charset=utf-8', `${message}\n`, false);
+      } else {
+        response.destroy();
+      }
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.address.port, options.address.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const bound = server.address();
+  const port = typeof bound === 'object' && bound !== null ? bound.port : options.address.port;
+  const address = { host: options.address.host, port };
+  return {
+    address,
+    endpoint: `${address.host.includes(':') ? `[${address.host}]` : address.host}:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => {
+          resolve();
+        });
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,201 @@
+/**
+ * What `flannel-guard watch` runs next to the guard when it runs against a
+ * cluster or serves metrics: the metrics and health endpoint, the Kubernetes
+ * client, the node annotation source (read before the guard starts, so that
+ * a rewrite that happened before is corrected from it) and the Event
+ * recorder; their log lines; their orderly shutdown.
+ */
+import { invalidArgument } from '../errors';
+import type { FlannelGuard } from '../guard';
+import { backendDataKey } from './annotation';
+import { createKubernetesClient, type KubernetesApi } from './client';
+import type { ClusterSettings } from './cluster';
+import { EventRecorder, nodeReference, recordGuardEvents } from './events';
+import { GuardMetrics } from './metrics';
+import { GuardHealth, startMetricsServer, type ListenAddress, type MetricsServer } from './server';
+import { KubernetesMacSource, type SourceStatus } from './source';
+
+export type LogLevel = 'info' | 'warn' | 'error';
+
+/** Writes one log line: an event name, its level, its fields (JSON) and a readable text. */
+export type LogLine = (event: string, level: LogLevel, fields: object, text: string) => void;
+
+export interface WatchServicesOptions {
+  /** The cluster to read the Node from; null: none. */
+  cluster: ClusterSettings | null;
+  /** Where to serve /metrics, /healthz and /readyz; 'off': nowhere. */
+  metricsAddress: ListenAddress | 'off';
+  /** How long to wait for the first read of the Node before the guard starts without it. */
+  sourceTimeoutMs: number;
+  /** Dry run: no Events are written (the guard writes nothing either). */
+  dryRun: boolean;
+  log: LogLine;
+  /** Resolves when the user asks to stop (a signal) while the services start. */
+  interrupted: Promise<unknown>;
+}
+
+/** One readable line for the source's state. */
+export function describeSource(status: SourceStatus): string {
+  const macs = Object.entries(status.macs).map(([device, mac]) => `${device}=${mac}`);
+  const known = macs.length === 0 ? null : macs.join(' ');
+  if (status.state === 'synced') return `source: node ${status.node} synced: ${known ?? '-'}`;
+  const problem = status.problem === null ? '' : ` (${status.problem})`;
+  return `source: node ${status.node} ${status.state}${problem}: ${status.message ?? ''}; guarding with ${known ?? 'first-seen'}`;
+}
+
+function logSource(source: KubernetesMacSource, log: LogLine): void {
+  const node = source.nodeName;
+  source.on('state', (status) => {
+    log('source', status.state === 'synced' ? 'info' : 'warn', status, describeSource(status));
+  });
+  source.on('watch', (e) => {
+    if (e.reason === 'closed') return; // the server's watch timeout: routine
+    const next = e.delayMs > 0 ? `retrying in ${e.delayMs} ms` : 'reading again';
+    const why = e.message === undefined ? '' : ` (${e.message})`;
+    log(
+      'watch',
+      e.reason === 'expired' ? 'info' : 'warn',
+      e,
+      `watch: node ${node} ${e.reason}${why}; ${next}`,
+    );
+  });
+  source.on('adopt', (e) => {
+    const text =
+      e.result === 'stored'
+        ? `annotation: ${e.annotation} on node ${node} publishes ${e.mac} for ${e.device} (was ${e.previous}; ${e.conflicts} conflicts retried)`
+        : `annotation: ${e.annotation} on node ${node} not updated to ${e.mac}: ${e.error ?? ''}`;
+    log('annotation', e.result === 'stored' ? 'info' : 'warn', e, text);
+  });
+}
+
+export class WatchServices {
+  readonly health = new GuardHealth();
+  readonly metrics: GuardMetrics | undefined;
+  #server: MetricsServer | undefined;
+  #api: KubernetesApi | undefined;
+  #source: KubernetesMacSource | undefined;
+  #recorder: EventRecorder | undefined;
+  #cluster: ClusterSettings | null;
+  #closing: Promise<void> | undefined;
+
+  private constructor(options: WatchServicesOptions) {
+    this.#cluster = options.cluster;
+    this.metrics = options.metricsAddress === 'off' ? undefined : new GuardMetrics();
+  }
+
+  /**
+   * Starts the endpoint and, with a cluster, reads the Node (waiting at most
+   * `sourceTimeoutMs`). Resolves 'stopped' when interrupted meanwhile (all
+   * closed again). Rejects when the address cannot be bound (Error) or the
+   * cluster configuration cannot be read (EINVAL: a usage error).
+   */
+  static async start(options: WatchServicesOptions): Promise<WatchServices | 'stopped'> {
+    const services = new WatchServices(options);
+    try {
+      if (await services.#start(options)) return services;
+      await services.close();
+      return 'stopped';
+    } catch (error) {
+      await services.close();
+      throw error;
+    }
+  }
+
+  /** The desired-MAC source for the guard (with a cluster). */
+  get source(): KubernetesMacSource | undefined {
+    return this.#source;
+  }
+
+  /** Extra fields of the `ready` line: where the endpoint listens, the source's state. */
+  readyFields(): Record<string, unknown> {
+    const fields: Record<string, unknown> = {};
+    if (this.#server) fields.metrics = this.#server.endpoint;
+    if (this.#source) fields.source = this.#source.status();
+    return fields;
+  }
+
+  /** Follows the guard: health, metrics, Events. */
+  attach(guard: FlannelGuard): void {
+    this.health.attachGuard(guard);
+    this.metrics?.observeGuard(guard);
+    const source = this.#source;
+    const cluster = this.#cluster;
+    if (this.#recorder && source && cluster) {
+      recordGuardEvents(guard, this.#recorder, {
+        involvedObject: () => nodeReference(cluster.nodeName, source.nodeUid),
+        annotation: backendDataKey('ipv4', source.annotationPrefix),
+      });
+    }
+  }
+
+  /** Stops everything; the Events of the last moments get up to 2 s to be sent. Idempotent. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#source?.close();
+      if (this.#recorder) {
+        await this.#recorder.flush(2000);
+        this.#recorder.close();
+      }
+      this.#api?.close();
+      await this.#server?.close();
+    })();
+    return this.#closing;
+  }
+
+  async #start(options: WatchServicesOptions): Promise<boolean> {
+    const metrics = this.metrics;
+    if (metrics && options.metricsAddress !== 'off') {
+      const address = options.metricsAddress;
+      try {
+        this.#server = await startMetricsServer({
+          address,
+          metrics: () => metrics.metrics(),
+          contentType: metrics.registry.contentType,
+          health: this.health,
+        });
+      } catch (error) {
+        throw new Error(
+          `--metrics-address ${address.host}:${address.port}: ${(error as Error).message}`,
+          { cause: error },
+        );
+      }
+    }
+    const cluster = options.cluster;
+    if (!cluster) return true;
+    let api: KubernetesApi;
+    try {
+      api = await createKubernetesClient(
+        cluster.kubeconfig === undefined
+          ? { inCluster: cluster.inCluster }
+          : { kubeconfig: cluster.kubeconfig },
+      );
+    } catch (error) {
+      const what =
+        cluster.kubeconfig === undefined ? cluster.via : `--kubeconfig ${cluster.kubeconfig}`;
+      throw invalidArgument(`${what}: ${(error as Error).message}`);
+    }
+    this.#api = api;
+    const source = new KubernetesMacSource({ api, nodeName: cluster.nodeName });
+    this.#source = source;
+    this.health.attachSource(source);
+    metrics?.observeSource(source);
+    logSource(source, options.log);
+    const stop = Symbol('stop');
+    const synced = await Promise.race([
+      source.waitForSync(options.sourceTimeoutMs),
+      options.interrupted.then(() => stop),
+    ]);
+    if (synced === stop) return false;
+    if (!options.dryRun) {
+      const recorder = new EventRecorder({ api, host: cluster.nodeName });
+      this.#recorder = recorder;
+      metrics?.observeRecorder(recorder);
+      recorder.on('dropped', (e) => {
+        if (e.reason === 'spam') return; // rate-limited like kubelet's; counted in the metrics
+        const why = e.error === undefined ? e.reason : `${e.reason}: ${e.error}`;
+        options.log('kubernetes-event', 'warn', e, `event: ${e.eventReason} not recorded (${why})`);
+      });
+    }
+    return true;
+  }
+}

@@ -1,0 +1,868 @@
+/**
+ * The Kubernetes integration against a local stand-in for kube-apiserver
+ * (test/support/fake-apiserver.ts: HTTPS on 127.0.0.1, bearer token, the
+ * real wire format), through the real @kubernetes/client-node: the node
+ * annotation source (get + watch with bookmarks, 410 Gone, dropped and
+ * refused connections, invalid or missing annotations, adopt by JSON merge
+ * patch with a resourceVersion precondition and 409 retries), the Event
+ * recorder (create, repeat patched with count, aggregation, rate limit,
+ * retries), the metrics and the health endpoints scraped over loopback.
+ *
+ * What this does NOT cover (no real API server can run here):
+ * - authorization: RBAC is not evaluated (the fake checks the bearer token
+ *   only), so deploy/rbac.yaml is checked by reading it (kubernetes-deploy),
+ *   not by an API server refusing a verb;
+ * - strategic merge patch on lists, JSON patch, server-side apply, field
+ *   validation, admission: the fake implements RFC 7386 merge only (the
+ *   patches sent here touch maps and scalars, where strategic merge is the
+ *   same);
+ * - the watch cache's own behaviour: sendInitialEvents and its
+ *   initial-events-end bookmark, resourceVersionMatch, bookmarks at the
+ *   server's own pace, the server's default watch timeouts;
+ * - HTTP/2, protobuf or CBOR encodings, API priority and fairness (429 with
+ *   Retry-After), Events expiring after their TTL by themselves (a 404 on the
+ *   patch of a repeat is injected instead);
+ * - in-cluster configuration (service-account token, CA and namespace files,
+ *   token rotation) and exec/OIDC authentication: only a kubeconfig file
+ *   with a token and a CA is used;
+ * - a watch that stalls without closing (the idle deadline is the server's
+ *   timeout plus 30 s: too long for a test).
+ */
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+
+import type { FlannelGuard } from '../lib/guard';
+import {
+  backendDataKey,
+  readBackendData,
+  withVtepMac,
+  DEFAULT_ANNOTATION_PREFIX,
+} from '../lib/kubernetes/annotation';
+import { createKubernetesClient, type KubernetesApi } from '../lib/kubernetes/client';
+import { detectCluster, SERVICE_ACCOUNT_TOKEN } from '../lib/kubernetes/cluster';
+import {
+  EVENT_REASONS,
+  EventRecorder,
+  nodeReference,
+  recordGuardEvents,
+  type DroppedEvent,
+  type RecordedEvent,
+} from '../lib/kubernetes/events';
+import { GuardMetrics } from '../lib/kubernetes/metrics';
+import { GuardHealth, parseListenAddress, startMetricsServer } from '../lib/kubernetes/server';
+import {
+  KubernetesMacSource,
+  type SourceStatus,
+  type WatchRestartEvent,
+} from '../lib/kubernetes/source';
+import { collectEvents, nextEvent } from './support/events';
+import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
+import { tempDirPrefix, waitFor } from './support/netns';
+import { parseExposition, valueOf } from './support/prometheus';
+
+const V4 = backendDataKey('ipv4');
+const V6 = backendDataKey('ipv6');
+const MAC_A = '5e:89:db:49:c6:a4';
+const MAC_B = 'd6:02:e3:df:ea:7a';
+const MAC_C = '0e:12:34:56:78:9a';
+const MAC_V6 = '5e:89:db:49:c6:a6';
+
+function backendData(mac: string, vni = 1): string {
+  return JSON.stringify({ VNI: vni, VtepMAC: mac });
+}
+
+function flannelAnnotations(mac: string): Record<string, string> {
+  return {
+    [V4]: backendData(mac),
+    'flannel.alpha.coreos.com/backend-type': 'vxlan',
+    'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
+    'flannel.alpha.coreos.com/public-ip': '192.0.2.11',
+  };
+}
+
+/** A GET from the loopback endpoint: status, content type, body. */
+function get(url: string): Promise<{ status: number; type: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    request(url, (response) => {
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (body += chunk));
+      response.on('end', () => {
+        resolve({
+          status: response.statusCode ?? 0,
+          type: response.headers['content-type'] ?? '',
+          body,
+        });
+      });
+    })
+      .on('error', reject)
+      .end();
+  });
+}
+
+describe('Kubernetes', function () {
+  this.timeout(30_000);
+
+  describe('flannel annotations', function () {
+    it('reads VNI and VtepMAC strictly, keeping the canonical MAC and the device name', function () {
+      const ok = readBackendData({ [V4]: '{"VNI":1,"VtepMAC":"5E:89:DB:49:C6:A4"}' }, 'ipv4');
+      assert.equal(ok.state, 'valid');
+      assert.ok(ok.state === 'valid');
+      assert.equal(ok.device, 'flannel.1');
+      assert.equal(ok.mac, MAC_A);
+      const v6 = readBackendData({ [V6]: backendData(MAC_V6, 4096) }, 'ipv6');
+      assert.ok(v6.state === 'valid');
+      assert.equal(v6.device, 'flannel-v6.4096');
+    });
+
+    it('refuses what is not a usable VTEP, and never turns it into a MAC', function () {
+      const cases: [string, RegExp][] = [
+        ['not json', /is not JSON/],
+        ['[1,2]', /not a JSON object/],
+        ['{"VtepMAC":"5e:89:db:49:c6:a4"}', /VNI missing/],
+        ['{"VNI":"1","VtepMAC":"5e:89:db:49:c6:a4"}', /VNI "1"/],
+        ['{"VNI":1.5,"VtepMAC":"5e:89:db:49:c6:a4"}', /VNI 1.5/],
+        ['{"VNI":16777216,"VtepMAC":"5e:89:db:49:c6:a4"}', /VNI 16777216/],
+        // flannel.1000000 is 15 bytes: fine; flannel-v6 would not be.
+        ['{"VNI":1,"VtepMAC":"01:00:5e:00:00:01"}', /multicast/],
+        ['{"VNI":1,"VtepMAC":"00:00:00:00:00:00"}', /all-zero/],
+        ['{"VNI":1,"VtepMAC":"5e:89:db:49:c6"}', /not six colon-separated/],
+        ['{"VNI":1}', /VtepMAC must be a string/],
+      ];
+      for (const [value, reason] of cases) {
+        const reading = readBackendData({ [V4]: value }, 'ipv4');
+        assert.equal(reading.state, 'invalid', value);
+        assert.ok(reading.state === 'invalid');
+        assert.match(reading.reason, reason, value);
+      }
+      const tooLong = readBackendData({ [V6]: backendData(MAC_A, 1_000_000) }, 'ipv6');
+      assert.ok(tooLong.state === 'invalid');
+      assert.match(tooLong.reason, /longer than 15 bytes/);
+    });
+
+    it('reads a missing value, JSON null or another backend type as absent', function () {
+      assert.equal(readBackendData(undefined, 'ipv4').state, 'absent');
+      assert.equal(readBackendData({}, 'ipv4').state, 'absent');
+      assert.equal(readBackendData({ [V4]: 'null' }, 'ipv4').state, 'absent');
+      const hostGw = {
+        [V4]: backendData(MAC_A),
+        [`${DEFAULT_ANNOTATION_PREFIX}/backend-type`]: 'host-gw',
+      };
+      assert.equal(readBackendData(hostGw, 'ipv4').state, 'absent');
+    });
+
+    it('writes a new VtepMAC keeping every other field and their order', function () {
+      assert.equal(
+        withVtepMac({ VNI: 1, VtepMAC: MAC_A, Extra: { x: 1 } }, 'D6:02:E3:DF:EA:7A'),
+        `{"VNI":1,"VtepMAC":"${MAC_B}","Extra":{"x":1}}`,
+      );
+      assert.throws(
+        () => withVtepMac({ VNI: 1, VtepMAC: MAC_A }, 'ff:ff:ff:ff:ff:ff'),
+        /broadcast/,
+      );
+    });
+  });
+
+  describe('cluster detection', function () {
+    const none = (): boolean => false;
+    const token = (path: string): boolean => path === SERVICE_ACCOUNT_TOKEN;
+
+    it('uses no cluster without a kubeconfig or a pod, whatever NODE_NAME says', function () {
+      assert.equal(detectCluster({}, {}, none), null);
+      assert.equal(detectCluster({}, { NODE_NAME: 'node1' }, none), null);
+      assert.equal(
+        detectCluster({}, { KUBECONFIG: '/k' }, none),
+        null,
+        'KUBECONFIG without a node name',
+      );
+      assert.equal(
+        detectCluster({}, { KUBERNETES_SERVICE_HOST: '10.96.0.1' }, none),
+        null,
+        'no token',
+      );
+    });
+
+    it('in a pod with NODE_NAME, from --kubeconfig, or KUBECONFIG with a node name', function () {
+      assert.deepEqual(
+        detectCluster({}, { KUBERNETES_SERVICE_HOST: '10.96.0.1', NODE_NAME: 'node1' }, token),
+        { nodeName: 'node1', inCluster: true, via: 'in-cluster' },
+      );
+      assert.deepEqual(
+        detectCluster({ kubeconfig: '/k', node: 'n2' }, { NODE_NAME: 'node1' }, none),
+        {
+          nodeName: 'n2',
+          kubeconfig: '/k',
+          inCluster: false,
+          via: '--kubeconfig',
+        },
+      );
+      assert.deepEqual(detectCluster({}, { KUBECONFIG: '/k', NODE_NAME: 'node1' }, token), {
+        nodeName: 'node1',
+        inCluster: false,
+        via: 'KUBECONFIG',
+      });
+    });
+
+    it('refuses incomplete settings', function () {
+      assert.throws(() => detectCluster({ kubeconfig: '/k' }, {}, none), /needs the node name/);
+      assert.throws(() => detectCluster({ node: 'node1' }, {}, none), /--node needs a cluster/);
+      assert.throws(
+        () => detectCluster({}, { KUBERNETES_SERVICE_HOST: '10.96.0.1' }, token),
+        /NODE_NAME from the downward API/,
+      );
+      assert.throws(
+        () => detectCluster({ node: 'Node_1', kubeconfig: '/k' }, {}, none),
+        /not a valid/,
+      );
+    });
+  });
+
+  describe('against the fake API server', function () {
+    let fake: FakeApiServer;
+    let dir: string;
+    let kubeconfig: string;
+    let api: KubernetesApi;
+    const sources: KubernetesMacSource[] = [];
+
+    beforeEach(async function () {
+      fake = await FakeApiServer.start();
+      dir = mkdtempSync(tempDirPrefix('kube'));
+      kubeconfig = fake.writeKubeconfig(dir);
+      fake.addNode({ name: 'node1', annotations: flannelAnnotations(MAC_A) });
+      fake.addNode({ name: 'node2', annotations: flannelAnnotations(MAC_C) });
+      api = await createKubernetesClient({ kubeconfig, requestTimeoutMs: 2000 });
+    });
+
+    afterEach(async function () {
+      for (const source of sources.splice(0)) source.close();
+      api.close();
+      await fake.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    function source(
+      options: Partial<ConstructorParameters<typeof KubernetesMacSource>[0]> = {},
+    ): KubernetesMacSource {
+      const created = new KubernetesMacSource({
+        api,
+        nodeName: 'node1',
+        backoff: { initialMs: 50, maxMs: 400 },
+        ...options,
+      });
+      sources.push(created);
+      return created;
+    }
+
+    const watches = (): { query: Record<string, string> }[] =>
+      fake.requests.filter((r) => r.path === '/api/v1/nodes' && r.query.watch === 'true');
+    const gets = (): unknown[] =>
+      fake.requests.filter((r) => r.method === 'GET' && r.path === '/api/v1/nodes/node1');
+
+    describe('KubernetesMacSource', function () {
+      it('reads its Node, then watches it from that resourceVersion with bookmarks', async function () {
+        fake.setAnnotation('node1', V6, backendData(MAC_V6));
+        const s = source();
+        const status = await s.waitForSync(5000);
+        assert.equal(status.state, 'synced');
+        assert.equal(status.problem, null);
+        assert.deepEqual(status.macs, { 'flannel.1': MAC_A, 'flannel-v6.1': MAC_V6 });
+        assert.equal(s.desiredMac('flannel.1'), MAC_A);
+        assert.equal(s.desiredMac('flannel-v6.1'), MAC_V6);
+        assert.equal(s.desiredMac('flannel.2'), undefined);
+        assert.equal(s.nodeUid, (fake.node('node1').metadata as JsonObject).uid);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        const watch = watches()[0];
+        assert.ok(watch);
+        assert.deepEqual(watch.query, {
+          allowWatchBookmarks: 'true',
+          fieldSelector: 'metadata.name=node1',
+          resourceVersion: (fake.node('node1').metadata as JsonObject).resourceVersion,
+          timeoutSeconds: watch.query.timeoutSeconds,
+          watch: 'true',
+        });
+        const timeout = Number(watch.query.timeoutSeconds);
+        assert.ok(timeout >= 300 && timeout <= 600, `timeoutSeconds ${timeout}`);
+      });
+
+      it('follows a republished VtepMAC within one watch event, telling subscribers', async function () {
+        const s = source();
+        await s.waitForSync(5000);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        let notified = 0;
+        s.subscribe(() => (notified += 1));
+        const changed = nextEvent(s, 'change');
+        fake.setAnnotation('node1', V4, backendData(MAC_B));
+        assert.deepEqual((await changed)[0], { 'flannel.1': MAC_B });
+        assert.equal(s.desiredMac('flannel.1'), MAC_B);
+        assert.equal(notified, 1);
+        // Another node's change and an unrelated annotation change: no answer changes.
+        fake.setAnnotation('node2', V4, backendData(MAC_A));
+        fake.setAnnotation('node1', 'example.com/unrelated', 'x');
+        await waitFor(() => s.status().resourceVersion === fake.resourceVersion, {
+          timeoutMs: 5000,
+          what: 'the unrelated change',
+        });
+        assert.equal(notified, 1);
+        assert.equal(gets().length, 1, 'one read of the Node, the rest from the watch');
+      });
+
+      it('resumes after a dropped connection from the last bookmark, replaying what it missed', async function () {
+        const s = source();
+        await s.waitForSync(5000);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        const restarts = collectEvents(s, 'watch');
+        // Changes to another node move the store's version; a bookmark tells the watch.
+        fake.setAnnotation('node2', 'example.com/x', '1');
+        fake.setAnnotation('node2', 'example.com/x', '2');
+        fake.sendBookmark();
+        const bookmark = fake.resourceVersion;
+        await waitFor(() => s.resumeVersion === bookmark, {
+          timeoutMs: 5000,
+          what: 'the bookmark',
+        });
+        fake.dropWatches();
+        fake.setAnnotation('node1', V4, backendData(MAC_B)); // while disconnected
+        await waitFor(() => s.desiredMac('flannel.1') === MAC_B, {
+          timeoutMs: 5000,
+          what: 'the change made while disconnected',
+        });
+        restarts.stop();
+        assert.equal(restarts.events[0]?.reason, 'dropped');
+        assert.ok((restarts.events[0]?.delayMs ?? 0) <= 400);
+        const resumed = watches()[1];
+        assert.equal(resumed?.query.resourceVersion, bookmark, 'resumed from the bookmark');
+        assert.equal(gets().length, 1, 'no relist for a dropped connection');
+        assert.equal(s.state, 'synced');
+      });
+
+      it('reads the Node again on 410 Gone, as an ERROR event and as an HTTP status', async function () {
+        const s = source();
+        await s.waitForSync(5000);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        const expired = nextEvent(s, 'watch', (e) => e.reason === 'expired');
+        fake.setAnnotation('node1', V4, backendData(MAC_B));
+        await waitFor(() => s.desiredMac('flannel.1') === MAC_B, { timeoutMs: 5000, what: 'B' });
+        fake.expireWatches();
+        await expired;
+        await waitFor(() => gets().length === 2 && fake.openWatches === 1, {
+          timeoutMs: 5000,
+          what: 'the relist and a new watch',
+        });
+        assert.equal(watches().at(-1)?.query.resourceVersion, fake.resourceVersion);
+
+        // A too old version answered with an HTTP 410 (the other form).
+        fake.goneAsHttpStatus = true;
+        fake.compact();
+        fake.setAnnotation('node2', 'example.com/x', '1');
+        fake.compact();
+        fake.dropWatches();
+        fake.setAnnotation('node1', V4, backendData(MAC_C));
+        await waitFor(() => s.desiredMac('flannel.1') === MAC_C, {
+          timeoutMs: 5000,
+          what: 'the value read again after HTTP 410',
+        });
+        assert.equal(gets().length, 3);
+        assert.ok(fake.requests.some((r) => r.query.watch === 'true' && r.status === 200));
+      });
+
+      it('keeps the last known value while the API is unreachable, backs off within bounds, and recovers', async function () {
+        const s = source({ random: () => 1 });
+        await s.waitForSync(5000);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        let notified = 0;
+        s.subscribe(() => (notified += 1));
+        const restarts = collectEvents(s, 'watch');
+        const degraded = nextEvent(s, 'state', (st) => st.state === 'degraded');
+        await fake.stop();
+        const [status] = await degraded;
+        assert.equal(status.problem, 'api-unreachable');
+        assert.match(
+          status.message ?? '',
+          /^watch node node1: .*(ECONNREFUSED|socket hang up|ECONNRESET)/,
+        );
+        assert.equal(s.desiredMac('flannel.1'), MAC_A, 'the last known value');
+        await waitFor(() => restarts.events.length >= 5, { timeoutMs: 5000, what: 'retries' });
+        const delays = restarts.events.map((e: WatchRestartEvent) => e.delayMs);
+        // 50, 100, 200, 400, 400 ... (jitter at its top): doubling, capped.
+        assert.deepEqual(delays.slice(1, 5), [100, 200, 400, 400]);
+        const synced = nextEvent(s, 'state', (st) => st.state === 'synced', 5000);
+        await fake.restart();
+        await synced;
+        restarts.stop();
+        assert.ok(notified >= 1, 'subscribers told after the outage');
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch again' });
+        fake.setAnnotation('node1', V4, backendData(MAC_B));
+        await waitFor(() => s.desiredMac('flannel.1') === MAC_B, { timeoutMs: 5000, what: 'B' });
+      });
+
+      it('keeps the last valid value when the annotation becomes invalid or disappears', async function () {
+        const s = source();
+        await s.waitForSync(5000);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        const states = collectEvents(s, 'state');
+        fake.setAnnotation('node1', V4, '{"VNI":1,"VtepMAC":"ff:ff:ff:ff:ff:ff"}');
+        await waitFor(() => s.state === 'degraded', { timeoutMs: 5000, what: 'degraded' });
+        assert.equal(s.status().problem, 'annotation-invalid');
+        assert.match(s.status().message ?? '', /broadcast.*keeping the last valid value/);
+        assert.equal(s.desiredMac('flannel.1'), MAC_A);
+        fake.setAnnotation('node1', V4, null);
+        await waitFor(() => s.status().problem === 'annotation-missing', {
+          timeoutMs: 5000,
+          what: 'missing',
+        });
+        assert.equal(s.desiredMac('flannel.1'), MAC_A);
+        fake.setAnnotation('node1', V4, backendData(MAC_B));
+        await waitFor(() => s.state === 'synced', { timeoutMs: 5000, what: 'synced' });
+        assert.equal(s.desiredMac('flannel.1'), MAC_B);
+        states.stop();
+        assert.deepEqual(
+          states.events.map((st: SourceStatus) => `${st.state}:${st.problem ?? ''}`),
+          ['degraded:annotation-invalid', 'degraded:annotation-missing', 'synced:'],
+        );
+      });
+
+      it('declares itself degraded when the first read does not answer in time, then syncs by itself', async function () {
+        fake.hang({ method: 'GET', path: /^\/api\/v1\/nodes\/node1$/ });
+        const hungApi = await createKubernetesClient({ kubeconfig, requestTimeoutMs: 500 });
+        try {
+          const s = source({ api: hungApi });
+          const status = await s.waitForSync(200);
+          assert.equal(status.state, 'degraded');
+          assert.equal(status.problem, 'api-unreachable');
+          assert.match(
+            status.message ?? '',
+            /no answer from https:\/\/127\.0\.0\.1:\d+ within 200 ms/,
+          );
+          assert.equal(
+            s.desiredMac('flannel.1'),
+            undefined,
+            'no value yet: the guard pins first-seen',
+          );
+          await waitFor(() => s.state === 'synced', {
+            timeoutMs: 5000,
+            what: 'synced after the timeout',
+          });
+          assert.equal(s.desiredMac('flannel.1'), MAC_A);
+        } finally {
+          hungApi.close();
+        }
+      });
+
+      it('reports a node that does not exist and a refused token', async function () {
+        const missing = source({ nodeName: 'node9' });
+        const status = await missing.waitForSync(300);
+        assert.equal(status.problem, 'node-not-found');
+        assert.match(status.message ?? '', /404 NotFound: nodes "node9" not found/);
+        const badKubeconfig = fake.writeKubeconfig(dir, 'bad');
+        writeFileSync(
+          badKubeconfig,
+          readFileSync(badKubeconfig, 'utf8').replace(fake.token, 'wrong'),
+        );
+        const badApi = await createKubernetesClient({ kubeconfig: badKubeconfig });
+        try {
+          const refused = await source({ api: badApi }).waitForSync(300);
+          assert.equal(refused.problem, 'unauthorized');
+          assert.match(refused.message ?? '', /401 Unauthorized/);
+        } finally {
+          badApi.close();
+        }
+      });
+
+      it('adopt: a merge patch of that one annotation with a resourceVersion precondition, other fields kept', async function () {
+        fake.setAnnotation('node1', V4, '{"VNI":1,"VtepMAC":"5e:89:db:49:c6:a4","Extra":"kept"}');
+        const s = source();
+        await s.waitForSync(5000);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        const before = fake.node('node1').metadata as JsonObject;
+        const changes = collectEvents(s, 'change');
+        const adopted = nextEvent(s, 'adopt');
+        await s.adopt('flannel.1', MAC_B);
+        assert.equal(s.desiredMac('flannel.1'), MAC_B, 'answered from the patch response');
+        const patch = fake.requests.find((r) => r.method === 'PATCH');
+        assert.ok(patch);
+        assert.equal(patch.path, '/api/v1/nodes/node1');
+        assert.equal(patch.contentType, 'application/merge-patch+json');
+        assert.equal(patch.query.fieldManager, 'flannel-guard');
+        assert.deepEqual(patch.body, {
+          metadata: {
+            resourceVersion: before.resourceVersion,
+            annotations: { [V4]: `{"VNI":1,"VtepMAC":"${MAC_B}","Extra":"kept"}` },
+          },
+        });
+        const annotations = fake.annotations('node1');
+        assert.deepEqual(annotations, {
+          ...(before.annotations as Record<string, string>),
+          [V4]: `{"VNI":1,"VtepMAC":"${MAC_B}","Extra":"kept"}`,
+        });
+        const [event] = await adopted;
+        assert.equal(event.result, 'stored');
+        assert.equal(event.previous, MAC_A);
+        assert.equal(event.conflicts, 0);
+        // The watch then delivers the change: nothing flips back.
+        await waitFor(() => s.status().resourceVersion === fake.resourceVersion, {
+          timeoutMs: 5000,
+          what: 'the watch catching up',
+        });
+        changes.stop();
+        assert.deepEqual(changes.events, [{ 'flannel.1': MAC_B }]);
+        // Adopting the stored value again writes nothing.
+        const patches = fake.requests.filter((r) => r.method === 'PATCH').length;
+        await s.adopt('flannel.1', MAC_B);
+        assert.equal(fake.requests.filter((r) => r.method === 'PATCH').length, patches);
+      });
+
+      it('adopt: retried on 409 Conflict from a fresh read, keeping the concurrent change', async function () {
+        const s = source();
+        await s.waitForSync(5000);
+        // flanneld (or kubelet) updates the Node between our read and our patch.
+        fake.beforeNextPatch(() => {
+          fake.setAnnotation('node1', 'flannel.alpha.coreos.com/public-ip', '192.0.2.99');
+        });
+        const adopted = nextEvent(s, 'adopt');
+        await s.adopt('flannel.1', MAC_C);
+        const statuses = fake.requests.filter((r) => r.method === 'PATCH').map((r) => r.status);
+        assert.deepEqual(statuses, [409, 200]);
+        const [event] = await adopted;
+        assert.equal(event.conflicts, 1);
+        assert.equal(event.attempts, 2);
+        const annotations = fake.annotations('node1');
+        assert.equal(annotations['flannel.alpha.coreos.com/public-ip'], '192.0.2.99');
+        assert.equal(annotations[V4], backendData(MAC_C));
+      });
+
+      it('adopt: refuses to write into an invalid annotation; a failed write answers the stored value again', async function () {
+        const s = source();
+        await s.waitForSync(5000);
+        await waitFor(() => fake.openWatches === 1, { timeoutMs: 5000, what: 'the watch' });
+        await assert.rejects(s.adopt('flannel.9', MAC_B), /nothing to adopt into/);
+        await assert.rejects(s.adopt('flannel.1', 'not a mac'), /not six colon-separated/);
+        let notified = 0;
+        s.subscribe(() => (notified += 1));
+        fake.fail({ method: 'PATCH' }, 403);
+        const pending = s.adopt('flannel.1', MAC_B);
+        assert.equal(s.desiredMac('flannel.1'), MAC_B, 'answered while the patch is in flight');
+        await assert.rejects(pending, /403 Forbidden/);
+        assert.equal(s.desiredMac('flannel.1'), MAC_A, 'the stored value again');
+        assert.equal(notified, 1, 'subscribers told, so the guard reverts the device');
+        fake.setAnnotation('node1', V4, 'garbage');
+        await waitFor(() => s.state === 'degraded', { timeoutMs: 5000, what: 'invalid' });
+        const patches = fake.requests.filter((r) => r.method === 'PATCH').length;
+        await assert.rejects(s.adopt('flannel.1', MAC_B), /is invalid .*not writing it/);
+        assert.equal(fake.requests.filter((r) => r.method === 'PATCH').length, patches);
+      });
+    });
+
+    describe('EventRecorder', function () {
+      function recorder(options: Partial<ConstructorParameters<typeof EventRecorder>[0]> = {}): {
+        recorder: EventRecorder;
+        recorded: RecordedEvent[];
+        dropped: DroppedEvent[];
+      } {
+        const created = new EventRecorder({ api, host: 'node1', retryInitialMs: 20, ...options });
+        const recorded: RecordedEvent[] = [];
+        const dropped: DroppedEvent[] = [];
+        created.on('recorded', (e) => recorded.push(e));
+        created.on('dropped', (e) => dropped.push(e));
+        return { recorder: created, recorded, dropped };
+      }
+      const node = (): ReturnType<typeof nodeReference> =>
+        nodeReference('node1', (fake.node('node1').metadata as JsonObject).uid as string);
+
+      it('creates a core/v1 Event on the Node like kubelet, and patches count on an identical repeat', async function () {
+        const { recorder: r, recorded } = recorder();
+        r.record(
+          node(),
+          'Warning',
+          EVENT_REASONS.rewrite,
+          'flannel.1 has MAC x; the other nodes use y',
+        );
+        assert.equal(await r.flush(5000), true);
+        const [stored] = fake.events();
+        assert.ok(stored);
+        const meta = stored.metadata as JsonObject;
+        assert.equal(meta.namespace, 'default');
+        assert.match(meta.name as string, /^node1\.[0-9a-f]+$/);
+        assert.deepEqual(stored.involvedObject, {
+          kind: 'Node',
+          apiVersion: 'v1',
+          name: 'node1',
+          uid: (fake.node('node1').metadata as JsonObject).uid,
+        });
+        assert.equal(stored.reason, 'VtepMacRewritten');
+        assert.equal(stored.type, 'Warning');
+        assert.equal(stored.count, 1);
+        assert.deepEqual(stored.source, { component: 'flannel-guard', host: 'node1' });
+        assert.equal(stored.reportingComponent, 'flannel-guard');
+        assert.equal(stored.reportingInstance, 'node1');
+        assert.match(stored.firstTimestamp as string, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+        assert.equal(stored.firstTimestamp, stored.lastTimestamp);
+
+        r.record(
+          node(),
+          'Warning',
+          EVENT_REASONS.rewrite,
+          'flannel.1 has MAC x; the other nodes use y',
+        );
+        await r.flush(5000);
+        assert.equal(fake.events().length, 1, 'the same Event');
+        assert.equal(fake.events()[0]?.count, 2);
+        const patch = fake.requests.filter((q) => q.method === 'PATCH').at(-1);
+        assert.equal(patch?.contentType, 'application/strategic-merge-patch+json');
+        assert.deepEqual(Object.keys(patch?.body as object).sort(), [
+          'count',
+          'lastTimestamp',
+          'message',
+        ]);
+        assert.deepEqual(
+          recorded.map((e) => e.action),
+          ['created', 'patched'],
+        );
+      });
+
+      it('combines more than 10 similar events within 10 minutes, and creates again an expired one', async function () {
+        const { recorder: r } = recorder();
+        for (let i = 0; i < 12; i += 1) {
+          r.record(
+            node(),
+            'Warning',
+            EVENT_REASONS.rewrite,
+            `flannel.1 has MAC 02:00:00:00:00:${String(i).padStart(2, '0')}`,
+          );
+        }
+        await r.flush(10_000);
+        const events = fake.events();
+        // 9 distinct, then one combined event patched for the 11th and 12th.
+        assert.equal(events.length, 10);
+        const combined = events.at(-1);
+        assert.match(
+          combined?.message as string,
+          /^\(combined from similar events\): flannel\.1 has MAC 02:00:00:00:00:11$/,
+        );
+        assert.equal(combined?.count, 3);
+
+        // An Event that expired (its TTL) is created again under its name.
+        const single = recorder();
+        single.recorder.record(node(), 'Normal', EVENT_REASONS.restored, 'expired one');
+        await single.recorder.flush(5000);
+        fake.expireEvents();
+        single.recorder.record(node(), 'Normal', EVENT_REASONS.restored, 'expired one');
+        await single.recorder.flush(5000);
+        assert.deepEqual(
+          single.recorded.map((e) => e.action),
+          ['created', 'created'],
+        );
+      });
+
+      it('rate-limits per object like client-go (burst 25, one more every 5 minutes)', async function () {
+        let now = Date.parse('2025-01-01T00:00:00Z');
+        const { recorder: r, dropped } = recorder({ now: () => now });
+        for (let i = 0; i < 30; i += 1) r.record(node(), 'Normal', `Reason${i}`, 'same');
+        await r.flush(10_000);
+        assert.equal(fake.events().length, 25);
+        assert.equal(dropped.filter((d) => d.reason === 'spam').length, 5);
+        now += 300_000;
+        r.record(node(), 'Normal', 'Later', 'one more');
+        r.record(node(), 'Normal', 'Later2', 'not yet');
+        await r.flush(5000);
+        assert.equal(fake.events().length, 26);
+      });
+
+      it('retries transport failures and 5xx, drops what the API refuses', async function () {
+        const { recorder: r, recorded, dropped } = recorder();
+        fake.fail({ method: 'POST' }, 503, 2);
+        r.record(node(), 'Normal', 'Retried', 'after two 503s');
+        await r.flush(5000);
+        assert.equal(recorded.length, 1);
+        fake.fail({ method: 'POST' }, 403, 1);
+        r.record(node(), 'Normal', 'Refused', 'forbidden');
+        await r.flush(5000);
+        assert.equal(dropped.length, 1);
+        assert.equal(dropped[0]?.reason, 'rejected');
+        assert.match(dropped[0]?.error ?? '', /403/);
+        const posts = fake.requests.filter((q) => q.method === 'POST').map((q) => q.status);
+        assert.deepEqual(posts.slice(0, 3), [503, 503, 201]);
+      });
+
+      it("records the guard's rewrite, restored, adopted and contested events with both MACs and the cause", async function () {
+        const { recorder: r } = recorder();
+        const guard = new EventEmitter() as unknown as FlannelGuard;
+        const stop = recordGuardEvents(guard, r, { involvedObject: node });
+        guard.emit('rewrite', {
+          device: 'flannel.1',
+          ifindex: 4,
+          expected: MAC_A,
+          mac: MAC_B,
+          previous: MAC_A,
+          cause: 'udev-mac-policy',
+          detail: '',
+          msSinceCreation: 3,
+          dryRun: false,
+        });
+        guard.emit('restored', {
+          device: 'flannel.1',
+          ifindex: 4,
+          mac: MAC_A,
+          neighbours: 2,
+          latencyMs: 1,
+          deferred: false,
+        });
+        guard.emit('adopted', {
+          device: 'flannel.1',
+          ifindex: 4,
+          mac: MAC_B,
+          previous: MAC_A,
+          neighbours: 2,
+          latencyMs: 5,
+        });
+        guard.emit('contested', {
+          device: 'flannel.1',
+          ifindex: 4,
+          what: 'mac',
+          expected: MAC_A,
+          observed: MAC_B,
+          rewrites: 5,
+          windowMs: 60000,
+          quietMs: 300000,
+          detail: `flannel.1 rewritten 5 times (now ${MAC_B}, expected ${MAC_A})`,
+        });
+        stop();
+        await r.flush(5000);
+        const byReason = new Map(fake.events().map((e) => [e.reason as string, e]));
+        const rewrite = byReason.get('VtepMacRewritten');
+        assert.equal(rewrite?.type, 'Warning');
+        assert.equal(
+          rewrite?.message,
+          `flannel.1 has MAC ${MAC_B}; the other nodes use ${MAC_A}. Likely cause: systemd-udevd applying MACAddressPolicy=persistent right after flannel created the device (a .link file matching flannel* with MACAddressPolicy=none prevents it)`,
+        );
+        assert.equal(
+          byReason.get('VtepMacRestored')?.message,
+          `flannel.1 MAC set back to ${MAC_A} from ${MAC_B}; 2 permanent neighbour entries restored`,
+        );
+        assert.match(
+          byReason.get('VtepMacAdopted')?.message as string,
+          new RegExp(
+            `keeps MAC ${MAC_B} instead of ${MAC_A}: flannel.alpha.coreos.com/backend-data now publishes`,
+          ),
+        );
+        assert.equal(byReason.get('VtepMacContested')?.type, 'Warning');
+      });
+    });
+  });
+
+  describe('metrics and health', function () {
+    function fakeGuard(): FlannelGuard & EventEmitter {
+      const guard = new EventEmitter() as unknown as FlannelGuard & EventEmitter;
+      (guard as unknown as { status: () => unknown[] }).status = () => [{}, {}];
+      return guard;
+    }
+
+    it('parses listen addresses', function () {
+      assert.deepEqual(parseListenAddress('127.0.0.1:9464'), { host: '127.0.0.1', port: 9464 });
+      assert.deepEqual(parseListenAddress('[::1]:0'), { host: '::1', port: 0 });
+      assert.deepEqual(parseListenAddress('fd00::1:9464'), { host: 'fd00::1', port: 9464 });
+      assert.deepEqual(parseListenAddress('localhost:1'), { host: 'localhost', port: 1 });
+      for (const bad of ['9464', '127.0.0.1', '127.0.0.1:99999', 'a b:1', ':1']) {
+        assert.throws(() => parseListenAddress(bad), RangeError, bad);
+      }
+    });
+
+    it('serves /metrics, /healthz and /readyz on loopback; ready once the guard is and the source has an answer', async function () {
+      const metrics = new GuardMetrics({ maxDevices: 2 });
+      const health = new GuardHealth();
+      const guard = fakeGuard();
+      health.attachGuard(guard);
+      metrics.observeGuard(guard);
+      const server = await startMetricsServer({
+        address: { host: '127.0.0.1', port: 0 },
+        metrics: () => metrics.metrics(),
+        contentType: metrics.registry.contentType,
+        health,
+      });
+      try {
+        const base = `http://${server.endpoint}`;
+        assert.match(server.endpoint, /^127\.0\.0\.1:\d+$/);
+        assert.equal((await get(`${base}/healthz`)).status, 200);
+        const notReady = await get(`${base}/readyz`);
+        assert.equal(notReady.status, 503);
+        assert.deepEqual(JSON.parse(notReady.body), {
+          status: 'unavailable',
+          ok: false,
+          guard: 'starting',
+        });
+        guard.emit('ready', { netns: null, devices: [], dryRun: false });
+        const rewrite = (device: string): void => {
+          guard.emit('rewrite', {
+            device,
+            ifindex: 4,
+            expected: MAC_A,
+            mac: MAC_B,
+            previous: MAC_A,
+            cause: 'external-write',
+            detail: '',
+            msSinceCreation: null,
+            dryRun: false,
+          });
+        };
+        rewrite('flannel.1');
+        guard.emit('restored', {
+          device: 'flannel.1',
+          ifindex: 4,
+          mac: MAC_A,
+          neighbours: 2,
+          latencyMs: 1.5,
+          deferred: false,
+        });
+        guard.emit('offload', { device: 'flannel.1', written: true, dryRun: false });
+        guard.emit('contested', { device: 'flannel.1', what: 'mac' });
+        guard.emit('overrun', { cause: 'ENOBUFS' });
+        rewrite('flannel-v6.1');
+        rewrite('flannel.2'); // past maxDevices: "other"
+        const ready = await get(`${base}/readyz`);
+        assert.equal(ready.status, 200);
+        assert.equal(JSON.parse(ready.body).guard, 'ready');
+        const scraped = await get(`${base}/metrics`);
+        assert.equal(scraped.status, 200);
+        assert.equal(scraped.type, 'text/plain; version=0.0.4; charset=utf-8');
+        const exposition = parseExposition(scraped.body);
+        const v = (name: string, labels: Record<string, string> = {}): number | undefined =>
+          valueOf(exposition, name, labels);
+        assert.equal(
+          v('flannel_guard_rewrites_total', { device: 'flannel.1', cause: 'external-write' }),
+          1,
+        );
+        assert.equal(v('flannel_guard_rewrites_total', { device: 'other' }), 1);
+        assert.equal(v('flannel_guard_corrections_total', { device: 'flannel.1' }), 1);
+        assert.equal(v('flannel_guard_neighbour_restores_total', { device: 'flannel.1' }), 2);
+        assert.equal(v('flannel_guard_offload_applications_total', { device: 'flannel.1' }), 1);
+        assert.equal(v('flannel_guard_contested', { device: 'flannel.1', what: 'mac' }), 1);
+        assert.equal(v('flannel_guard_netlink_overruns_total'), 1);
+        assert.equal(v('flannel_guard_ready'), 1);
+        assert.equal(v('flannel_guard_managed_devices'), 2);
+        assert.equal(v('flannel_guard_restore_latency_seconds_count', { device: 'flannel.1' }), 1);
+        assert.equal(
+          v('flannel_guard_restore_latency_seconds_bucket', { device: 'flannel.1', le: '0.001' }),
+          0,
+        );
+        assert.equal(
+          v('flannel_guard_restore_latency_seconds_bucket', { device: 'flannel.1', le: '0.002' }),
+          1,
+        );
+        assert.equal(exposition.types.get('flannel_guard_restore_latency_seconds'), 'histogram');
+        assert.ok(v('process_cpu_user_seconds_total') !== undefined, 'the process metrics');
+        const devices = new Set(
+          exposition.samples
+            .filter((s) => s.labels.device !== undefined)
+            .map((s) => s.labels.device),
+        );
+        assert.deepEqual([...devices].sort(), ['flannel-v6.1', 'flannel.1', 'other']);
+        assert.equal((await get(`${base}/nope`)).status, 404);
+        guard.emit('close');
+        assert.equal((await get(`${base}/healthz`)).status, 503);
+      } finally {
+        await server.close();
+      }
+    });
+  });
+});

@@ -1,0 +1,24 @@
+/**
+ * A self-signed certificate for 127.0.0.1 and localhost (also its own CA),
+ * valid 2000-2099, and its key: the fake API server's TLS identity. Test
+ * material only: generated for these tests, used nowhere else.
+ */
+export const FAKE_APISERVER_CERT = `-----BEGIN CERTIFICATE-----
+MIIBlzCCATygAwIBAgIBATAKBggqhkjOPQQDAjAZMRcwFQYDVQQDDA5mYWtlLWFw
+aXNlcnZlcjAgFw0wMDAxMDEwMDAwMDBaGA8yMDk5MTIzMTIzNTk1OVowGTEXMBUG
+A1UEAwwOZmFrZS1hcGlzZXJ2ZXIwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAS/
+VbjTyg3K59g/zhr0WsY2Poa/Fo82pcgWw9BFVcaDmEycA23+U1BsC9RoI05yaQPb
+lVBaZiiQITO7DsCFsfUso3MwcTAaBgNVHREEEzARhwR/AAABgglsb2NhbGhvc3Qw
+DwYDVR0TAQH/BAUwAwEB/zAOBgNVHQ8BAf8EBAMCAoQwEwYDVR0lBAwwCgYIKwYB
+BQUHAwEwHQYDVR0OBBYEFJOwieNPPNhfyw/ZNecHymB2AUUwMAoGCCqGSM49BAMC
+A0kAMEYCIQDqc5IT78IfUsPz5/g/Vef06QCo/nO1uXHGiswMg/Nm1gIhAPlOnjPg
+2KuF8iKwTQsy7eCLpM5WfGgne5Ft9P3TA+wf
+-----END CERTIFICATE-----
+`;
+
+export const FAKE_APISERVER_KEY = `-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgwL6cBja8L71e2q8J
+8E3arLY6s162ko8M6lxKjLUyvBOhRANCAAS/VbjTyg3K59g/zhr0WsY2Poa/Fo82
+pcgWw9BFVcaDmEycA23+U1BsC9RoI05yaQPblVBaZiiQITO7DsCFsfUs
+-----END PRIVATE KEY-----
+`;
