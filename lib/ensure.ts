@@ -1,0 +1,453 @@
+/**
+ * ensureVtep: one call for CNI wrappers and scripts. Reads the VXLAN device,
+ * its neighbour/FDB entries and offload features once, and (unless dryRun)
+ * brings it to the desired state: the published MAC (putting back the
+ * permanent neighbour entries the MAC change flushes), a permanent ARP/NDP
+ * and FDB entry for every published peer, and the offload policy.
+ *
+ * Every request runs on the libuv thread pool on one request socket that is
+ * closed before the promise settles: nothing is left that keeps the process
+ * alive. When nothing is wrong it is a handful of netlink round trips (well
+ * under a millisecond each).
+ */
+import { isIP } from 'node:net';
+import { performance } from 'node:perf_hooks';
+
+import type { RawControl, RawNeighbour } from './binding';
+import { AF_BRIDGE, AF_INET, AF_INET6, AF_UNSPEC, NTF_SELF, NUD_PERMANENT } from './constants';
+import { invalidArgument, type SystemError } from './errors';
+import { openControl, toFeatureSetResult } from './oneshot';
+import { toLinkInfo, toNeighbourInfo } from './records';
+import type { LinkInfo, NeighbourInfo } from './types';
+import { macBytes, parseMac, validateInterfaceName } from './validate';
+
+/** The offload policy ensureVtep applies when none is given (the guard's default). */
+export const ENSURE_DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = {
+  'tx-checksum-ip-generic': false,
+};
+
+/** What another node publishes: flannel programs exactly these entries for it. */
+export interface PeerExpectation {
+  /** The peer's VTEP address (its subnet's .0): destination of the ARP/NDP entry. */
+  vtepIp: string;
+  /** The peer's published VtepMAC. */
+  mac: string;
+  /** The peer's underlay (public) IP: destination of the FDB entry. Without it no FDB entry is checked. */
+  underlayIp?: string;
+}
+
+export interface EnsureVtepOptions {
+  /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
+  netns?: string;
+  /** The VXLAN device (default flannel.1). */
+  device?: string;
+  /** The MAC this node publishes for the device; left alone when omitted. */
+  mac?: string;
+  /** The other nodes' published VTEPs: each gets a permanent ARP/NDP and FDB entry. */
+  peers?: readonly PeerExpectation[];
+  /** Offload features to enforce (default tx-checksum-ip-generic off); 'none' leaves them alone. */
+  offload?: Readonly<Record<string, boolean>> | 'none';
+  /**
+   * When addr_assign_type is 1 (random: udev's MACAddressPolicy may rewrite the MAC on a
+   * re-trigger), write the MAC it already has, which makes it 3 (set by userspace: udev leaves
+   * it alone). Needs the device in this process's namespace (sysfs). Default false.
+   */
+  pin?: boolean;
+  /**
+   * addr_assign_type as the caller read it, for a device in another namespace (whose sysfs
+   * this process does not see); read from sysfs when omitted.
+   */
+  addrAssignType?: number;
+  /** Report what would be done, write nothing. */
+  dryRun?: boolean;
+}
+
+export type DriftKind = 'mac' | 'addr-assign-type' | 'neighbour' | 'fdb' | 'offload';
+
+export interface Drift {
+  kind: DriftKind;
+  /** The neighbour's destination, or the feature's name, for those kinds. */
+  subject?: string;
+  expected: string;
+  observed: string;
+  /** False when it cannot be changed (a [fixed] feature). */
+  fixable: boolean;
+}
+
+export type EnsureAction =
+  | {
+      action: 'set-mac';
+      device: string;
+      from: string | null;
+      to: string;
+      /** 'pin' when the MAC was already right and only addr_assign_type changed. */
+      reason: 'drift' | 'pin';
+    }
+  | {
+      action: 'replace-neighbour';
+      device: string;
+      family: 'inet' | 'inet6' | 'bridge';
+      destination: string;
+      lladdr: string;
+      reason: 'missing' | 'wrong-mac' | 'not-permanent' | 'flushed-by-mac-change';
+    }
+  | {
+      action: 'set-offload';
+      device: string;
+      requested: Record<string, boolean>;
+      active: Record<string, boolean>;
+      sideEffects: { name: string; before: boolean; after: boolean }[];
+      notApplied: string[];
+    };
+
+export interface EnsureVtepResult {
+  device: string;
+  ifindex: number;
+  netns: string | null;
+  /** The state as read before any write. */
+  found: {
+    mac: string | null;
+    /** null when unknown (device in another namespace). */
+    addrAssignType: number | null;
+    up: boolean;
+    vxlanPort: number | null;
+    offloads: Record<string, boolean | null>;
+    permanentNeighbours: number;
+    fdbEntries: number;
+  };
+  /** Everything that differed from the desired state. */
+  drift: Drift[];
+  /** What was written (empty on a dry run or when nothing was wrong). */
+  actions: EnsureAction[];
+  /** True when the device is in the desired state now (for a dry run: already was). */
+  ok: boolean;
+  dryRun: boolean;
+  durationMs: number;
+}
+
+/** Parses `VTEP_IP=MAC[@UNDERLAY_IP]` (the doctor's --peer flag). */
+export function parsePeerSpec(spec: string): PeerExpectation {
+  const equals = spec.indexOf('=');
+  if (equals <= 0) {
+    throw invalidArgument(`peer ${JSON.stringify(spec)}: expected VTEP_IP=MAC[@UNDERLAY_IP]`);
+  }
+  const vtepIp = spec.slice(0, equals);
+  const rest = spec.slice(equals + 1);
+  const at = rest.indexOf('@');
+  const peer: PeerExpectation = { vtepIp, mac: at < 0 ? rest : rest.slice(0, at) };
+  if (at >= 0) peer.underlayIp = rest.slice(at + 1);
+  return validatePeer(peer);
+}
+
+/** Checks a peer's fields and returns it with its MAC in canonical form. */
+export function validatePeer(value: unknown): PeerExpectation {
+  if (typeof value !== 'object' || value === null) {
+    throw invalidArgument('peer must be an object with vtepIp, mac and optionally underlayIp');
+  }
+  const peer = value as Partial<Record<keyof PeerExpectation, unknown>>;
+  if (typeof peer.vtepIp !== 'string' || isIP(peer.vtepIp) === 0) {
+    throw invalidArgument(`peer vtepIp ${JSON.stringify(peer.vtepIp)} is not an IP address`);
+  }
+  const valid: PeerExpectation = {
+    vtepIp: peer.vtepIp,
+    mac: parseMac(peer.mac, `MAC of peer ${peer.vtepIp}`),
+  };
+  if (peer.underlayIp !== undefined) {
+    if (typeof peer.underlayIp !== 'string' || isIP(peer.underlayIp) === 0) {
+      throw invalidArgument(
+        `peer ${peer.vtepIp}: underlayIp ${JSON.stringify(peer.underlayIp)} is not an IP address`,
+      );
+    }
+    valid.underlayIp = peer.underlayIp;
+  }
+  return valid;
+}
+
+function validateOffload(offload: unknown): Readonly<Record<string, boolean>> {
+  if (offload === 'none') return {};
+  if (offload === undefined) return ENSURE_DEFAULT_OFFLOAD;
+  if (typeof offload !== 'object' || offload === null) {
+    throw invalidArgument("offload must be an object of feature booleans or 'none'");
+  }
+  const policy = offload as Record<string, unknown>;
+  for (const [name, wanted] of Object.entries(policy)) {
+    if (typeof wanted !== 'boolean') {
+      throw invalidArgument(`offload: the value for ${name} must be a boolean`);
+    }
+  }
+  return policy as Record<string, boolean>;
+}
+
+interface Plan {
+  device: string;
+  mac: string | undefined;
+  peers: PeerExpectation[];
+  offload: Readonly<Record<string, boolean>>;
+  pin: boolean;
+  addrAssignType: number | undefined;
+  dryRun: boolean;
+}
+
+function plan(options: EnsureVtepOptions): Plan {
+  const device = validateInterfaceName(options.device ?? 'flannel.1', 'device');
+  const peers = (options.peers ?? []).map(validatePeer);
+  const seen = new Set<string>();
+  for (const peer of peers) {
+    if (seen.has(peer.vtepIp)) throw invalidArgument(`peer ${peer.vtepIp} is listed twice`);
+    seen.add(peer.vtepIp);
+  }
+  return {
+    device,
+    mac: options.mac === undefined ? undefined : parseMac(options.mac, `MAC of ${device}`),
+    peers,
+    offload: validateOffload(options.offload),
+    pin: options.pin ?? false,
+    addrAssignType: options.addrAssignType,
+    dryRun: options.dryRun ?? false,
+  };
+}
+
+function notVxlan(link: LinkInfo): SystemError {
+  const error = new Error(
+    `EINVAL: ${link.name} is not a VXLAN device (kind ${JSON.stringify(link.kind)})`,
+  ) as SystemError;
+  error.code = 'EINVAL';
+  error.errno = -22;
+  error.interface = link.name;
+  error.ifindex = link.ifindex;
+  return error;
+}
+
+function ipFamily(address: string): 'inet' | 'inet6' {
+  return isIP(address) === 6 ? 'inet6' : 'inet';
+}
+
+function neighbourEntry(
+  ifindex: number,
+  family: 'inet' | 'inet6' | 'bridge',
+  destination: string,
+  lladdr: string,
+): Parameters<RawControl['replaceNeighbour']>[0] {
+  return {
+    family: family === 'bridge' ? AF_BRIDGE : family === 'inet6' ? AF_INET6 : AF_INET,
+    ifindex,
+    destination,
+    lladdr: macBytes(lladdr),
+    state: NUD_PERMANENT,
+    flags: family === 'bridge' ? NTF_SELF : 0,
+  };
+}
+
+/**
+ * Checks and (unless `dryRun`) fixes the VXLAN device's MAC, its neighbour/FDB entries to the
+ * published peers and its offload policy. Rejects with ENODEV when the device does not exist,
+ * EINVAL for bad options or a device that is not VXLAN, EPERM without CAP_NET_ADMIN.
+ */
+export async function ensureVtep(options: EnsureVtepOptions = {}): Promise<EnsureVtepResult> {
+  const started = performance.now();
+  const wanted = plan(options);
+  const control = openControl(options.netns);
+  try {
+    return await ensureWith(control, wanted, options.netns ?? null, started);
+  } finally {
+    control.close();
+  }
+}
+
+async function ensureWith(
+  control: RawControl,
+  wanted: Plan,
+  netns: string | null,
+  started: number,
+): Promise<EnsureVtepResult> {
+  const { device } = wanted;
+  const link = toLinkInfo(await control.getLinkByName(device, true));
+  if (link.kind !== 'vxlan') throw notVxlan(link);
+  const addrAssignType =
+    wanted.addrAssignType ??
+    (link.mac === null ? null : control.readAddrAssignType(link.name, link.ifindex, link.mac));
+  const needFdb = wanted.peers.some((peer) => peer.underlayIp !== undefined);
+  const own = (raw: RawNeighbour[]): NeighbourInfo[] =>
+    raw.filter((n) => n.ifindex === link.ifindex).map(toNeighbourInfo);
+  const neighbours = own(await control.dumpNeighbours(AF_UNSPEC, true));
+  const fdb = needFdb ? own(await control.dumpNeighbours(AF_BRIDGE, true)) : [];
+  const policy = Object.entries(wanted.offload);
+  const features =
+    policy.length === 0
+      ? new Map<string, { active: boolean; fixed: boolean }>()
+      : new Map((await control.getFeatures(device, true)).features.map((f) => [f.name, f]));
+
+  const drift: Drift[] = [];
+  const macWrong = wanted.mac !== undefined && link.mac !== wanted.mac;
+  if (macWrong) {
+    drift.push({
+      kind: 'mac',
+      expected: wanted.mac ?? '',
+      observed: link.mac ?? 'none',
+      fixable: true,
+    });
+  }
+  const pin = wanted.pin && !macWrong && addrAssignType === 1 && link.mac !== null;
+  if (pin) {
+    drift.push({ kind: 'addr-assign-type', expected: '3', observed: '1', fixable: true });
+  }
+  // Neighbour writes, by (family, destination[, lladdr]); a MAC change flushes every permanent
+  // ARP/NDP entry of the device, so those are all put back, the expected ones as published.
+  const writes = new Map<string, EnsureAction & { action: 'replace-neighbour' }>();
+  const permanentIp = neighbours.filter(
+    (n) => n.family !== 'bridge' && n.permanent && n.destination !== null && n.lladdr !== null,
+  );
+  if (macWrong || pin) {
+    for (const entry of permanentIp) {
+      writes.set(`${entry.family}|${entry.destination ?? ''}`, {
+        action: 'replace-neighbour',
+        device,
+        family: entry.family as 'inet' | 'inet6',
+        destination: entry.destination ?? '',
+        lladdr: entry.lladdr ?? '',
+        reason: 'flushed-by-mac-change',
+      });
+    }
+  }
+  for (const peer of wanted.peers) {
+    const family = ipFamily(peer.vtepIp);
+    const entry = neighbours.find((n) => n.family === family && n.destination === peer.vtepIp);
+    const reason =
+      entry === undefined || entry.lladdr === null
+        ? 'missing'
+        : entry.lladdr !== peer.mac
+          ? 'wrong-mac'
+          : !entry.permanent
+            ? 'not-permanent'
+            : null;
+    if (reason !== null) {
+      drift.push({
+        kind: 'neighbour',
+        subject: peer.vtepIp,
+        expected: `${peer.mac} permanent`,
+        observed: entry ? `${entry.lladdr ?? 'none'} ${entry.states.join(',') || 'none'}` : 'none',
+        fixable: true,
+      });
+    }
+    const key = `${family}|${peer.vtepIp}`;
+    if (reason !== null || writes.has(key)) {
+      writes.set(key, {
+        action: 'replace-neighbour',
+        device,
+        family,
+        destination: peer.vtepIp,
+        lladdr: peer.mac,
+        reason: reason ?? 'flushed-by-mac-change',
+      });
+    }
+    if (peer.underlayIp === undefined) continue;
+    const forward = fdb.find((n) => n.lladdr === peer.mac && n.destination === peer.underlayIp);
+    if (forward === undefined || !forward.permanent) {
+      drift.push({
+        kind: 'fdb',
+        subject: peer.underlayIp,
+        expected: `${peer.mac} dst ${peer.underlayIp} permanent`,
+        observed:
+          forward === undefined
+            ? fdb
+                .filter((n) => n.destination === peer.underlayIp)
+                .map((n) => `${n.lladdr ?? 'none'} dst ${peer.underlayIp ?? ''}`)
+                .join('; ') || 'none'
+            : `${peer.mac} dst ${peer.underlayIp} ${forward.states.join(',') || 'not permanent'}`,
+        fixable: true,
+      });
+      writes.set(`bridge|${peer.mac}|${peer.underlayIp}`, {
+        action: 'replace-neighbour',
+        device,
+        family: 'bridge',
+        destination: peer.underlayIp,
+        lladdr: peer.mac,
+        reason: forward === undefined ? 'missing' : 'not-permanent',
+      });
+    }
+  }
+  const offloads: Record<string, boolean | null> = {};
+  const offloadWanted: Record<string, boolean> = {};
+  for (const [name, on] of policy) {
+    const feature = features.get(name);
+    offloads[name] = feature?.active ?? null;
+    if (feature === undefined || feature.active === on) continue;
+    drift.push({
+      kind: 'offload',
+      subject: name,
+      expected: on ? 'on' : 'off',
+      observed: feature.active ? 'on' : 'off',
+      fixable: !feature.fixed,
+    });
+    if (!feature.fixed) offloadWanted[name] = on;
+  }
+
+  const result: EnsureVtepResult = {
+    device,
+    ifindex: link.ifindex,
+    netns,
+    found: {
+      mac: link.mac,
+      addrAssignType,
+      up: link.up,
+      vxlanPort: link.vxlan?.port ?? null,
+      offloads,
+      permanentNeighbours: permanentIp.length,
+      fdbEntries: fdb.length,
+    },
+    drift,
+    actions: [],
+    ok: drift.length === 0,
+    dryRun: wanted.dryRun,
+    durationMs: 0,
+  };
+  if (wanted.dryRun || drift.length === 0) {
+    result.durationMs = performance.now() - started;
+    return result;
+  }
+
+  if (macWrong && wanted.mac !== undefined) {
+    await control.setLinkAddress(link.ifindex, macBytes(wanted.mac), device, true);
+    result.actions.push({
+      action: 'set-mac',
+      device,
+      from: link.mac,
+      to: wanted.mac,
+      reason: 'drift',
+    });
+  } else if (pin && link.mac !== null) {
+    await control.setLinkAddress(link.ifindex, macBytes(link.mac), device, true);
+    result.actions.push({ action: 'set-mac', device, from: link.mac, to: link.mac, reason: 'pin' });
+  }
+  for (const write of writes.values()) {
+    await control.replaceNeighbour(
+      neighbourEntry(link.ifindex, write.family, write.destination, write.lladdr),
+      device,
+      true,
+    );
+    result.actions.push(write);
+  }
+  if (Object.keys(offloadWanted).length > 0) {
+    const outcome = toFeatureSetResult(
+      device,
+      await control.setFeatures(device, offloadWanted, true),
+    );
+    result.actions.push({
+      action: 'set-offload',
+      device,
+      requested: outcome.requested,
+      active: outcome.active,
+      sideEffects: outcome.sideEffects,
+      notApplied: outcome.notApplied,
+    });
+  }
+  // Verify what matters most by re-reading: the device kept its MAC.
+  const after = toLinkInfo(await control.getLink(link.ifindex, true));
+  const expectedMac = wanted.mac ?? link.mac;
+  result.ok =
+    after.mac === expectedMac &&
+    drift.every((d) => d.fixable) &&
+    result.actions.every((a) => a.action !== 'set-offload' || a.notApplied.length === 0);
+  result.durationMs = performance.now() - started;
+  return result;
+}
