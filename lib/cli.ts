@@ -26,7 +26,7 @@ import { compileInterfaceGlob, resolveNetnsPath } from './validate';
 import { readStatus, type StatusReport } from './status';
 import { detectCluster, type ClusterSettings } from './kubernetes/cluster';
 import { parseListenAddress, type ListenAddress } from './kubernetes/server';
-import { WatchServices } from './kubernetes/watch';
+import type { WatchServices } from './kubernetes/watch';
 
 const EXIT_USAGE = 2;
 /** The metrics and health endpoint's address when running against a cluster. */
@@ -333,7 +333,9 @@ async function startServices(
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   try {
-    const services = await WatchServices.start({
+    // Loaded only when used: prom-client alone takes longer to load than the guard.
+    const { WatchServices: Services } = await import('./kubernetes/watch.js');
+    const services = await Services.start({
       cluster,
       metricsAddress,
       sourceTimeoutMs,

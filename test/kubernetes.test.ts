@@ -31,7 +31,6 @@
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
 
 import type { FlannelGuard } from '../lib/guard';
 import {
@@ -59,6 +58,7 @@ import {
 } from '../lib/kubernetes/source';
 import { collectEvents, nextEvent } from './support/events';
 import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
+import { httpGet as get } from './support/loopback-http';
 import { tempDirPrefix, waitFor } from './support/netns';
 import { parseExposition, valueOf } from './support/prometheus';
 
@@ -80,26 +80,6 @@ function flannelAnnotations(mac: string): Record<string, string> {
     'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
     'flannel.alpha.coreos.com/public-ip': '192.0.2.11',
   };
-}
-
-/** A GET from the loopback endpoint: status, content type, body. */
-function get(url: string): Promise<{ status: number; type: string; body: string }> {
-  return new Promise((resolve, reject) => {
-    request(url, (response) => {
-      let body = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (body += chunk));
-      response.on('end', () => {
-        resolve({
-          status: response.statusCode ?? 0,
-          type: response.headers['content-type'] ?? '',
-          body,
-        });
-      });
-    })
-      .on('error', reject)
-      .end();
-  });
 }
 
 describe('Kubernetes', function () {
