@@ -5,13 +5,23 @@
  * Labels are bounded: `device` takes at most `maxDevices` interface names
  * (then "other"); every other label is a fixed set of values.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { createRequire } from 'node:module';
+
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 import type { ContestedEvent, FlannelGuard, RewriteEvent } from '../guard';
 import type { EventRecorder } from './events';
 import type { KubernetesMacSource, SourceState } from './source';
 
 export const METRIC_PREFIX = 'flannel_guard_';
+
+let promClient: typeof import('prom-client') | undefined;
+
+/** prom-client, loaded on first use: it takes longer to load than the rest of the package. */
+function prom(): typeof import('prom-client') {
+  promClient ??= createRequire(__filename)('prom-client') as typeof import('prom-client');
+  return promClient;
+}
 
 /** rewrite → restored latency buckets (s): the guard answers in ~1 ms, backoff takes seconds. */
 export const LATENCY_BUCKETS = [
@@ -31,7 +41,7 @@ export interface GuardMetricsOptions {
 const SOURCE_STATES: readonly SourceState[] = ['starting', 'synced', 'degraded'];
 
 export class GuardMetrics {
-  readonly registry = new Registry();
+  readonly registry: Registry;
   readonly #maxDevices: number;
   readonly #devices = new Set<string>();
   readonly #rewrites: Counter<'device' | 'cause'>;
@@ -56,6 +66,8 @@ export class GuardMetrics {
 
   constructor(options: GuardMetricsOptions = {}) {
     this.#maxDevices = options.maxDevices ?? 16;
+    const { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } = prom();
+    this.registry = new Registry();
     const registers = [this.registry];
     const p = METRIC_PREFIX;
     this.#rewrites = new Counter({
