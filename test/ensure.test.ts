@@ -5,11 +5,13 @@
  * refused before or at the first system call, and a process that calls it exits by itself.
  */
 import assert from 'node:assert/strict';
+import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import {
   ensureVtep,
+  ipVersion,
   parsePeerSpec,
   type EnsureVtepResult,
   type PeerExpectation,
@@ -46,7 +48,7 @@ describe('ensureVtep (real kernel, netns)', function () {
   const assignType = async (): Promise<number> =>
     Number((await ns.readFile('/sys/class/net/flannel.1/addr_assign_type')).trim());
   const neighbours = async (): Promise<[string, string | undefined, boolean][]> =>
-    (await ns.ipJson<IpNeighbour[]>('neigh show dev flannel.1'))
+    (await ns.ipJson<IpNeighbour[]>('-4 neigh show dev flannel.1'))
       .map((n): [string, string | undefined, boolean] => [
         n.dst,
         n.lladdr,
@@ -343,6 +345,36 @@ describe('ensureVtep (real kernel, netns)', function () {
         error.code === 'EINVAL' &&
         /eth0 is not a VXLAN device \(kind "veth"\)/.test(error.message),
     );
+  });
+
+  it('ipVersion agrees with node:net isIP on the forms neighbour destinations take', function () {
+    for (const address of [
+      '192.0.2.1',
+      '198.18.255.0',
+      '256.1.1.1',
+      '01.2.3.4',
+      '1.2.3',
+      '1.2.3.4.5',
+      '::',
+      '::1',
+      'fe80::1',
+      '2001:db8::8a2e:370:7334',
+      '1:2:3:4:5:6:7:8',
+      '1:2:3:4:5:6:7:8:9',
+      '1::2::3',
+      '::ffff:192.0.2.1',
+      '1:2:3:4:5:6:192.0.2.1',
+      '1:2:3:4:5:6:7:192.0.2.1',
+      ':1',
+      '1:',
+      '12345::',
+      'x',
+      '',
+      '::1.2.3',
+      'g::1',
+    ]) {
+      assert.equal(ipVersion(address), isIP(address), address);
+    }
   });
 
   it('parsePeerSpec: VTEP_IP=MAC[@UNDERLAY_IP]', function () {
