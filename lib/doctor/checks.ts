@@ -1,0 +1,924 @@
+/**
+ * The doctor's checks. Each returns a verdict (ok / warn / fail), the evidence it is based on,
+ * and the fix in one sentence. Configuration checks read files under the root; device checks
+ * read the namespace through the one-shot API and the system probes.
+ */
+import { isIP } from 'node:net';
+
+import { DEFAULT_INTERFACES } from '../guard';
+import { getFeatures, getLinks, getNeighbours } from '../oneshot';
+import type { PeerExpectation } from '../ensure';
+import type { DesiredMacSource } from '../sources';
+import type { FeatureState, LinkInfo, NeighbourInfo } from '../types';
+import { compileInterfaceGlob } from '../validate';
+import { FsRoot } from './fsroot';
+import {
+  compareVersions,
+  evaluateLinkFiles,
+  loadLinkFiles,
+  macEffect,
+  type DeviceFacts,
+  type HostFacts,
+  type LinkEvaluation,
+  type LinkFile,
+} from './link-files';
+import { loadNetworkManager, nmUnmanaged, type NmConfig } from './networkmanager';
+import { systemProbe, type SystemProbe } from './system';
+import { loadRules, rulesTouching, type RuleFinding, type UdevRule } from './udev-rules';
+
+export type Verdict = 'ok' | 'warn' | 'fail';
+
+export const CHECK_IDS = [
+  'link-files',
+  'udev-rules',
+  'networkmanager',
+  'vtep',
+  'vtep-mac',
+  'addr-assign-type',
+  'neighbours',
+  'offload',
+  'underlay-driver',
+  'random-fully',
+  'vxlan-port',
+] as const;
+export type CheckId = (typeof CHECK_IDS)[number];
+
+export interface CheckResult {
+  id: CheckId;
+  /** The device the check is about (null for node-wide checks). */
+  device: string | null;
+  verdict: Verdict;
+  /** One line: what was found. */
+  summary: string;
+  /** What the verdict is based on. */
+  evidence: string[];
+  /** One sentence; null when the verdict is ok. */
+  fix: string | null;
+}
+
+export interface DoctorInput {
+  /** Configuration files are read under this directory (default '/'). */
+  root?: string;
+  /** Network namespace by `ip netns` name or path; the process's own when omitted. */
+  netns?: string;
+  /** Interface globs (default flannel.*, flannel-v6.*). */
+  interfaces?: readonly string[];
+  /** The published MAC per device (like --mac); wins over `source`. */
+  mac?: Readonly<Record<string, string>>;
+  /** Where the published MAC comes from otherwise (e.g. the Kubernetes node annotation). */
+  source?: DesiredMacSource;
+  /** The other nodes' published VTEPs, or a function that fetches them. */
+  peers?: readonly PeerExpectation[] | (() => Promise<readonly PeerExpectation[]>);
+  /** Offload policy (default tx-checksum-ip-generic off); 'none' checks nothing. */
+  offload?: Readonly<Record<string, boolean>> | 'none';
+  /** The kernel release to judge (default: the running kernel's). */
+  kernelRelease?: string;
+  /** Replaces single system probes (tests, or callers that know better). */
+  probe?: Partial<SystemProbe>;
+}
+
+/** A VXLAN device found in the namespace, with what the checks need. */
+export interface DeviceState {
+  link: LinkInfo;
+  addrAssignType: number | null;
+  publishedMac: string | null;
+  publishedBy: string | null;
+  peers: PeerExpectation[];
+  neighbours: NeighbourInfo[];
+  features: FeatureState[] | null;
+  facts: DeviceFacts;
+}
+
+export interface Gathered {
+  fs: FsRoot;
+  probe: SystemProbe;
+  host: HostFacts;
+  kernel: string;
+  globs: string[];
+  links: LinkInfo[];
+  devices: DeviceState[];
+  /** Devices the configuration checks are about (the found ones, or the names flannel uses). */
+  subjects: DeviceFacts[];
+  linkFiles: LinkFile[];
+  rules: UdevRule[];
+  nm: NmConfig;
+  offload: Readonly<Record<string, boolean>>;
+  peersGiven: boolean;
+}
+
+const DEFAULT_POLICY: Readonly<Record<string, boolean>> = { 'tx-checksum-ip-generic': false };
+
+function vxlanFacts(name: string, link?: LinkInfo): DeviceFacts {
+  const kind = link ? link.kind || null : 'vxlan';
+  return {
+    name,
+    kind,
+    type: kind === 'vxlan' ? 'vxlan' : 'ether',
+    driver: kind,
+    path: null,
+    mac: null,
+  };
+}
+
+function once<T>(read: () => Promise<T>): () => Promise<T> {
+  let promise: Promise<T> | undefined;
+  return () => (promise ??= read());
+}
+
+/** The name a glob would give flannel's device: flannel.* -> flannel.1. */
+function exampleName(glob: string): string {
+  return glob.replace(/[*?]/g, '1');
+}
+
+function peersFor(
+  device: LinkInfo,
+  all: readonly PeerExpectation[],
+  count: number,
+): PeerExpectation[] {
+  if (count <= 1) return [...all];
+  const local = device.vxlan?.local ?? null;
+  const v6 = local !== null ? isIP(local) === 6 : device.name.includes('v6');
+  return all.filter((peer) => (isIP(peer.vtepIp) === 6) === v6);
+}
+
+/** Reads everything the checks look at. */
+export async function gather(input: DoctorInput): Promise<Gathered> {
+  const fs = new FsRoot(input.root ?? '/');
+  const netnsOption = input.netns === undefined ? {} : { netns: input.netns };
+  const base: SystemProbe = {
+    ...systemProbe({
+      fs,
+      ...netnsOption,
+      ...(input.kernelRelease === undefined ? {} : { kernelRelease: input.kernelRelease }),
+    }),
+    ...input.probe,
+  };
+  // Node-wide facts: read once however many devices there are.
+  const probe: SystemProbe = {
+    ...base,
+    natRules: once(() => base.natRules()),
+    udpSockets: once(() => base.udpSockets()),
+  };
+  const globs = [...(input.interfaces ?? DEFAULT_INTERFACES)];
+  const compiled = globs.map((glob) => compileInterfaceGlob(glob));
+  const links = await getLinks(netnsOption);
+  const managed = links.filter(
+    (link) => !link.loopback && compiled.some((glob) => glob.matches(link.name)),
+  );
+  const peerList = typeof input.peers === 'function' ? await input.peers() : (input.peers ?? []);
+  const neighbours = managed.length > 0 ? await getNeighbours(netnsOption) : [];
+  const offload = input.offload === 'none' ? {} : (input.offload ?? DEFAULT_POLICY);
+  if (managed.length > 0) {
+    // Slow node-wide reads (child processes) run while the devices are read.
+    void probe.natRules().catch(() => undefined);
+    void probe.udpSockets().catch(() => undefined);
+  }
+  const devices: DeviceState[] = await Promise.all(
+    managed.map(async (link): Promise<DeviceState> => {
+      const explicit = input.mac?.[link.name];
+      const fromSource = explicit === undefined ? input.source?.desiredMac(link.name) : undefined;
+      const [features, driver, addrAssignType] = await Promise.all([
+        getFeatures(link.name, netnsOption).then(
+          (table) => table.features,
+          () => null,
+        ),
+        probe.driverInfo(link.name).then(
+          (info) => info.driver || link.kind || null,
+          () => link.kind || null,
+        ),
+        link.addrAssignType ?? probe.addrAssignType(link.name, link.ifindex),
+      ]);
+      return {
+        link,
+        addrAssignType,
+        publishedMac: explicit ?? fromSource ?? null,
+        publishedBy:
+          explicit !== undefined
+            ? '--mac'
+            : fromSource !== undefined
+              ? (input.source?.name ?? 'source')
+              : null,
+        peers: peersFor(link, peerList, managed.length),
+        neighbours: neighbours.filter((n) => n.ifindex === link.ifindex),
+        features,
+        facts: { ...vxlanFacts(link.name, link), driver },
+      };
+    }),
+  );
+  const subjects =
+    devices.length > 0
+      ? devices.map((device) => device.facts)
+      : [...new Set(globs.map(exampleName))].map((name) => vxlanFacts(name));
+  return {
+    fs,
+    probe,
+    host: probe.host(),
+    kernel: probe.kernelRelease(),
+    globs,
+    links,
+    devices,
+    subjects,
+    linkFiles: loadLinkFiles(fs),
+    rules: loadRules(fs),
+    nm: loadNetworkManager(fs),
+    offload,
+    peersGiven: peerList.length > 0,
+  };
+}
+
+// --- configuration ------------------------------------------------------------------------
+
+function describeFile(file: LinkFile): string {
+  const extras = [
+    ...(file.dropins.length > 0 ? [`drop-ins ${file.dropins.join(', ')}`] : []),
+    ...(file.shadows.length > 0 ? [`replaces ${file.shadows.join(', ')}`] : []),
+  ];
+  return `${file.path}${extras.length > 0 ? ` (${extras.join('; ')})` : ''}`;
+}
+
+/** The `.link` file that makes udev leave flannel's devices alone. */
+export function flannelLinkFileContent(globs: readonly string[]): string {
+  const defaults =
+    globs.length === DEFAULT_INTERFACES.length &&
+    DEFAULT_INTERFACES.every((glob) => globs.includes(glob));
+  const names = defaults ? 'flannel*' : globs.join(' ');
+  return `# Written by flannel-guard doctor --fix: udev must not rewrite the MAC flannel publishes.\n[Match]\nOriginalName=${names}\n\n[Link]\nMACAddressPolicy=none\n`;
+}
+
+export function checkLinkFiles(evaluation: LinkEvaluation): CheckResult {
+  const device = evaluation.device.name;
+  const evidence: string[] = [];
+  for (const { file, match } of evaluation.files) {
+    if (file.masked) {
+      evidence.push(
+        `${file.path}: masked (empty or /dev/null)${file.shadows.length > 0 ? `, hides ${file.shadows.join(', ')}` : ''}`,
+      );
+      continue;
+    }
+    for (const warning of file.warnings) evidence.push(warning);
+    if (match.result === 'no') continue;
+    const effect = macEffect(file);
+    evidence.push(
+      `${describeFile(file)}: ${match.result === 'yes' ? 'matches' : `may match (${match.reasons.join(', ')})`} ${device}; ${effect.describe}`,
+    );
+  }
+  const applied = evaluation.applied;
+  const risky = evaluation.possible.filter((file) => macEffect(file).rewrites);
+  const fixSentence = `Add /etc/systemd/network/10-flannel.link with [Match] OriginalName=flannel* and [Link] MACAddressPolicy=none, named to sort before ${applied ? applied.name : 'the matching files'} (flannel-guard doctor --fix writes it), then run udevadm control --reload.`;
+  if (applied && macEffect(applied).rewrites) {
+    return {
+      id: 'link-files',
+      device,
+      verdict: 'fail',
+      summary: `${applied.path} applies to ${device}: ${macEffect(applied).describe} (udev rewrites the MAC flannel published)`,
+      evidence,
+      fix: fixSentence,
+    };
+  }
+  if (risky.length > 0) {
+    return {
+      id: 'link-files',
+      device,
+      verdict: 'warn',
+      summary: `${risky.map((f) => f.path).join(', ')} may apply to ${device} and would rewrite its MAC`,
+      evidence,
+      fix: fixSentence,
+    };
+  }
+  return {
+    id: 'link-files',
+    device,
+    verdict: 'ok',
+    summary: applied
+      ? `${applied.path} applies to ${device}: ${macEffect(applied).describe}`
+      : `no .link file matches ${device}: udev leaves its MAC alone`,
+    evidence,
+    fix: null,
+  };
+}
+
+function describeRule(finding: RuleFinding): string {
+  return `${finding.rule.file}:${finding.rule.line}: ${finding.rule.text} [${finding.effects.join(', ')}${finding.match === 'unknown' ? '; match not certain' : ''}]`;
+}
+
+export function checkUdevRules(device: DeviceFacts, findings: RuleFinding[]): CheckResult {
+  const macChanging = findings.filter(
+    (f) => f.effects.includes('sets-mac') || f.effects.includes('runs-mac-change'),
+  );
+  const others = findings.filter(
+    (f) =>
+      !macChanging.includes(f) &&
+      f.effects.some((e) => !['nm-unmanaged', 'applies-link-files', 'other'].includes(e)),
+  );
+  const evidence = findings.map(describeRule);
+  const certain = macChanging.filter((f) => f.match === 'yes');
+  if (macChanging.length > 0) {
+    return {
+      id: 'udev-rules',
+      device: device.name,
+      verdict: certain.length > 0 ? 'fail' : 'warn',
+      summary: `${macChanging.length} udev rule(s) ${certain.length > 0 ? 'change' : 'may change'} the MAC of ${device.name}`,
+      evidence,
+      fix: `Remove or narrow ${macChanging.map((f) => `${f.rule.file}:${f.rule.line}`).join(', ')} so that it does not set the address of flannel devices (KERNEL!="flannel*").`,
+    };
+  }
+  if (others.length > 0) {
+    return {
+      id: 'udev-rules',
+      device: device.name,
+      verdict: 'warn',
+      summary: `${others.length} udev rule(s) act on ${device.name}`,
+      evidence,
+      fix: `Check that ${others.map((f) => `${f.rule.file}:${f.rule.line}`).join(', ')} does not rename ${device.name} or change its offloads against the policy.`,
+    };
+  }
+  return {
+    id: 'udev-rules',
+    device: device.name,
+    verdict: 'ok',
+    summary: `no udev rule changes ${device.name}`,
+    evidence,
+    fix: null,
+  };
+}
+
+export function checkNetworkManager(
+  nm: NmConfig,
+  device: DeviceFacts,
+  findings: RuleFinding[],
+): CheckResult {
+  if (!nm.installed) {
+    return {
+      id: 'networkmanager',
+      device: device.name,
+      verdict: 'ok',
+      summary: 'NetworkManager is not installed',
+      evidence: [],
+      fix: null,
+    };
+  }
+  const udev = findings
+    .filter((f) => f.effects.includes('nm-unmanaged') && f.match === 'yes')
+    .map((f) => `${f.rule.file}:${f.rule.line} sets NM_UNMANAGED=1`);
+  const verdict = nmUnmanaged(nm, device, udev);
+  const evidence = [
+    `configuration read: ${nm.files.length > 0 ? nm.files.join(', ') : 'none'}`,
+    ...(nm.disabled.length > 0
+      ? [`disabled by [.config] enable=false: ${nm.disabled.join(', ')}`]
+      : []),
+    ...verdict.by,
+  ];
+  if (verdict.unmanaged) {
+    return {
+      id: 'networkmanager',
+      device: device.name,
+      verdict: 'ok',
+      summary: `NetworkManager leaves ${device.name} unmanaged`,
+      evidence,
+      fix: null,
+    };
+  }
+  return {
+    id: 'networkmanager',
+    device: device.name,
+    verdict: 'warn',
+    summary: `NetworkManager is installed and does not mark ${device.name} unmanaged`,
+    evidence,
+    fix: 'Add /etc/NetworkManager/conf.d/flannel.conf with [keyfile] unmanaged-devices=interface-name:flannel*;interface-name:cni0 and reload NetworkManager.',
+  };
+}
+
+// --- devices ------------------------------------------------------------------------------
+
+export function checkVtep(gathered: Gathered): CheckResult[] {
+  if (gathered.devices.length === 0) {
+    return [
+      {
+        id: 'vtep',
+        device: null,
+        verdict: 'warn',
+        summary: `no device matching ${gathered.globs.join(', ')}`,
+        evidence: [`links: ${gathered.links.map((l) => l.name).join(', ')}`],
+        fix: 'Start flannel (its vxlan backend creates flannel.1), or name the device with --iface.',
+      },
+    ];
+  }
+  return gathered.devices.map(({ link }) => {
+    const vx = link.vxlan;
+    const evidence = [
+      `kind ${link.kind || 'none'}, ${link.up ? 'up' : 'down'}, mtu ${link.mtu ?? '?'}`,
+      ...(vx
+        ? [
+            `vni ${vx.vni ?? '?'}, port ${vx.port ?? '?'}, local ${vx.local ?? 'none'}, underlay ifindex ${vx.underlayIfindex ?? 'none'}, learning ${vx.learning === null ? '?' : vx.learning ? 'on' : 'off'}`,
+          ]
+        : []),
+    ];
+    if (link.kind !== 'vxlan') {
+      return {
+        id: 'vtep',
+        device: link.name,
+        verdict: 'fail',
+        summary: `${link.name} is not a VXLAN device (kind ${link.kind || 'none'})`,
+        evidence,
+        fix: `Remove ${link.name} or narrow --iface: flannel's vxlan backend creates a vxlan device under this name.`,
+      } satisfies CheckResult;
+    }
+    if (!link.up) {
+      return {
+        id: 'vtep',
+        device: link.name,
+        verdict: 'warn',
+        summary: `${link.name} is down`,
+        evidence,
+        fix: `Bring it up (ip link set ${link.name} up) or restart flannel; if that fails with "Address already in use", see the vxlan-port check.`,
+      } satisfies CheckResult;
+    }
+    return {
+      id: 'vtep',
+      device: link.name,
+      verdict: 'ok',
+      summary: `${link.name}: VXLAN, up`,
+      evidence,
+      fix: null,
+    } satisfies CheckResult;
+  });
+}
+
+export function checkMac(device: DeviceState): CheckResult {
+  const { link } = device;
+  const evidence = [
+    `device MAC ${link.mac ?? 'none'}`,
+    `published MAC ${device.publishedMac ?? 'unknown'}${device.publishedBy ? ` (${device.publishedBy})` : ''}`,
+  ];
+  if (device.publishedMac === null) {
+    return {
+      id: 'vtep-mac',
+      device: link.name,
+      verdict: 'warn',
+      summary: `the MAC ${link.name} published is unknown: not compared`,
+      evidence,
+      fix: `Pass --mac ${link.name}=MAC with the VtepMAC of the node annotation flannel.alpha.coreos.com/backend-data.`,
+    };
+  }
+  if (link.mac !== device.publishedMac) {
+    return {
+      id: 'vtep-mac',
+      device: link.name,
+      verdict: 'fail',
+      summary: `${link.name} has MAC ${link.mac ?? 'none'}, but the other nodes were told ${device.publishedMac}: cross-node traffic is dropped`,
+      evidence,
+      fix: `Set it back and restore the neighbour entries the change flushes (flannel-guard doctor --fix --mac ${link.name}=${device.publishedMac}), and keep it there with flannel-guard watch.`,
+    };
+  }
+  return {
+    id: 'vtep-mac',
+    device: link.name,
+    verdict: 'ok',
+    summary: `${link.name} has the published MAC ${link.mac}`,
+    evidence,
+    fix: null,
+  };
+}
+
+const ASSIGN_TYPES = ['permanent', 'random', 'stolen', 'set by userspace'];
+
+export function checkAddrAssignType(device: DeviceState): CheckResult {
+  const { link } = device;
+  const value = device.addrAssignType;
+  const named = value === null ? 'unknown' : `${value} (${ASSIGN_TYPES[value] ?? '?'})`;
+  const evidence = [`/sys/class/net/${link.name}/addr_assign_type = ${named}`];
+  if (value === 1) {
+    return {
+      id: 'addr-assign-type',
+      device: link.name,
+      verdict: 'warn',
+      summary: `${link.name} still has the kernel's random MAC (addr_assign_type 1): udev's MACAddressPolicy rewrites it on the next add event (udevadm trigger)`,
+      evidence,
+      fix: 'Write the MAC it already has once (addr_assign_type becomes 3, which udev leaves alone); flannel-guard doctor --fix does that and restores the neighbour entries.',
+    };
+  }
+  if (value === null) {
+    return {
+      id: 'addr-assign-type',
+      device: link.name,
+      verdict: 'warn',
+      summary: `addr_assign_type of ${link.name} could not be read`,
+      evidence,
+      fix: "Run the doctor in the node's own network namespace (or with --netns by name) so sysfs can be read.",
+    };
+  }
+  return {
+    id: 'addr-assign-type',
+    device: link.name,
+    verdict: 'ok',
+    summary: `addr_assign_type ${named}: udev's MACAddressPolicy leaves it alone`,
+    evidence,
+    fix: null,
+  };
+}
+
+export function checkNeighbours(device: DeviceState, peersGiven: boolean): CheckResult {
+  const { link } = device;
+  const ip = device.neighbours.filter((n) => n.family !== 'bridge');
+  const fdb = device.neighbours.filter((n) => n.family === 'bridge');
+  const permanent = ip.filter((n) => n.permanent);
+  const evidence = [
+    ...permanent.map(
+      (n) => `neigh ${n.destination ?? '?'} lladdr ${n.lladdr ?? 'none'} ${n.states.join(',')}`,
+    ),
+    ...ip
+      .filter((n) => !n.permanent && !n.states.includes('noarp'))
+      .map(
+        (n) =>
+          `neigh ${n.destination ?? '?'} ${n.lladdr ?? ''} ${n.states.join(',')} (not permanent)`,
+      ),
+    ...fdb.map(
+      (n) =>
+        `fdb ${n.lladdr ?? '?'} dst ${n.destination ?? 'none'}${n.permanent ? ' permanent' : ''}`,
+    ),
+  ];
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  if (device.peers.length > 0) {
+    for (const peer of device.peers) {
+      const arp = ip.find((n) => n.destination === peer.vtepIp);
+      if (!arp) problems.push(`no neighbour entry for ${peer.vtepIp} (published ${peer.mac})`);
+      else if (arp.lladdr !== peer.mac) {
+        problems.push(`${peer.vtepIp} points at ${arp.lladdr ?? 'none'}, published ${peer.mac}`);
+      } else if (!arp.permanent) problems.push(`${peer.vtepIp} is not permanent`);
+      if (peer.underlayIp !== undefined) {
+        const entry = fdb.find((n) => n.lladdr === peer.mac && n.destination === peer.underlayIp);
+        if (!entry) problems.push(`no FDB entry ${peer.mac} dst ${peer.underlayIp}`);
+        else if (!entry.permanent)
+          problems.push(`FDB entry ${peer.mac} dst ${peer.underlayIp} is not permanent`);
+      }
+    }
+    const published = new Set(device.peers.map((p) => p.vtepIp));
+    const macs = new Set(device.peers.map((p) => p.mac));
+    for (const n of permanent) {
+      if (n.destination !== null && !published.has(n.destination)) {
+        warnings.push(`${n.destination} is not a published VTEP (a node that left?)`);
+      }
+    }
+    for (const n of fdb) {
+      if (n.lladdr !== null && n.lladdr !== '00:00:00:00:00:00' && !macs.has(n.lladdr)) {
+        warnings.push(
+          `FDB entry ${n.lladdr} dst ${n.destination ?? 'none'} is not a published MAC (stale)`,
+        );
+      }
+    }
+  } else {
+    for (const n of permanent) {
+      if (n.lladdr !== null && !fdb.some((f) => f.lladdr === n.lladdr)) {
+        problems.push(
+          `${n.destination ?? '?'} points at ${n.lladdr}, which has no FDB entry: its traffic has no underlay destination`,
+        );
+      }
+    }
+    for (const n of ip.filter(
+      (e) => e.states.includes('failed') || e.states.includes('incomplete'),
+    )) {
+      warnings.push(
+        `${n.destination ?? '?'} is unresolved (${n.states.join(',')}): no published entry for it`,
+      );
+    }
+  }
+  const counts = `${permanent.length} permanent neighbour and ${fdb.length} FDB entries`;
+  if (problems.length > 0) {
+    return {
+      id: 'neighbours',
+      device: link.name,
+      verdict: 'fail',
+      summary: `${link.name}: ${problems.join('; ')}`,
+      evidence: [...evidence, ...warnings],
+      fix: peersGiven
+        ? 'Re-install the published entries (flannel-guard doctor --fix --peer ... does it), or restart flannel so it re-programs them.'
+        : 'Restart flannel so it re-programs its neighbour and FDB entries, or pass the published peers with --peer and run doctor --fix.',
+    };
+  }
+  if (warnings.length > 0) {
+    return {
+      id: 'neighbours',
+      device: link.name,
+      verdict: 'warn',
+      summary: `${link.name}: ${warnings.join('; ')}`,
+      evidence,
+      fix: 'Remove entries for nodes that no longer exist (ip neigh del / bridge fdb del) or restart flannel.',
+    };
+  }
+  return {
+    id: 'neighbours',
+    device: link.name,
+    verdict: 'ok',
+    summary: peersGiven
+      ? `${link.name}: ${counts}, every published peer present and correct`
+      : `${link.name}: ${counts}, consistent (no published peers given: pass --peer to compare)`,
+    evidence,
+    fix: null,
+  };
+}
+
+function featureState(device: DeviceState, name: string): FeatureState | undefined {
+  return device.features?.find((f) => f.name === name);
+}
+
+export function checkOffload(
+  device: DeviceState,
+  policy: Readonly<Record<string, boolean>>,
+): CheckResult {
+  const { link } = device;
+  const entries = Object.entries(policy);
+  if (entries.length === 0) {
+    return {
+      id: 'offload',
+      device: link.name,
+      verdict: 'ok',
+      summary: 'no offload policy (--offload none)',
+      evidence: [],
+      fix: null,
+    };
+  }
+  if (device.features === null) {
+    return {
+      id: 'offload',
+      device: link.name,
+      verdict: 'warn',
+      summary: `offload features of ${link.name} could not be read`,
+      evidence: [],
+      fix: "Run the doctor with CAP_NET_ADMIN in the node's namespace.",
+    };
+  }
+  const evidence: string[] = [];
+  const off: string[] = [];
+  for (const [name, wanted] of entries) {
+    const feature = featureState(device, name);
+    if (!feature) {
+      evidence.push(`${name}: not a feature of this kernel`);
+      off.push(name);
+      continue;
+    }
+    evidence.push(
+      `${name}: ${feature.active ? 'on' : 'off'}${feature.fixed ? ' [fixed]' : ''} (policy ${wanted ? 'on' : 'off'})`,
+    );
+    if (feature.active !== wanted) off.push(name);
+  }
+  if (off.length > 0) {
+    const settings = entries.map(([name, on]) => `${name} ${on ? 'on' : 'off'}`).join(' ');
+    return {
+      id: 'offload',
+      device: link.name,
+      verdict: 'warn',
+      summary: `${link.name}: ${off.join(', ')} not at the policy`,
+      evidence,
+      fix: `Apply the policy (ethtool -K ${link.name} ${settings}; doctor --fix does it) and keep it with flannel-guard watch, since a re-created device loses it.`,
+    };
+  }
+  return {
+    id: 'offload',
+    device: link.name,
+    verdict: 'ok',
+    summary: `${link.name}: ${entries.map(([n, on]) => `${n} ${on ? 'on' : 'off'}`).join(', ')} as the policy wants`,
+    evidence,
+    fix: null,
+  };
+}
+
+function txChecksumOn(device: DeviceState): boolean | null {
+  return featureState(device, 'tx-checksum-ip-generic')?.active ?? null;
+}
+
+export async function checkUnderlayDriver(
+  gathered: Gathered,
+  device: DeviceState,
+): Promise<CheckResult> {
+  const { link } = device;
+  const vx = link.vxlan;
+  let underlay: string | null = null;
+  const evidence: string[] = [];
+  if (vx?.underlayIfindex != null && link.linkNetnsid === null) {
+    underlay = gathered.links.find((l) => l.ifindex === vx.underlayIfindex)?.name ?? null;
+    evidence.push(
+      `underlay from the device (IFLA_VXLAN_LINK ${vx.underlayIfindex}): ${underlay ?? 'not found'}`,
+    );
+  }
+  if (underlay === null && vx?.local) {
+    underlay = await gathered.probe.interfaceWithAddress(vx.local);
+    evidence.push(`underlay by local address ${vx.local}: ${underlay ?? 'not found'}`);
+  }
+  if (underlay === null) {
+    return {
+      id: 'underlay-driver',
+      device: link.name,
+      verdict: 'warn',
+      summary: `the underlay NIC of ${link.name} is unknown`,
+      evidence,
+      fix: 'Create the VXLAN device with dev/local (flannel does: --iface) so the underlay NIC is known.',
+    };
+  }
+  let driver = '';
+  try {
+    const info = await gathered.probe.driverInfo(underlay);
+    driver = info.driver;
+    evidence.push(
+      `${underlay}: driver ${info.driver} ${info.version}${info.firmwareVersion ? `, firmware ${info.firmwareVersion}` : ''}${info.busInfo ? `, bus ${info.busInfo}` : ''}`,
+    );
+  } catch (error) {
+    evidence.push(
+      `${underlay}: driver unknown (${error instanceof Error ? error.message : String(error)})`,
+    );
+  }
+  const port = vx?.port ?? null;
+  const offloadOn = txChecksumOn(device);
+  evidence.push(
+    `VXLAN port ${port ?? '?'}, tx-checksum-ip-generic ${offloadOn === null ? '?' : offloadOn ? 'on' : 'off'} on ${link.name}`,
+  );
+  if (driver === 'vmxnet3' && port === 8472) {
+    if (offloadOn !== false) {
+      return {
+        id: 'underlay-driver',
+        device: link.name,
+        verdict: 'fail',
+        summary: `${underlay} is VMXNET3 and ${link.name} uses UDP 8472 with TX checksum offload on: inner TCP/UDP checksums come out wrong (VMXNET3 v4, Red Hat BZ#1960702) - ping works, TCP and UDP do not`,
+        evidence,
+        fix: `Turn TX checksum offload off on the VXLAN device (ethtool -K ${link.name} tx-checksum-ip-generic off; doctor --fix, and flannel-guard watch keeps it off).`,
+      };
+    }
+    return {
+      id: 'underlay-driver',
+      device: link.name,
+      verdict: 'ok',
+      summary: `${underlay} is VMXNET3 with VXLAN on 8472, and TX checksum offload is off on ${link.name} (the VMXNET3 v4 checksum bug is avoided)`,
+      evidence,
+      fix: null,
+    };
+  }
+  return {
+    id: 'underlay-driver',
+    device: link.name,
+    verdict: driver === '' ? 'warn' : 'ok',
+    summary:
+      driver === ''
+        ? `driver of ${underlay} unknown`
+        : `${underlay} (${driver}): no known bad combination with VXLAN port ${port ?? '?'}`,
+    evidence,
+    fix:
+      driver === '' ? 'Run the doctor with CAP_NET_ADMIN so ETHTOOL_GDRVINFO can be read.' : null,
+  };
+}
+
+/** Kernels up to 5.7 corrupt VXLAN checksums when masquerading with --random-fully. */
+export function kernelAffectedByRandomFully(release: string): boolean {
+  const match = /^(\d+)\.(\d+)/.exec(release);
+  if (!match) return false;
+  return compareVersions(`${match[1]}.${match[2]}`, '5.7') <= 0;
+}
+
+export async function checkRandomFully(
+  gathered: Gathered,
+  device: DeviceState,
+): Promise<CheckResult> {
+  const { link } = device;
+  const kernel = gathered.kernel;
+  const affected = kernelAffectedByRandomFully(kernel);
+  const rules = await gathered.probe.natRules();
+  const lines = rules.sources.flatMap(({ tool, text }) =>
+    text
+      .split('\n')
+      .filter((line) => /masquerade/i.test(line) && /random-fully|fully-random/.test(line))
+      .map((line) => `${tool}: ${line.trim()}`),
+  );
+  const offloadOn = txChecksumOn(device);
+  const evidence = [
+    `kernel ${kernel}${affected ? ' (5.7 or older)' : ''}`,
+    `NAT rules read with ${rules.sources.map((s) => s.tool).join(', ') || 'nothing'}`,
+    ...rules.unavailable.map((why) => `not read: ${why}`),
+    ...(lines.length > 0 ? lines : ['no MASQUERADE --random-fully rule']),
+    `tx-checksum-ip-generic ${offloadOn === null ? '?' : offloadOn ? 'on' : 'off'} on ${link.name}`,
+  ];
+  const result = (verdict: Verdict, summary: string, fix: string | null): CheckResult => ({
+    id: 'random-fully',
+    device: link.name,
+    verdict,
+    summary,
+    evidence,
+    fix,
+  });
+  if (!affected) {
+    return result(
+      'ok',
+      `kernel ${kernel} is newer than 5.7: --random-fully masquerade does not break VXLAN checksums`,
+      null,
+    );
+  }
+  if (lines.length > 0) {
+    if (offloadOn !== false) {
+      return result(
+        'fail',
+        `kernel ${kernel} with MASQUERADE --random-fully and TX checksum offload on ${link.name}: VXLAN packets leave with bad checksums (TCP/UDP across nodes fail, ping works)`,
+        `Turn TX checksum offload off on ${link.name} (ethtool -K ${link.name} tx-checksum-ip-generic off; doctor --fix) or upgrade the kernel past 5.7.`,
+      );
+    }
+    return result(
+      'ok',
+      `kernel ${kernel} masquerades with --random-fully, but TX checksum offload is off on ${link.name}`,
+      null,
+    );
+  }
+  if (rules.sources.length === 0) {
+    return result(
+      'warn',
+      `kernel ${kernel} is 5.7 or older and the NAT rules could not be read`,
+      `Check for MASQUERADE --random-fully (iptables-save -t nat) and keep TX checksum offload off on ${link.name}.`,
+    );
+  }
+  return result(
+    'ok',
+    `kernel ${kernel} is 5.7 or older, but nothing masquerades with --random-fully`,
+    null,
+  );
+}
+
+export async function checkVxlanPort(
+  gathered: Gathered,
+  device: DeviceState,
+): Promise<CheckResult> {
+  const { link } = device;
+  const port = link.vxlan?.port ?? 8472;
+  const sockets = (await gathered.probe.udpSockets()).filter((s) => s.port === port);
+  const owners = await gathered.probe.socketOwners(sockets.map((s) => s.inode));
+  const evidence = sockets.map((socket) => {
+    const held = owners.get(socket.inode) ?? [];
+    return `udp ${socket.family} ${socket.localAddress}:${port} inode ${socket.inode}: ${held.length > 0 ? held.map((o) => `${o.command} (pid ${o.pid})`).join(', ') : 'kernel socket (VXLAN)'}`;
+  });
+  const userspace = sockets.flatMap((socket) => owners.get(socket.inode) ?? []);
+  if (userspace.length > 0) {
+    const who = [...new Set(userspace.map((o) => `${o.command} (pid ${o.pid})`))].join(', ');
+    return {
+      id: 'vxlan-port',
+      device: link.name,
+      verdict: 'fail',
+      summary: `UDP port ${port} of ${link.name} is held by ${who}${link.up ? '' : `: ${link.name} cannot come up (Address already in use)`}`,
+      evidence,
+      fix: `Stop ${who} or move it off UDP ${port} (or give flannel another port with the VXLAN "Port" setting).`,
+    };
+  }
+  if (!link.up) {
+    return {
+      id: 'vxlan-port',
+      device: link.name,
+      verdict: 'warn',
+      summary: `${link.name} is down, so nothing listens on UDP ${port}`,
+      evidence,
+      fix: `Bring ${link.name} up (or restart flannel).`,
+    };
+  }
+  if (sockets.length === 0) {
+    return {
+      id: 'vxlan-port',
+      device: link.name,
+      verdict: 'warn',
+      summary: `${link.name} is up but no socket is bound to UDP ${port}`,
+      evidence,
+      fix: `Re-create ${link.name} (restart flannel).`,
+    };
+  }
+  return {
+    id: 'vxlan-port',
+    device: link.name,
+    verdict: 'ok',
+    summary: `UDP ${port} is held by the kernel's VXLAN socket only`,
+    evidence,
+    fix: null,
+  };
+}
+
+/** Runs every check on gathered state. */
+export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
+  const results: CheckResult[] = [];
+  for (const subject of gathered.subjects) {
+    results.push(checkLinkFiles(evaluateLinkFiles(gathered.linkFiles, subject, gathered.host)));
+  }
+  const findingsBySubject = new Map(
+    gathered.subjects.map((subject) => [subject.name, rulesTouching(gathered.rules, subject)]),
+  );
+  for (const subject of gathered.subjects) {
+    results.push(checkUdevRules(subject, findingsBySubject.get(subject.name) ?? []));
+  }
+  for (const subject of gathered.subjects) {
+    results.push(
+      checkNetworkManager(gathered.nm, subject, findingsBySubject.get(subject.name) ?? []),
+    );
+  }
+  results.push(...checkVtep(gathered));
+  for (const device of gathered.devices) {
+    results.push(checkMac(device));
+    results.push(checkAddrAssignType(device));
+    results.push(checkNeighbours(device, gathered.peersGiven));
+    results.push(checkOffload(device, gathered.offload));
+    if (device.link.kind !== 'vxlan') continue;
+    results.push(await checkUnderlayDriver(gathered, device));
+    results.push(await checkRandomFully(gathered, device));
+    results.push(await checkVxlanPort(gathered, device));
+  }
+  return results;
+}

@@ -1,0 +1,172 @@
+/**
+ * Configuration files under a root directory (`/` on a node, a temporary tree in tests), listed
+ * the way systemd's conf_files_list() does it: the same file name in a directory of higher
+ * priority replaces the others, and a file that is empty or a symlink to /dev/null masks the
+ * name altogether.
+ */
+import { lstatSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { isAbsolute, join, posix } from 'node:path';
+
+/** Directories of systemd .link files, highest priority first (CONF_PATHS("systemd/network")). */
+export const NETWORK_DIRS = [
+  '/etc/systemd/network',
+  '/run/systemd/network',
+  '/usr/local/lib/systemd/network',
+  '/usr/lib/systemd/network',
+  '/lib/systemd/network',
+] as const;
+
+/** Directories of udev rules, highest priority first. */
+export const UDEV_RULES_DIRS = [
+  '/etc/udev/rules.d',
+  '/run/udev/rules.d',
+  '/usr/local/lib/udev/rules.d',
+  '/usr/lib/udev/rules.d',
+  '/lib/udev/rules.d',
+] as const;
+
+export interface ConfFile {
+  /** Base name, the identity that masks. */
+  name: string;
+  /** The path as the system sees it (without the root prefix). */
+  path: string;
+  /** Where it is read from (root prefix included). */
+  realPath: string;
+  /** Empty or a symlink to /dev/null: the name is disabled. */
+  masked: boolean;
+  /** Files of the same name in lower-priority directories, which this one replaces. */
+  shadows: string[];
+}
+
+/** A root-relative view of the file system. */
+export class FsRoot {
+  constructor(readonly root: string) {}
+
+  /** The real path of a system path under the root. */
+  real(path: string): string {
+    return this.root === '/' ? path : join(this.root, path);
+  }
+
+  exists(path: string): boolean {
+    try {
+      lstatSync(this.real(path));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  isDirectory(path: string): boolean {
+    try {
+      return statSync(this.resolve(path)).isDirectory();
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * The real path of `path`, every symlink on the way resolved inside the root (a tree copied
+   * from a node keeps absolute links such as /lib -> usr/lib or foo.link -> /dev/null).
+   * '/dev/null' when it leads there.
+   */
+  resolve(path: string): string {
+    const pending = path.split('/').filter((part) => part !== '' && part !== '.');
+    const done: string[] = [];
+    for (let hops = 0; pending.length > 0;) {
+      const part = pending.shift() ?? '';
+      if (part === '..') {
+        done.pop();
+        continue;
+      }
+      const current = `/${[...done, part].join('/')}`;
+      let target: string | null = null;
+      try {
+        if (lstatSync(this.real(current)).isSymbolicLink())
+          target = readlinkSync(this.real(current));
+      } catch {
+        /* missing: keep the name */
+      }
+      if (target === null) {
+        done.push(part);
+        continue;
+      }
+      hops += 1;
+      if (hops > 40) return this.real(current);
+      if (target === '/dev/null' && pending.length === 0) return '/dev/null';
+      const parts = target.split('/').filter((p) => p !== '' && p !== '.');
+      if (isAbsolute(target)) done.length = 0;
+      pending.unshift(...parts);
+    }
+    const resolved = `/${done.join('/')}`;
+    return resolved === '/dev/null' ? resolved : this.real(resolved);
+  }
+
+  /** Whether the file is masked: a symlink to /dev/null, or empty (size 0). */
+  isNullOrEmpty(path: string): boolean {
+    const resolved = this.resolve(path);
+    if (resolved === '/dev/null') return true;
+    try {
+      const stat = statSync(resolved);
+      return stat.isCharacterDevice() || (stat.isFile() && stat.size === 0);
+    } catch {
+      return false;
+    }
+  }
+
+  readText(path: string): string | null {
+    try {
+      return readFileSync(this.resolve(path), 'utf8');
+    } catch {
+      return null;
+    }
+  }
+
+  list(dir: string): string[] {
+    try {
+      return readdirSync(this.resolve(dir));
+    } catch {
+      return [];
+    }
+  }
+
+  /**
+   * Files ending in `suffix` in `dirs` (highest priority first), one per name, sorted by name.
+   * Hidden files are skipped, as systemd skips them.
+   */
+  confFiles(dirs: readonly string[], suffix: string): ConfFile[] {
+    const byName = new Map<string, ConfFile>();
+    const seenDirs = new Set<string>();
+    for (const dir of dirs) {
+      // /lib may be a symlink to /usr/lib (merged /usr): the same directory twice.
+      const realDir = this.resolve(dir);
+      if (seenDirs.has(realDir)) continue;
+      seenDirs.add(realDir);
+      for (const name of this.list(dir)) {
+        if (!name.endsWith(suffix) || name.startsWith('.')) continue;
+        const path = posix.join(dir, name);
+        const existing = byName.get(name);
+        if (existing) {
+          existing.shadows.push(path);
+          continue;
+        }
+        const real = this.resolve(path);
+        let regular = real === '/dev/null';
+        try {
+          const stat = statSync(real);
+          regular = stat.isFile() || stat.isCharacterDevice();
+        } catch {
+          /* a dangling link: systemd skips it */
+        }
+        if (!regular) continue;
+        byName.set(name, {
+          name,
+          path,
+          realPath: real,
+          masked: this.isNullOrEmpty(path),
+          shadows: [],
+        });
+      }
+    }
+    return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+}

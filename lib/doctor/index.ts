@@ -1,0 +1,216 @@
+/**
+ * flannel-guard doctor: names the cause of "pods on different nodes can't talk, but ping works"
+ * in seconds, and with `fix` prevents or repairs what it can, reporting every change it made.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { dirname } from 'node:path';
+
+import { ensureVtep, type EnsureAction } from '../ensure';
+import {
+  CHECK_IDS,
+  flannelLinkFileContent,
+  gather,
+  runChecks,
+  type CheckId,
+  type CheckResult,
+  type DoctorInput,
+  type Gathered,
+  type Verdict,
+} from './checks';
+import { evaluateLinkFiles, macEffect, type LinkFile } from './link-files';
+
+export { CHECK_IDS };
+export type { CheckId, CheckResult, DoctorInput, Verdict };
+
+export const DOCTOR_SCHEMA = 'flannel-guard/doctor/v1';
+
+export interface DoctorOptions extends DoctorInput {
+  /** Prevent and repair what can be: the .link file, the MAC, neighbours, the offload policy. */
+  fix?: boolean;
+  /**
+   * Run `udevadm control --reload` after writing a .link file (default: when the root is '/',
+   * i.e. the files are the running system's).
+   */
+  reloadUdev?: boolean;
+}
+
+export type DoctorChange =
+  | { kind: 'write-file'; path: string; content: string }
+  | { kind: 'command'; argv: string[]; status: number | null; output: string }
+  | { kind: 'device'; device: string; action: EnsureAction }
+  | { kind: 'not-fixed'; check: CheckId; device: string | null; reason: string };
+
+export interface DoctorReport {
+  schema: typeof DOCTOR_SCHEMA;
+  root: string;
+  netns: string | null;
+  kernel: string;
+  /** The managed devices found. */
+  devices: string[];
+  /** The worst verdict. */
+  verdict: Verdict;
+  counts: Record<Verdict, number>;
+  /** After the fixes when `fix` was set. */
+  checks: CheckResult[];
+  /** Whether fixes were attempted. */
+  fixed: boolean;
+  /** What --fix changed (in order), and what it could not fix. */
+  changes: DoctorChange[];
+  /** Verdicts before the fixes (null without --fix). */
+  before: { id: CheckId; device: string | null; verdict: Verdict }[] | null;
+}
+
+function worst(checks: readonly CheckResult[]): Verdict {
+  if (checks.some((c) => c.verdict === 'fail')) return 'fail';
+  if (checks.some((c) => c.verdict === 'warn')) return 'warn';
+  return 'ok';
+}
+
+function run(argv: string[]): Promise<{ status: number | null; output: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      argv[0] ?? '',
+      argv.slice(1),
+      { timeout: 10_000, encoding: 'utf8' },
+      (error, stdout, stderr) => {
+        const code = (error as (Error & { code?: unknown }) | null)?.code;
+        resolve({
+          status: error ? (typeof code === 'number' ? code : null) : 0,
+          output:
+            `${stdout}${stderr}`.trim() || (error && typeof code !== 'number' ? error.message : ''),
+        });
+      },
+    );
+  });
+}
+
+/** A .link file name that sorts before every file that would rewrite the MAC. */
+function chooseLinkName(gathered: Gathered, offending: readonly LinkFile[]): string | null {
+  const taken = new Map(gathered.linkFiles.map((file) => [file.name, file]));
+  const content = flannelLinkFileContent(gathered.globs);
+  for (const name of [
+    '10-flannel.link',
+    '00-flannel.link',
+    '00-00-flannel.link',
+    '0-flannel.link',
+  ]) {
+    if (!offending.every((file) => name < file.name)) continue;
+    const existing = taken.get(name);
+    if (existing && existing.path === `/etc/systemd/network/${name}`) {
+      if (gathered.fs.readText(existing.path) !== content) continue;
+    }
+    return name;
+  }
+  return null;
+}
+
+async function fixLinkFiles(
+  gathered: Gathered,
+  checks: CheckResult[],
+  changes: DoctorChange[],
+  reload: boolean,
+): Promise<void> {
+  const bad = checks.filter((c) => c.id === 'link-files' && c.verdict !== 'ok');
+  if (bad.length === 0) return;
+  const offending = new Set<LinkFile>();
+  for (const subject of gathered.subjects) {
+    const evaluation = evaluateLinkFiles(gathered.linkFiles, subject, gathered.host);
+    for (const file of [
+      ...evaluation.possible,
+      ...(evaluation.applied ? [evaluation.applied] : []),
+    ]) {
+      if (macEffect(file).rewrites) offending.add(file);
+    }
+  }
+  const name = chooseLinkName(gathered, [...offending]);
+  if (name === null) {
+    changes.push({
+      kind: 'not-fixed',
+      check: 'link-files',
+      device: null,
+      reason: `every name flannel-guard would use sorts after ${[...offending].map((f) => f.path).join(', ')}: edit that file (MACAddressPolicy=none for flannel*) instead`,
+    });
+    return;
+  }
+  const path = `/etc/systemd/network/${name}`;
+  const content = flannelLinkFileContent(gathered.globs);
+  const real = gathered.fs.real(path);
+  mkdirSync(dirname(real), { recursive: true });
+  writeFileSync(real, content, { mode: 0o644 });
+  changes.push({ kind: 'write-file', path: real, content });
+  if (reload) {
+    const argv = ['udevadm', 'control', '--reload'];
+    const result = await run(argv);
+    changes.push({ kind: 'command', argv, ...result });
+  }
+}
+
+async function fixDevices(
+  gathered: Gathered,
+  input: DoctorOptions,
+  changes: DoctorChange[],
+): Promise<void> {
+  for (const device of gathered.devices) {
+    if (device.link.kind !== 'vxlan') continue;
+    try {
+      const result = await ensureVtep({
+        ...(input.netns === undefined ? {} : { netns: input.netns }),
+        device: device.link.name,
+        ...(device.publishedMac === null ? {} : { mac: device.publishedMac }),
+        peers: device.peers,
+        offload: input.offload ?? gathered.offload,
+        pin: device.addrAssignType === 1,
+        ...(device.addrAssignType === null ? {} : { addrAssignType: device.addrAssignType }),
+      });
+      for (const action of result.actions)
+        changes.push({ kind: 'device', device: device.link.name, action });
+      for (const drift of result.drift.filter((d) => !d.fixable)) {
+        changes.push({
+          kind: 'not-fixed',
+          check: drift.kind === 'offload' ? 'offload' : 'vtep-mac',
+          device: device.link.name,
+          reason: `${drift.subject ?? drift.kind} is fixed at ${drift.observed} by the driver`,
+        });
+      }
+    } catch (error) {
+      changes.push({
+        kind: 'not-fixed',
+        check: 'vtep-mac',
+        device: device.link.name,
+        reason: error instanceof Error ? error.message : String(error),
+      });
+    }
+  }
+}
+
+/** Runs the checks and, with `fix`, the repairs; never throws for what it finds. */
+export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorReport> {
+  const input: DoctorOptions = options;
+  let gathered = await gather(input);
+  let checks = await runChecks(gathered);
+  const changes: DoctorChange[] = [];
+  let before: DoctorReport['before'] = null;
+  if (options.fix) {
+    before = checks.map((c) => ({ id: c.id, device: c.device, verdict: c.verdict }));
+    await fixLinkFiles(gathered, checks, changes, options.reloadUdev ?? gathered.fs.root === '/');
+    await fixDevices(gathered, input, changes);
+    gathered = await gather(input);
+    checks = await runChecks(gathered);
+  }
+  const counts: Record<Verdict, number> = { ok: 0, warn: 0, fail: 0 };
+  for (const check of checks) counts[check.verdict] += 1;
+  return {
+    schema: DOCTOR_SCHEMA,
+    root: gathered.fs.root,
+    netns: options.netns ?? null,
+    kernel: gathered.kernel,
+    devices: gathered.devices.map((d) => d.link.name),
+    verdict: worst(checks),
+    counts,
+    checks,
+    fixed: options.fix ?? false,
+    changes,
+    before,
+  };
+}

@@ -1,0 +1,440 @@
+/**
+ * systemd .link files as systemd-udevd 252 applies them (systemd.link(5)): every `*.link` in
+ * /etc, /run, /usr/local/lib, /usr/lib and /lib `systemd/network`, the same name in a directory
+ * of higher priority replacing the others, empty files and /dev/null links masking, each file
+ * followed by its `NAME.link.d/*.conf` drop-ins (same rules, parsed after it in name order).
+ * The first file, in name order, whose [Match] matches the device is the one applied; its
+ * MACAddressPolicy/MACAddress decide whether udev rewrites the MAC of a new device.
+ */
+import { posix } from 'node:path';
+
+import { fnmatch } from './glob';
+import { NETWORK_DIRS, type FsRoot } from './fsroot';
+import { parseSystemdIni, splitWords } from './ini';
+
+export type Tristate = 'yes' | 'no' | 'unknown';
+
+/** What udev knows about a network device when its `add` uevent is processed. */
+export interface DeviceFacts {
+  /** INTERFACE: the name at creation (OriginalName=). */
+  name: string;
+  /** IFLA_INFO_KIND ('vxlan'). */
+  kind: string | null;
+  /** DEVTYPE or the ARPHRD name, lower case ('vxlan' for a VXLAN device). */
+  type: string | null;
+  /** ID_NET_DRIVER / ethtool -i ('vxlan'). */
+  driver: string | null;
+  /** ID_PATH (none for virtual devices). */
+  path: string | null;
+  /** The MAC udev sees; null when unknown (a new VXLAN device gets a random one). */
+  mac: string | null;
+}
+
+/** Facts about the host that [Match] conditions test. */
+export interface HostFacts {
+  hostname: string | null;
+  machineId: string | null;
+  kernelRelease: string | null;
+  /** systemd's architecture name ('x86-64', 'arm64', ...). */
+  architecture: string | null;
+  kernelCommandLine: string | null;
+}
+
+export type MacPolicy = 'persistent' | 'random' | 'none';
+
+const MATCH_LISTS = ['MACAddress', 'PermanentMACAddress', 'Path', 'Driver', 'Type', 'Kind'];
+const MATCH_KEYS = new Set([
+  ...MATCH_LISTS,
+  'OriginalName',
+  'Property',
+  'Host',
+  'Virtualization',
+  'KernelCommandLine',
+  'KernelVersion',
+  'Credential',
+  'Architecture',
+  'Firmware',
+]);
+const CONDITIONS = [
+  'Host',
+  'Virtualization',
+  'KernelCommandLine',
+  'KernelVersion',
+  'Credential',
+  'Architecture',
+  'Firmware',
+] as const;
+type ConditionName = (typeof CONDITIONS)[number];
+
+export interface LinkFile {
+  name: string;
+  /** The main file, as the system sees its path. */
+  path: string;
+  /** Same-name files it replaces. */
+  shadows: string[];
+  masked: boolean;
+  dropins: string[];
+  match: {
+    lists: Record<string, string[]>;
+    originalName: string[];
+    property: string[];
+  };
+  conditions: Map<ConditionName, { value: string; negate: boolean }>;
+  /** The effective MACAddressPolicy= (undefined: not set). */
+  macAddressPolicy: MacPolicy | undefined;
+  /** MACAddress= in [Link]. */
+  macAddress: string | undefined;
+  /**
+   * [Match] has no valid setting and no condition: udev 252 ignores the file ("No valid
+   * settings found in the [Match] section, ignoring file"), whatever systemd.link(5) says.
+   */
+  ignored: boolean;
+  /** Things udev warns about and ignores (unknown keys, bad values). */
+  warnings: string[];
+}
+
+function canonicalHwAddress(word: string): string | null {
+  const colon =
+    /^([0-9a-f]{1,2})[:-]([0-9a-f]{1,2})[:-]([0-9a-f]{1,2})[:-]([0-9a-f]{1,2})[:-]([0-9a-f]{1,2})[:-]([0-9a-f]{1,2})$/i.exec(
+      word,
+    );
+  if (colon) {
+    return colon
+      .slice(1)
+      .map((octet) => octet.toLowerCase().padStart(2, '0'))
+      .join(':');
+  }
+  const dotted = /^([0-9a-f]{4})\.([0-9a-f]{4})\.([0-9a-f]{4})$/i.exec(word);
+  if (dotted) {
+    return dotted
+      .slice(1)
+      .join('')
+      .toLowerCase()
+      .replace(/(..)(?!$)/g, '$1:');
+  }
+  return null;
+}
+
+/** Reads one .link file with its drop-ins into the settings udev would use. */
+export function loadLinkFile(
+  fs: FsRoot,
+  file: { name: string; path: string; masked: boolean; shadows: string[] },
+): LinkFile {
+  const link: LinkFile = {
+    name: file.name,
+    path: file.path,
+    shadows: file.shadows,
+    masked: file.masked,
+    dropins: [],
+    match: { lists: {}, originalName: [], property: [] },
+    conditions: new Map(),
+    macAddressPolicy: undefined,
+    macAddress: undefined,
+    ignored: false,
+    warnings: [],
+  };
+  if (file.masked) return link;
+  const dropins = fs
+    .confFiles(
+      NETWORK_DIRS.map((dir) => posix.join(dir, `${file.name}.d`)),
+      '.conf',
+    )
+    .filter((dropin) => !dropin.masked);
+  link.dropins = dropins.map((dropin) => dropin.path);
+  for (const source of [file.path, ...link.dropins]) {
+    const text = fs.readText(source);
+    if (text === null) {
+      link.warnings.push(`${source}: cannot be read`);
+      continue;
+    }
+    const document = parseSystemdIni(text);
+    for (const problem of document.problems) {
+      link.warnings.push(`${source}:${problem.line}: ${problem.message}`);
+    }
+    for (const entry of document.entries) {
+      const where = `${source}:${entry.line}`;
+      if (entry.section === 'Match') applyMatch(link, entry.key, entry.value, where);
+      else if (entry.section === 'Link') applyLink(link, entry.key, entry.value, where);
+      else if (entry.section !== null && !entry.section.startsWith('X-')) {
+        if (entry.section !== 'SR-IOV') {
+          link.warnings.push(`${where}: unknown section [${entry.section}], ignored`);
+        }
+      }
+    }
+  }
+  const empty =
+    Object.values(link.match.lists).every((list) => list.length === 0) &&
+    link.match.originalName.length === 0 &&
+    link.match.property.length === 0;
+  link.ignored = empty && link.conditions.size === 0;
+  if (link.ignored) {
+    link.warnings.push(
+      `${file.path}: no valid setting in [Match]: udev ignores the whole file (OriginalName=* would match every interface)`,
+    );
+  }
+  if (
+    (link.macAddressPolicy === 'persistent' || link.macAddressPolicy === 'random') &&
+    link.macAddress !== undefined
+  ) {
+    link.warnings.push(
+      `${file.path}: MACAddress= is ignored with MACAddressPolicy=${link.macAddressPolicy}`,
+    );
+    link.macAddress = undefined;
+  }
+  return link;
+}
+
+function applyMatch(link: LinkFile, key: string, value: string, where: string): void {
+  if (!MATCH_KEYS.has(key)) {
+    const hint =
+      key === 'Name' ? ' (Name= matches in .network files; a .link file needs OriginalName=)' : '';
+    link.warnings.push(`${where}: unknown key ${key}= in [Match], ignored by udev${hint}`);
+    return;
+  }
+  if ((CONDITIONS as readonly string[]).includes(key)) {
+    const name = key as ConditionName;
+    if (value === '') {
+      link.conditions.delete(name);
+      return;
+    }
+    const negate = value.startsWith('!');
+    link.conditions.set(name, { value: negate ? value.slice(1) : value, negate });
+    return;
+  }
+  const target =
+    key === 'OriginalName'
+      ? link.match.originalName
+      : key === 'Property'
+        ? link.match.property
+        : (link.match.lists[key] ??= []);
+  if (value === '') {
+    target.length = 0;
+    return;
+  }
+  if (key === 'MACAddress' || key === 'PermanentMACAddress') {
+    for (const word of splitWords(value, false)) {
+      const mac = canonicalHwAddress(word);
+      if (mac === null) link.warnings.push(`${where}: ${key}= ${word} is not a MAC, ignored`);
+      else target.push(mac);
+    }
+    return;
+  }
+  const invert = value.startsWith('!');
+  const words = splitWords(invert ? value.slice(1) : value, key !== 'Property');
+  for (const word of words) {
+    if (key === 'OriginalName' && (Buffer.byteLength(word) > 15 || /[/:]/.test(word))) {
+      link.warnings.push(`${where}: OriginalName= ${word} is not a valid interface name, ignored`);
+      continue;
+    }
+    target.push(invert ? `!${word}` : word);
+  }
+}
+
+function applyLink(link: LinkFile, key: string, value: string, where: string): void {
+  if (key === 'MACAddressPolicy') {
+    if (value === '' || value === 'none') link.macAddressPolicy = 'none';
+    else if (value === 'persistent' || value === 'random') link.macAddressPolicy = value;
+    else link.warnings.push(`${where}: MACAddressPolicy=${value} is not valid, ignored`);
+  } else if (key === 'MACAddress') {
+    if (value === '') {
+      link.macAddress = undefined;
+      return;
+    }
+    const mac = canonicalHwAddress(value);
+    if (mac === null) link.warnings.push(`${where}: MACAddress=${value} is not valid, ignored`);
+    else link.macAddress = mac;
+  }
+}
+
+/** net_condition_test_strv() */
+export function testPatterns(patterns: readonly string[], value: string | null): boolean {
+  if (patterns.length === 0) return true;
+  let match = false;
+  let positive = false;
+  for (const raw of patterns) {
+    const invert = raw.startsWith('!');
+    const pattern = invert ? raw.slice(1) : raw;
+    if (!invert) positive = true;
+    if (value !== null && fnmatch(pattern, value)) {
+      if (invert) return false;
+      match = true;
+    }
+  }
+  return positive ? match : true;
+}
+
+/** strverscmp()-like comparison of kernel versions ("5.4.0-42-generic" vs "5.7"). */
+export function compareVersions(a: string, b: string): number {
+  const parts = (v: string): (number | string)[] =>
+    (v.match(/\d+|[^\d.\-+~_]+/g) ?? []).map((p) => (/^\d+$/.test(p) ? Number(p) : p));
+  const [x, y] = [parts(a), parts(b)];
+  for (let i = 0; i < Math.max(x.length, y.length); i += 1) {
+    const p = x[i];
+    const q = y[i];
+    if (p === undefined) return -1;
+    if (q === undefined) return 1;
+    if (p === q) continue;
+    if (typeof p === 'number' && typeof q === 'number') return p < q ? -1 : 1;
+    return String(p) < String(q) ? -1 : 1;
+  }
+  return 0;
+}
+
+function testKernelVersion(expression: string, release: string): boolean {
+  // ConditionKernelVersion=: space-separated terms, each "OP VERSION" or a glob; all must hold.
+  return splitWords(expression).every((term) => {
+    const op = /^(<=|>=|!=|<|>|=)\s*(.+)$/.exec(term);
+    if (!op) return fnmatch(term, release);
+    const cmp = compareVersions(release, op[2] ?? '');
+    switch (op[1]) {
+      case '<':
+        return cmp < 0;
+      case '<=':
+        return cmp <= 0;
+      case '>':
+        return cmp > 0;
+      case '>=':
+        return cmp >= 0;
+      case '=':
+        return cmp === 0;
+      default:
+        return cmp !== 0;
+    }
+  });
+}
+
+function testCondition(name: ConditionName, value: string, host: HostFacts): boolean | 'unknown' {
+  switch (name) {
+    case 'Host': {
+      if (host.machineId !== null && /^[0-9a-f]{32}$/i.test(value)) {
+        return value.toLowerCase() === host.machineId.toLowerCase();
+      }
+      return host.hostname === null ? 'unknown' : fnmatch(value, host.hostname);
+    }
+    case 'KernelVersion':
+      return host.kernelRelease === null ? 'unknown' : testKernelVersion(value, host.kernelRelease);
+    case 'Architecture':
+      return host.architecture === null ? 'unknown' : value === host.architecture;
+    case 'KernelCommandLine': {
+      if (host.kernelCommandLine === null) return 'unknown';
+      const words = splitWords(host.kernelCommandLine, false);
+      return value.includes('=')
+        ? words.includes(value)
+        : words.some((word) => word === value || word.startsWith(`${value}=`));
+    }
+    default:
+      return 'unknown';
+  }
+}
+
+export interface MatchOutcome {
+  result: Tristate;
+  /** Why, in a few words (what failed or was unknowable). */
+  reasons: string[];
+}
+
+/** Whether `link` would be applied to a device with these facts. */
+export function matchLink(link: LinkFile, device: DeviceFacts, host: HostFacts): MatchOutcome {
+  const reasons: string[] = [];
+  let unknown = false;
+  const fail = (reason: string): MatchOutcome => ({ result: 'no', reasons: [reason] });
+  if (link.masked) return fail('masked');
+  if (link.ignored) return fail('ignored by udev: no valid setting in [Match]');
+  const lists = link.match.lists;
+  const macs = lists.MACAddress ?? [];
+  if (macs.length > 0) {
+    if (device.mac === null) {
+      unknown = true;
+      reasons.push('MACAddress= (the MAC of a new device is random)');
+    } else if (!macs.includes(device.mac)) return fail(`MACAddress= does not list ${device.mac}`);
+  }
+  if ((lists.PermanentMACAddress ?? []).length > 0) {
+    return fail('PermanentMACAddress= (a virtual device has no permanent MAC)');
+  }
+  const tests: [string, readonly string[], string | null][] = [
+    ['Path', lists.Path ?? [], device.path],
+    ['Driver', lists.Driver ?? [], device.driver],
+    ['Type', lists.Type ?? [], device.type],
+    ['Kind', lists.Kind ?? [], device.kind],
+    ['OriginalName', link.match.originalName, device.name],
+  ];
+  for (const [key, patterns, value] of tests) {
+    if (!testPatterns(patterns, value)) {
+      return fail(`${key}=${patterns.join(' ')} does not match ${value ?? '(none)'}`);
+    }
+  }
+  if (link.match.property.length > 0) {
+    unknown = true;
+    reasons.push('Property= (udev properties are not known here)');
+  }
+  for (const name of CONDITIONS) {
+    const condition = link.conditions.get(name);
+    if (!condition) continue;
+    const outcome = testCondition(name, condition.value, host);
+    if (outcome === 'unknown') {
+      unknown = true;
+      reasons.push(`${name}= (not evaluated)`);
+      continue;
+    }
+    if (outcome === condition.negate) {
+      return fail(`${name}=${condition.negate ? '!' : ''}${condition.value} is false here`);
+    }
+  }
+  return { result: unknown ? 'unknown' : 'yes', reasons };
+}
+
+/** What the file does to the MAC of a new device whose kernel-assigned MAC is random. */
+export function macEffect(link: LinkFile): { rewrites: boolean; describe: string } {
+  const policy = link.macAddressPolicy;
+  if (policy === 'persistent') {
+    return {
+      rewrites: true,
+      describe: 'MACAddressPolicy=persistent: replaces the random MAC with a generated one',
+    };
+  }
+  if (link.macAddress !== undefined) {
+    return { rewrites: true, describe: `MACAddress=${link.macAddress}: sets a fixed MAC` };
+  }
+  if (policy === 'random') {
+    return {
+      rewrites: false,
+      describe: 'MACAddressPolicy=random: keeps a MAC the kernel already randomised',
+    };
+  }
+  return {
+    rewrites: false,
+    describe:
+      policy === 'none' ? 'MACAddressPolicy=none: keeps the MAC' : 'no MAC setting: keeps the MAC',
+  };
+}
+
+export interface LinkEvaluation {
+  device: DeviceFacts;
+  /** Every .link file in name order, with its match outcome. */
+  files: { file: LinkFile; match: MatchOutcome }[];
+  /** The file udev applies (the first that certainly matches), if any. */
+  applied: LinkFile | null;
+  /** Files before it that may match (unknowable parts), i.e. may be applied instead. */
+  possible: LinkFile[];
+}
+
+/** All .link files under the root. */
+export function loadLinkFiles(fs: FsRoot): LinkFile[] {
+  return fs.confFiles(NETWORK_DIRS, '.link').map((file) => loadLinkFile(fs, file));
+}
+
+export function evaluateLinkFiles(
+  files: readonly LinkFile[],
+  device: DeviceFacts,
+  host: HostFacts,
+): LinkEvaluation {
+  const evaluation: LinkEvaluation = { device, files: [], applied: null, possible: [] };
+  for (const file of files) {
+    const match = matchLink(file, device, host);
+    evaluation.files.push({ file, match });
+    if (evaluation.applied !== null) continue;
+    if (match.result === 'yes') evaluation.applied = file;
+    else if (match.result === 'unknown') evaluation.possible.push(file);
+  }
+  return evaluation;
+}
