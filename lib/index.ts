@@ -112,3 +112,23 @@ export type {
   SourceStatus,
   WatchRestartEvent,
 } from './kubernetes';
+export { ENSURE_DEFAULT_OFFLOAD, ensureVtep, parsePeerSpec } from './ensure';
+export type {
+  Drift,
+  DriftKind,
+  EnsureAction,
+  EnsureVtepOptions,
+  EnsureVtepResult,
+  PeerExpectation,
+} from './ensure';
+export { CHECK_IDS, DOCTOR_SCHEMA, runDoctor } from './doctor/index';
+export type {
+  CheckId,
+  CheckResult,
+  DoctorChange,
+  DoctorOptions,
+  DoctorReport,
+  Verdict,
+} from './doctor/index';
+export { doctorCommand } from './doctor/command';
+export type { DoctorCommandDeps } from './doctor/command';
