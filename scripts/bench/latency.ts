@@ -7,9 +7,12 @@
  *
  * A separate C process (scripts/bench/rewriter.c) rewrites flannel.1's MAC N
  * times, paced (one every --interval-ms) and back to back (the next as soon
- * as the previous correction is complete), and times, from its own netlink
- * socket, rewrite -> pinned MAC back, and rewrite -> MAC and all K neighbour
- * entries back. Both guards run with the same work per correction: set the
+ * as the previous correction is complete and the guard asleep again, but at
+ * least --b2b-gap-us, default 1000, after the previous rewrite: fight control
+ * corrects two rewrites per --rewrite-window at once and defers a third by
+ * ~1 s, so only rewrites a window apart keep its backoff out for certain),
+ * and times, from its own netlink socket, rewrite -> pinned MAC back, and
+ * rewrite -> MAC and all K neighbour entries back. Both guards run with the same work per correction: set the
  * MAC back, re-add the K entries (flannel-guard: `--mac`, `--offload none`,
  * `--rewrite-window 1` so that fight control's backoff stays out of a run
  * that rewrites on purpose).
@@ -26,12 +29,16 @@
  * Prints the figures; asserts nothing. Cleans up (namespace, processes) on
  * exit, error and Ctrl-C. Needs root.
  *
- * --realtime runs both guards and the rewriter under SCHED_FIFO (chrt -f 50):
- * on a machine shared with other work, their latency is then their own.
+ * --realtime runs the guards (SCHED_FIFO 50) and the rewriter (49) under
+ * chrt: on a machine shared with other work, their latency is their own.
+ * The rewriter busy-polls while it waits for a correction (no sleeper for the
+ * guard's notifications to wake, so the guard's CPU time is its own);
+ * --rewriter-sleeps makes it sleep in poll() instead.
  *
  * Usage: node dist/scripts/bench/latency.js [--rewrites N] [--warmup N]
  *   [--interval-ms MS] [--neighbours K] [--links L] [--idle-seconds S]
- *   [--startups N] [--timeout-ms MS] [--breakdown] [--realtime]
+ *   [--startups N] [--timeout-ms MS] [--b2b-gap-us US] [--breakdown] [--realtime]
+ *   [--rewriter-sleeps]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import {
@@ -79,13 +86,16 @@ interface Options {
   idleSeconds: number;
   startups: number;
   timeoutMs: number;
+  gapUs: number;
   breakdown: boolean;
   realtime: boolean;
+  rewriterSleeps: boolean;
 }
 
 const USAGE =
   'usage: latency.js [--rewrites N] [--warmup N] [--interval-ms MS] [--neighbours K] [--links L]\n' +
-  '                  [--idle-seconds S] [--startups N] [--timeout-ms MS] [--breakdown] [--realtime]';
+  '                  [--idle-seconds S] [--startups N] [--timeout-ms MS] [--b2b-gap-us US]\n' +
+  '                  [--breakdown] [--realtime] [--rewriter-sleeps]';
 
 function parseOptions(argv: string[]): Options {
   const options: Options = {
@@ -97,8 +107,10 @@ function parseOptions(argv: string[]): Options {
     idleSeconds: 60,
     startups: 5,
     timeoutMs: 2000,
+    gapUs: 1000,
     breakdown: false,
     realtime: false,
+    rewriterSleeps: false,
   };
   const numeric: Record<string, [keyof Options, number, number]> = {
     '--rewrites': ['rewrites', 1, 100_000],
@@ -109,11 +121,18 @@ function parseOptions(argv: string[]): Options {
     '--idle-seconds': ['idleSeconds', 0, 3600],
     '--startups': ['startups', 0, 100],
     '--timeout-ms': ['timeoutMs', 10, 60_000],
+    '--b2b-gap-us': ['gapUs', 0, 1_000_000],
   };
   for (let i = 0; i < argv.length; i += 1) {
     const flag = argv[i] ?? '';
-    if (flag === '--breakdown' || flag === '--realtime') {
-      options[flag === '--breakdown' ? 'breakdown' : 'realtime'] = true;
+    const booleans: Record<string, 'breakdown' | 'realtime' | 'rewriterSleeps'> = {
+      '--breakdown': 'breakdown',
+      '--realtime': 'realtime',
+      '--rewriter-sleeps': 'rewriterSleeps',
+    };
+    const booleanOption = booleans[flag];
+    if (booleanOption) {
+      options[booleanOption] = true;
       continue;
     }
     if (flag === '--help' || flag === '-h') {
@@ -342,6 +361,8 @@ class GuardRun {
   deferred = 0;
   contested = 0;
   readonly errors: string[] = [];
+  /** How many lines of each event the guard printed. */
+  readonly events = new Map<string, number>();
   /** Lines kept verbatim: the C reference's `exit` and `trace` lines. */
   readonly kept: string[] = [];
   stderr = '';
@@ -460,6 +481,8 @@ class GuardRun {
     const lines = this.#pending.split('\n');
     this.#pending = lines.pop() ?? '';
     for (const line of lines) {
+      const event = /^\{"event":"([a-z]+)"/.exec(line)?.[1];
+      if (event !== undefined) this.events.set(event, (this.events.get(event) ?? 0) + 1);
       if (line.startsWith('{"event":"restored"')) {
         this.restored += 1;
         if (line.includes('"deferred":true')) this.deferred += 1;
@@ -564,9 +587,20 @@ async function linkCount(bench: Bench): Promise<number> {
 
 // --- guards -------------------------------------------------------------------------
 
-/** The command line, under SCHED_FIFO with --realtime. */
-function scheduled(bench: Bench, command: string, args: string[]): [string, string[]] {
-  return bench.options.realtime ? ['chrt', ['-f', '50', command, ...args]] : [command, args];
+/**
+ * The command line, under SCHED_FIFO with --realtime: the guards at 50, the
+ * rewriter at 49, so that a guard (and its helper threads) always preempts the
+ * busy-polling rewriter rather than waiting behind it.
+ */
+function scheduled(
+  bench: Bench,
+  command: string,
+  args: string[],
+  priority = 50,
+): [string, string[]] {
+  return bench.options.realtime
+    ? ['chrt', ['-f', String(priority), command, ...args]]
+    : [command, args];
 }
 
 function referenceSpec(bench: Bench, trace = false): GuardSpec {
@@ -632,28 +666,36 @@ async function rewrite(
 ): Promise<RewriteRun> {
   bench.runs += 1;
   const { options } = bench;
-  const maxSeconds = Math.min(600, Math.ceil((count * intervalMs) / 1000 + 60));
-  const [command, args] = scheduled(bench, REWRITER, [
-    '-n',
-    bench.ns.path,
-    '-i',
-    String(bench.ifindex),
-    '-m',
-    PINNED,
-    '-c',
-    String(count),
-    '-k',
-    String(bench.neighbours.length),
-    '-p',
-    String(intervalMs * 1000),
-    ...(guardPid === undefined ? [] : ['-g', String(guardPid)]),
-    '-t',
-    String(options.timeoutMs),
-    '-T',
-    String(maxSeconds),
-    '-r',
-    String(bench.runs & 0xff),
-  ]);
+  // Room for fight-control backoffs (~1 s each) in a back-to-back run; bounded all the same.
+  const maxSeconds = Math.min(600, Math.ceil((count * intervalMs) / 1000 + 180));
+  const [command, args] = scheduled(
+    bench,
+    REWRITER,
+    [
+      '-n',
+      bench.ns.path,
+      '-i',
+      String(bench.ifindex),
+      '-m',
+      PINNED,
+      '-c',
+      String(count),
+      '-k',
+      String(bench.neighbours.length),
+      '-p',
+      String(intervalMs * 1000),
+      ...(guardPid === undefined ? [] : ['-g', String(guardPid)]),
+      ...(intervalMs > 0 ? [] : ['-G', String(options.gapUs)]),
+      ...(options.rewriterSleeps ? [] : ['-b']),
+      '-t',
+      String(options.timeoutMs),
+      '-T',
+      String(maxSeconds),
+      '-r',
+      String(bench.runs & 0xff),
+    ],
+    49,
+  );
   const child = trackChild(spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
   let stdout = '';
   let stderr = '';
@@ -734,6 +776,8 @@ interface GuardFigures {
   rssKiB: number;
   errors: string[];
   contested: number;
+  /** Lines per event the guard printed while measured (start-up included). */
+  events: Map<string, number>;
   repaired: string | null;
 }
 
@@ -794,6 +838,7 @@ async function measureGuard(
       rssKiB,
       errors: guard.errors,
       contested: guard.contested,
+      events: guard.events,
       repaired,
     };
     if (!keep) await guard.stop();
@@ -896,7 +941,8 @@ function flannelGuardStages(marks: readonly Mark[], samples: readonly Sample[]):
   const rows = new Map<string, number[]>();
   const M = PROBE_MARKS;
   samples.forEach((sample, index) => {
-    if (sample.mac < 0) return;
+    // Missed, or a correction fight control deferred: not a latency.
+    if (sample.mac < 0 || sample.mac >= BACKOFF_MS * 1e6) return;
     const next = samples[index + 1]?.t0 ?? Infinity;
     let i = firstAtOrAfter(marks, sample.t0);
     while (i < marks.length && marks[i]?.code !== M.batchIn) i += 1;
@@ -981,7 +1027,7 @@ function referenceStages(traces: readonly number[][], samples: readonly Sample[]
   const rows = new Map<string, number[]>();
   const wakes = traces.map((t) => ({ code: 0, t: t[0] ?? NaN, extra: 0 }));
   for (const sample of samples) {
-    if (sample.mac < 0) continue;
+    if (sample.mac < 0 || sample.mac >= BACKOFF_MS * 1e6) continue;
     const index = firstAtOrAfter(wakes, sample.t0);
     const trace = traces[index];
     if (!trace) continue;
@@ -1247,8 +1293,10 @@ function report(
   out.push(
     `flannel-guard vs C reference guard: ${VTEP} (vxlan) with ${options.neighbours} permanent neighbour entries; ` +
       `${options.rewrites} rewrites per mode after ${options.warmup} warm-up (paced: one every ${options.intervalMs} ms; ` +
-      `back-to-back: next rewrite once MAC and entries are back and the guard's main thread sleeps again); ` +
-      `${options.realtime ? 'guards and rewriter under SCHED_FIFO 50' : 'default scheduling'}; ${CLOCK_TICKS} clock ticks/s`,
+      `back-to-back: next rewrite once MAC and entries are back and the guard's main thread sleeps again, ` +
+      `at least ${options.gapUs} us after the previous one); ` +
+      `${options.realtime ? 'SCHED_FIFO: guards 50, rewriter 49' : 'default scheduling'}; ` +
+      `rewriter ${options.rewriterSleeps ? 'sleeps in poll' : 'busy-polls'} while it waits; ${CLOCK_TICKS} clock ticks/s`,
   );
   out.push('');
   out.push(
@@ -1348,7 +1396,14 @@ function report(
   }
   for (const phase of phases) {
     for (const g of phase.guards) {
-      if (g.errors.length > 0) out.push(`${phase.name} ${g.label} errors: ${g.errors.join(' | ')}`);
+      if (g.events.size > 0) {
+        const counts = [...g.events].map(([event, count]) => `${event} ${count}`).join(', ');
+        out.push(`${phase.name} ${g.label} printed: ${counts}`);
+      }
+      if (g.errors.length > 0) {
+        const shown = g.errors.slice(0, 3).map((line) => line.slice(0, 240));
+        out.push(`${phase.name} ${g.label} errors (first ${shown.length}): ${shown.join(' | ')}`);
+      }
       if (g.contested > 0) out.push(`${phase.name} ${g.label}: contested ${g.contested} times`);
       if (g.repaired) out.push(`${phase.name} ${g.label}: before start, ${g.repaired}`);
     }

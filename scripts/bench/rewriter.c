@@ -14,11 +14,19 @@
  * back (-p 0): the next round starts as soon as the previous one is complete
  * and, with -g PID, the guard's main thread is asleep again (it has finished
  * the correction's tail - verification, logging, bookkeeping - so rounds do
- * not overlap; checked on /proc/PID/stat, at most 1 s).
+ * not overlap; checked on /proc/PID/stat, at most 1 s), and with -G US at
+ * least US after the previous rewrite (flannel-guard's fight control corrects
+ * two rewrites per window at once and defers a third by ~1 s: rewrites at
+ * least one window apart, issued only after the previous correction, can
+ * never be three in a window).
  *
  * Usage: rewriter [-n NETNS_PATH] -i IFINDEX -m PINNED -c COUNT [-k NEIGHBOURS]
- *                 [-p INTERVAL_US] [-g GUARD_PID] [-t TIMEOUT_MS] [-T MAX_SECONDS]
- *                 [-r RUN_TAG]
+ *                 [-p INTERVAL_US] [-g GUARD_PID] [-G MIN_GAP_US] [-b] [-t TIMEOUT_MS]
+ *                 [-T MAX_SECONDS] [-r RUN_TAG]
+ * -b: wait for the correction by busy polling (poll with a zero timeout)
+ * rather than sleeping in poll: then no notification has a sleeper to wake,
+ * so the guard's writes do not pay for waking the rewriter (a cross-CPU
+ * wakeup, costly in a VM), and t1/t2 carry no wakeup latency of the rewriter.
  * Prints, once done, one line per round:
  *   sample K T0_NS MAC_NS FULL_NS      (T0 absolute CLOCK_MONOTONIC; -1: not seen)
  * and a last line:
@@ -100,8 +108,10 @@ static int readFile(const char* path, char* text, size_t size) {
 }
 
 /*
- * Waits (spinning, at most 1 s) until the main thread of `pid` sleeps in
- * poll/epoll - waiting for events, not for a lock or a reply; 0 if it never did.
+ * Waits (checking every ~20 us, at most 1 s) until the main thread of `pid`
+ * sleeps in poll/epoll - waiting for events, not for a lock or a reply; 0 if
+ * it never did. Sleeps between checks: a SCHED_FIFO rewriter that never
+ * slept would be throttled by the kernel's RT bandwidth limit.
  */
 static int waitAsleep(int pid) {
   char statPath[64], wchanPath[64], text[512];
@@ -114,7 +124,8 @@ static int waitAsleep(int pid) {
     if (end && end[1] == ' ' && end[2] == 'S' && readFile(wchanPath, text, sizeof(text)) > 0 &&
         strstr(text, "poll"))
       return 1;
-    sched_yield();
+    const struct timespec pause = {.tv_sec = 0, .tv_nsec = 20000};
+    nanosleep(&pause, NULL);
   } while (now() < deadline);
   return 0;
 }
@@ -124,12 +135,13 @@ enum state { WAIT_FOREIGN, WAIT_PINNED, WAIT_NEIGHBOURS, DONE };
 int main(int argc, char** argv) {
   const char* netns = NULL;
   int ifindex = 0, count = 0, neighbours = 0, timeoutMs = 2000, maxSeconds = 600, runTag = 0;
-  int guardPid = 0;
+  int guardPid = 0, spin = 0;
+  long minGapUs = 0;
   long intervalUs = 0;
   uint8_t pinned[6];
   int havePinned = 0;
   int opt;
-  while ((opt = getopt(argc, argv, "n:i:m:c:k:p:g:t:T:r:")) != -1) {
+  while ((opt = getopt(argc, argv, "n:i:m:c:k:p:g:G:bt:T:r:")) != -1) {
     switch (opt) {
       case 'n':
         netns = optarg;
@@ -153,6 +165,12 @@ int main(int argc, char** argv) {
       case 'g':
         guardPid = atoi(optarg);
         break;
+      case 'b':
+        spin = 1;
+        break;
+      case 'G':
+        minGapUs = atol(optarg);
+        break;
       case 't':
         timeoutMs = atoi(optarg);
         break;
@@ -167,7 +185,8 @@ int main(int argc, char** argv) {
     }
   }
   if (ifindex <= 0 || !havePinned || count <= 0 || count > MAX_COUNT || neighbours < 0 ||
-      neighbours > MAX_NEIGHBOURS || intervalUs < 0 || timeoutMs <= 0 || maxSeconds <= 0)
+      neighbours > MAX_NEIGHBOURS || intervalUs < 0 || minGapUs < 0 || timeoutMs <= 0 ||
+      maxSeconds <= 0)
     goto usage;
 
   if (netns) {
@@ -207,8 +226,13 @@ int main(int argc, char** argv) {
       struct timespec wake = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
       while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wake, NULL) == EINTR) {
       }
-    } else if (guardPid > 0 && k > 0 && !waitAsleep(guardPid)) {
-      ++busy;
+    } else if (k > 0) {
+      if (guardPid > 0 && !waitAsleep(guardPid)) ++busy;
+      const int64_t at = samples[rounds - 1].t0 + (int64_t)minGapUs * 1000;
+      struct timespec wake = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+      while (minGapUs > 0 &&
+             clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wake, NULL) == EINTR) {
+      }
     }
     // Locally administered unicast, unique per round and run tag.
     foreign[0] = 0x0e;
@@ -236,10 +260,12 @@ int main(int argc, char** argv) {
         break;
       }
       struct pollfd fds[2] = {{.fd = watchFd, .events = POLLIN}, {.fd = writeFd, .events = POLLIN}};
-      if (poll(fds, 2, (int)((left + 999999) / 1000000)) < 0) {
+      const int ready = poll(fds, 2, spin ? 0 : (int)((left + 999999) / 1000000));
+      if (ready < 0) {
         if (errno == EINTR) continue;
         die("poll");
       }
+      if (ready == 0) continue;
       if (fds[1].revents) {  // only a failed write is answered
         int length = (int)recv(writeFd, buffer, sizeof(buffer), 0);
         for (struct nlmsghdr* reply = (struct nlmsghdr*)buffer;
@@ -328,7 +354,7 @@ int main(int argc, char** argv) {
 usage:
   fprintf(stderr,
           "usage: rewriter [-n NETNS_PATH] -i IFINDEX -m PINNED -c COUNT [-k NEIGHBOURS]\n"
-          "                [-p INTERVAL_US] [-g GUARD_PID] [-t TIMEOUT_MS] [-T MAX_SECONDS]\n"
-          "                [-r RUN_TAG]\n");
+          "                [-p INTERVAL_US] [-g GUARD_PID] [-G MIN_GAP_US] [-b] [-t TIMEOUT_MS]\n"
+          "                [-T MAX_SECONDS] [-r RUN_TAG]\n");
   return 2;
 }
