@@ -422,6 +422,10 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     }
   }
 
+  get listening(): boolean {
+    return this.#server.listening;
+  }
+
   get openWatches(): number {
     return this.#watchers.size;
   }
