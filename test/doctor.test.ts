@@ -603,6 +603,7 @@ describe('flannel-guard doctor on a single namespace', function () {
       ['--offload', 'tx-checksum-ip-generic=maybe'],
       ['--iface', '*'],
       ['--no-such-flag'],
+      ['--netns', 'fgt-no-such-namespace'],
     ]) {
       const run = await runDoctorCli(['--netns', ns.name, '--root', root, ...args]);
       assert.equal(run.code, 2, `${args.join(' ')}: ${run.stdout}${run.stderr}`);

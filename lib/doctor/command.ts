@@ -1,9 +1,10 @@
 /**
  * `flannel-guard doctor`, as a commander Command the CLI adds with
  * `root.addCommand(doctorCommand())`. Exit status: 0 when no check fails (warnings allowed),
- * 1 when one does, 2 for a bad flag or value, 77 when --fix lacks CAP_NET_ADMIN.
+ * 1 when one does (or the doctor itself fails), 2 for a bad flag or value, 77 without the
+ * privileges to read the namespace. What --fix cannot change is listed as "NOT FIXED".
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 
 import { Command, Option } from 'commander';
 
@@ -11,7 +12,12 @@ import { parsePeerSpec, validatePeer, type PeerExpectation } from '../ensure';
 import { invalidArgument, isSystemError } from '../errors';
 import { DEFAULT_INTERFACES } from '../guard';
 import type { DesiredMacSource } from '../sources';
-import { compileInterfaceGlob, parseMac, validateInterfaceName } from '../validate';
+import {
+  compileInterfaceGlob,
+  parseMac,
+  resolveNetnsPath,
+  validateInterfaceName,
+} from '../validate';
 import { formatReport } from './format';
 import { runDoctor, type DoctorOptions } from './index';
 
@@ -99,7 +105,13 @@ function options(flags: DoctorFlags, deps: DoctorCommandDeps): DoctorOptions {
     interfaces,
     fix: flags.fix ?? false,
   };
-  if (flags.netns !== undefined) result.netns = flags.netns;
+  if (flags.netns !== undefined) {
+    const path = resolveNetnsPath(flags.netns);
+    if (!existsSync(path)) {
+      throw invalidArgument(`--netns ${flags.netns}: no such network namespace (${path})`);
+    }
+    result.netns = flags.netns;
+  }
   if (flags.mac) result.mac = parseMacs(flags.mac);
   if (deps.source) result.source = deps.source;
   if (explicitPeers.length > 0) result.peers = explicitPeers;
