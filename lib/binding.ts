@@ -48,8 +48,22 @@ export interface RawNeighbour {
   master?: number;
 }
 
+/** A correction the native layer made in the read that saw the drift. */
+export interface RawCorrection {
+  mac: string;
+  neighbours: number;
+  /** From reading the datagram to the ACK of the MAC write, in ns. */
+  macNs: number;
+  /** ... to the ACK of the last neighbour entry. */
+  doneNs: number;
+  error?: Error;
+  /** The device re-read after the writes: its name ('' when gone) and MAC. */
+  afterName: string;
+  afterMac: string | null;
+}
+
 export type RawMonitorItem =
-  | { kind: 'link'; fromDump: boolean; record: RawLink }
+  | { kind: 'link'; fromDump: boolean; record: RawLink; correction?: RawCorrection }
   | { kind: 'neigh'; fromDump: boolean; portid: number; record: RawNeighbour }
   | { kind: 'resync'; phase: 'begin'; reason: 'initial' | 'overrun' | 'requested' }
   | { kind: 'resync'; phase: 'end'; consistent: boolean }
@@ -93,6 +107,11 @@ export interface RawMonitor {
   start(): void;
   resync(): void;
   setFilter(filter: RawLinkFilter | null): void;
+  arm(
+    ifindex: number,
+    target: { name: string; mac: Buffer; neighbours: RawNeighbourEntry[] },
+  ): void;
+  disarm(ifindex: number): void;
   ref(): void;
   unref(): void;
   stats(): RawMonitorStats;
@@ -159,6 +178,12 @@ export interface RawControl {
   setLinkAddress(ifindex: number, mac: Buffer, interfaceName: string, async: true): Promise<void>;
   replaceNeighbour(entry: RawNeighbourEntry, interfaceName?: string, async?: false): void;
   replaceNeighbour(entry: RawNeighbourEntry, interfaceName: string, async: true): Promise<void>;
+  replaceNeighbours(entries: RawNeighbourEntry[], interfaceName?: string, async?: false): number;
+  replaceNeighbours(
+    entries: RawNeighbourEntry[],
+    interfaceName: string,
+    async: true,
+  ): Promise<number>;
   probeWriteAccess(async?: false): void;
   probeWriteAccess(async: true): Promise<void>;
   getFeatures(name: string, async?: false): RawFeatureTable;

@@ -90,6 +90,16 @@ export class FightTracker {
     return { action: 'defer', delayMs: Math.max(0, Math.round(base * spread)) };
   }
 
+  /** Whether a rewrite of `key` now would be corrected at once (read-only). */
+  wouldCorrectNow(key: string): boolean {
+    const state = this.#states.get(key);
+    if (!state) return true;
+    if (state.contestedAt !== null) return false;
+    const now = this.#now();
+    const recent = state.rewrites.filter((at) => now - at < this.policy.windowMs).length;
+    return recent + 1 <= this.policy.burst && recent + 1 < this.policy.maxRewrites;
+  }
+
   isContested(key: string): boolean {
     return (this.#states.get(key)?.contestedAt ?? null) !== null;
   }

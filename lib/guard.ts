@@ -28,7 +28,7 @@ import type {
   OverrunEvent,
   ResyncEvent,
 } from './monitor';
-import { LinkMonitor, type LinkFilter } from './monitor';
+import { LinkMonitor, type LinkFilter, type NativeCorrection } from './monitor';
 import { controlPorts, type GuardPorts } from './ports';
 import { neighbourKey } from './records';
 import { explicitMacSource, type DesiredMacSource } from './sources';
@@ -145,7 +145,7 @@ export interface RestoredEvent {
 export interface OffloadEvent extends FeatureSetResult {
   device: string;
   ifindex: number;
-  reason: 'created' | 'start' | 'managed' | 'drift' | 'correction' | 'resync';
+  reason: 'created' | 'start' | 'managed' | 'drift' | 'resync';
   dryRun: boolean;
 }
 
@@ -227,6 +227,11 @@ export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
   links(): LinkInfo[];
   getLink(ifindex: number): LinkInfo | undefined;
   setFilter?(filter: LinkFilter | null): void;
+  arm?(
+    ifindex: number,
+    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[] },
+  ): void;
+  disarm?(ifindex: number): void;
   neighbours(filter?: { ifindex?: number }): NeighbourInfo[];
   ready(): Promise<void>;
   ref(): unknown;
@@ -303,6 +308,10 @@ export interface GuardInternals {
   watchNetns?: (onDeleted: () => void) => () => void;
 }
 
+function globPrefixes(interfaces: readonly string[] | undefined): string[] {
+  return (interfaces ?? DEFAULT_INTERFACES).map((glob) => compileInterfaceGlob(glob).prefix);
+}
+
 function currentInode(path: string): number | null {
   try {
     return binding.netnsInode(path);
@@ -346,6 +355,10 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
     const monitor = new LinkMonitor({
       ...(options.netns === undefined ? {} : { netns: options.netns }),
       ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
+      // Only what the globs can match is ever read (the guard adds its devices' indexes later).
+      ...((options.kernelFilter ?? true)
+        ? { filter: { ifindexes: [], namePrefixes: globPrefixes(options.interfaces) } }
+        : {}),
       addrAssignType: false,
     });
     const watchNetns = netnsPath === undefined ? undefined : netnsWatcher(netnsPath);
@@ -548,7 +561,12 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       devices: this.status(),
       dryRun: this.dryRun,
     });
-    for (const device of managed) this.#handle(() => this.#enforce(device, 'start'));
+    for (const device of managed) {
+      this.#handle(() => {
+        this.#enforce(device, 'start');
+        this.#arm(device);
+      });
+    }
   }
 
   #onLinkAdded(event: LinkAddedEvent): void {
@@ -574,9 +592,12 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     }
     if (device.vanishing) return;
     device.name = link.name;
-    if (link.mac !== previous.mac) this.#onMacChanged(device, link, previous.mac, event.source);
+    if (link.mac !== previous.mac) {
+      this.#onMacChanged(device, link, previous.mac, event.source, event.correction);
+    }
     if (!previous.up && link.up) this.#restoreAfterUp(device);
     if (event.kernelEvent === 'features') this.#checkOffloads(device, 'drift');
+    this.#arm(device);
   }
 
   #onLinkRemoved(event: LinkRemovedEvent): void {
@@ -596,7 +617,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       // the same address (resolving, failed: port id 0) only appear once the
       // permanent one was flushed, and must not replace it.
       device.neighbours.delete(key);
+    } else {
+      return;
     }
+    this.#arm(device);
   }
 
   #onNeighbourRemoved(event: NeighbourRemovedEvent): void {
@@ -609,6 +633,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     // meanwhile), so kept too, and put back at the resync's end.
     if (event.cause === 'flush' || event.cause === 'resync') return;
     device.neighbours.delete(neighbourKey(entry));
+    this.#arm(device);
   }
 
   #onResync(event: ResyncEvent): void {
@@ -632,7 +657,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   #manage(link: LinkInfo, reason: OffloadEvent['reason']): void {
-    this.#enforce(this.#track(link, reason), reason);
+    const device = this.#track(link, reason);
+    this.#enforce(device, reason);
+    this.#arm(device);
   }
 
   /** Starts keeping state for a device: its pin and its permanent neighbours. */
@@ -665,7 +692,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     if (!this.#kernelFilter) return;
     this.#monitor.setFilter?.({
       ifindexes: [...this.#devices.keys()],
-      namePrefixes: this.#globs.map((glob) => glob.prefix),
+      namePrefixes: globPrefixes(this.#globs.map((glob) => glob.pattern)),
     });
   }
 
@@ -680,6 +707,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
+    this.#monitor.disarm?.(device.ifindex);
     this.#cancelTimers(device);
     this.#fight.resetPrefix(`${device.ifindex}|`);
     this.#devices.delete(device.ifindex);
@@ -706,6 +734,36 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     return desired !== null && link !== undefined && link.mac !== desired.mac;
   }
 
+  /**
+   * Arms the native layer to answer the device's next drift in the read that
+   * sees it - the MAC set back and the kept neighbours re-added before JS
+   * runs - when policy allows a correction right now; disarms it otherwise.
+   * Called after every change to what that decision depends on.
+   */
+  #arm(device: ManagedDevice): void {
+    const monitor = this.#monitor;
+    if (!monitor.arm || !monitor.disarm) return;
+    const desired = this.#desiredMac(device);
+    const key = macKey(device);
+    const allowed =
+      !this.dryRun &&
+      !device.vanishing &&
+      this.#devices.get(device.ifindex) === device &&
+      desired !== null &&
+      !(this.#strategy === 'adopt' && desired.kind === 'source') &&
+      !this.#heldBack(device, key) &&
+      this.#fight.wouldCorrectNow(key);
+    if (!allowed) {
+      monitor.disarm(device.ifindex);
+      return;
+    }
+    monitor.arm(device.ifindex, {
+      name: device.name,
+      mac: desired.mac,
+      neighbours: [...device.neighbours.values()],
+    });
+  }
+
   /** A correction is pending, or the key is contested: leave it to fight control. */
   #heldBack(device: ManagedDevice, key: string): boolean {
     return device.deferred.has(key) || this.#fight.isContested(key);
@@ -716,6 +774,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     link: LinkInfo,
     previous: string | null,
     origin: 'event' | 'resync' | 'found',
+    correction?: NativeCorrection,
   ): void {
     const desired = this.#desiredMac(device);
     if (!desired) return;
@@ -753,19 +812,90 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       dryRun: this.dryRun,
     });
     if (this.dryRun) return;
-    this.#decide(device, key, this.#fight.recordRewrite(key), {
+    const decision = this.#fight.recordRewrite(key);
+    if (correction) {
+      this.#afterNativeCorrection(device, desired.mac, link.mac ?? 'none', correction, decision);
+      return;
+    }
+    this.#decide(device, key, decision, {
       correct: (deferred) => {
         if (this.#strategy === 'adopt' && desired.kind === 'source') this.#adoptMac(device);
         else this.#correctMac(device, deferred);
       },
-      contested: (rewrites) => ({
-        what: 'mac',
-        expected: desired.mac,
-        observed: link.mac ?? 'none',
-        rewrites,
-        detail: `${device.name} rewritten ${rewrites} times within ${this.#fight.policy.windowMs} ms (now ${link.mac ?? 'none'}, expected ${desired.mac}): another agent is setting its MAC; correcting stops until it has been quiet for ${this.#fight.policy.quietMs} ms`,
-      }),
+      contested: (rewrites) => this.#macContest(device, desired.mac, link.mac ?? 'none', rewrites),
     });
+  }
+
+  #macContest(
+    device: ManagedDevice,
+    expected: string,
+    observed: string,
+    rewrites: number,
+  ): Omit<ContestedEvent, 'device' | 'ifindex' | 'windowMs' | 'quietMs'> {
+    return {
+      what: 'mac',
+      expected,
+      observed,
+      rewrites,
+      detail: `${device.name} rewritten ${rewrites} times within ${this.#fight.policy.windowMs} ms (now ${observed}, expected ${expected}): another agent is setting its MAC; correcting stops until it has been quiet for ${this.#fight.policy.quietMs} ms`,
+    };
+  }
+
+  /**
+   * The native layer has answered the drift already (it was armed because
+   * policy allowed a correction now): account for it as the correction the
+   * decision called for, verify it, and finish the path (offloads).
+   */
+  #afterNativeCorrection(
+    device: ManagedDevice,
+    desired: string,
+    observed: string,
+    correction: NativeCorrection,
+    decision: FightDecision,
+  ): void {
+    if (correction.error) {
+      if (correction.error.code === 'ENODEV') {
+        device.vanishing = true;
+        this.#cancelTimers(device);
+      } else {
+        this.#fail(correction.error);
+      }
+      return;
+    }
+    this.#counters.corrections += 1;
+    this.#counters.writes += 1 + correction.neighbours;
+    this.#counters.neighboursRestored += correction.neighbours;
+    this.emit('restored', {
+      device: device.name,
+      ifindex: device.ifindex,
+      mac: desired,
+      neighbours: correction.neighbours,
+      latencyMs: correction.doneMs,
+      deferred: false,
+    });
+    if (decision.action === 'contested') {
+      // Armed before this rewrite made the fight a contest: alert, stop from now on.
+      this.#decide(device, macKey(device), decision, {
+        correct: () => undefined,
+        contested: (rewrites) => this.#macContest(device, desired, observed, rewrites),
+      });
+    }
+    this.#verify(device, desired, correction.after);
+  }
+
+  /**
+   * Checks the device as re-read after a correction. A MAC other than the one
+   * written is a new rewrite, whose own event follows; only losing the device
+   * or its name is an error.
+   */
+  #verify(device: ManagedDevice, desired: string, after: { name: string } | null): void {
+    if (after && after.name === device.name) return;
+    throw Object.assign(
+      new Error(
+        `EIO: ${device.name} changed under its correction to ${desired} (re-read: ${after ? `now ${after.name}` : 'gone'})`,
+      ),
+      { code: 'EIO', errno: -5, interface: device.name, ifindex: device.ifindex },
+    );
   }
 
   /** Acts on a fight decision: correct now, later, or stop and alert. */
@@ -854,15 +984,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       this.#counters.writes += 1;
       const restored = this.#restoreNeighbours(device);
       const latencyMs = this.#clock.now() - (device.driftSince ?? this.#eventAt);
-      const after = this.#ports.getLink(device.ifindex);
-      if (!after || after.mac !== desired.mac || after.name !== device.name) {
-        throw Object.assign(
-          new Error(
-            `EIO: ${device.name} did not keep ${desired.mac} (re-read: ${after ? `${after.name} ${after.mac ?? 'none'}` : 'gone'})`,
-          ),
-          { code: 'EIO', errno: -5, interface: device.name, ifindex: device.ifindex },
-        );
-      }
+      this.#verify(device, desired.mac, this.#ports.getLink(device.ifindex));
       this.#counters.corrections += 1;
       if (deferred) this.#counters.deferredCorrections += 1;
       this.emit('restored', {
@@ -873,8 +995,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         latencyMs,
         deferred,
       });
-      this.#checkOffloads(device, 'correction');
     });
+    this.#arm(device);
   }
 
   /**
@@ -1110,6 +1232,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       if (this.#isDrifted(device) && !this.#heldBack(device, macKey(device))) {
         this.#correctMac(device, false);
       }
+      this.#arm(device); // the desired MAC itself may have changed
     }
   }
 

@@ -11,6 +11,7 @@ export type {
   LinkMonitorStats,
   LinkRemovedEvent,
   MonitorWarning,
+  NativeCorrection,
   NeighbourAddedEvent,
   NeighbourChangedEvent,
   NeighbourRemovalCause,

@@ -14,12 +14,20 @@ import {
   type RawMonitorItem,
   type RawMonitorStats,
   type RawNeighbour,
+  type RawCorrection,
 } from './binding';
 import { CHANGE_MASK_NEW_DEVICE, IFF_UP } from './constants';
 import type { SystemError } from './errors';
-import { neighbourKey, sameLink, sameNeighbour, toLinkInfo, toNeighbourInfo } from './records';
+import {
+  neighbourKey,
+  sameLink,
+  sameNeighbour,
+  toLinkInfo,
+  toNeighbourInfo,
+  toRawNeighbourEntry,
+} from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
-import { resolveNetnsPath } from './validate';
+import { macBytes, resolveNetnsPath } from './validate';
 
 /** See LinkMonitor.setFilter. */
 export interface LinkFilter {
@@ -40,9 +48,30 @@ export interface LinkMonitorOptions {
   addrAssignType?: boolean;
   /** Events buffered for an async iterator before it counts as an overrun (default 10 000). */
   queueLimit?: number;
+  /** Narrow the monitor from the start (see setFilter): the first snapshot holds only what passes. */
+  filter?: LinkFilter;
 }
 
 export type ChangeSource = 'event' | 'resync';
+
+/**
+ * A correction the native layer made for an armed device (see arm()) in the
+ * same read that saw the drift, before the event reached JS.
+ */
+export interface NativeCorrection {
+  /** The MAC written back. */
+  mac: string;
+  /** Permanent neighbour entries re-added. */
+  neighbours: number;
+  /** From reading the notification to the MAC write's acknowledgement. */
+  macMs: number;
+  /** ... to the last neighbour entry's acknowledgement. */
+  doneMs: number;
+  /** Set when a write failed (what was written before it stays written). */
+  error?: SystemError;
+  /** The device re-read after the writes: null when it is gone. */
+  after: { name: string; mac: string | null } | null;
+}
 
 export interface LinkAddedEvent {
   link: LinkInfo;
@@ -71,6 +100,8 @@ export interface LinkChangedEvent {
   source: ChangeSource;
   /** Set when the kernel said why it re-announced the device ('features': offloads changed). */
   kernelEvent: LinkKernelEvent | null;
+  /** Set when an armed correction answered this change already. */
+  correction?: NativeCorrection;
 }
 
 export interface LinkRemovedEvent {
@@ -166,6 +197,17 @@ export const LINK_MONITOR_EVENTS = [
   'error',
 ] as const satisfies readonly (keyof LinkMonitorEvents)[];
 
+function toNativeCorrection(raw: RawCorrection): NativeCorrection {
+  return {
+    mac: raw.mac,
+    neighbours: raw.neighbours,
+    macMs: raw.macNs / 1e6,
+    doneMs: raw.doneNs / 1e6,
+    after: raw.afterName === '' ? null : { name: raw.afterName, mac: raw.afterMac },
+    ...(raw.error ? { error: raw.error as SystemError } : {}),
+  };
+}
+
 function abortError(signal: AbortSignal): Error {
   const error = new Error('The operation was aborted', { cause: signal.reason });
   error.name = 'AbortError';
@@ -203,6 +245,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       },
       (batch) => this.#onBatch(batch),
     );
+    if (options.filter) this.setFilter(options.filter);
     this.#readAddrAssignType = options.addrAssignType ?? true;
     if (this.#readAddrAssignType) {
       this.#control = new binding.Control(
@@ -280,17 +323,63 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   /**
-   * Keeps unrelated link notifications in the kernel (a classic BPF socket
-   * filter): only new devices, deletions, the listed devices, names with a
-   * listed prefix, dump replies and neighbour messages reach the monitor, so
-   * a flood of changes to other devices cannot overrun it. While a filter is
-   * set, other devices in the snapshot are only as fresh as the last resync.
-   * `null` removes it.
+   * Narrows the monitor to the listed devices and the devices whose name
+   * starts with a listed prefix. Their notifications are kept from the rest
+   * in the kernel (a classic BPF socket filter), so a flood of changes to
+   * other devices cannot reach or overrun the monitor; dump replies and
+   * neighbour entries of other devices are dropped natively. The snapshot
+   * then holds only those devices (others leave it silently). A device that
+   * enters the view appears when next seen; one that leaves it (renamed away,
+   * deleted) is reported once more. `null` removes the filter and re-dumps
+   * everything.
    */
   setFilter(filter: LinkFilter | null): void {
-    this.#native.setFilter(
-      filter ? { ifindexes: [...filter.ifindexes], namePrefixes: [...filter.namePrefixes] } : null,
-    );
+    if (!filter) {
+      this.#native.setFilter(null);
+      this.#native.resync();
+      return;
+    }
+    this.#native.setFilter({
+      ifindexes: [...filter.ifindexes],
+      namePrefixes: [...filter.namePrefixes],
+    });
+    const listed = new Set(filter.ifindexes);
+    for (const [ifindex, link] of this.#links) {
+      if (
+        listed.has(ifindex) ||
+        filter.namePrefixes.some((prefix) => link.name.startsWith(prefix))
+      ) {
+        continue;
+      }
+      this.#links.delete(ifindex);
+      for (const [key, neighbour] of this.#neighbours) {
+        if (neighbour.ifindex === ifindex) this.#neighbours.delete(key);
+      }
+    }
+  }
+
+  /**
+   * Arms a one-shot correction, made by the native layer in the very read
+   * that sees `ifindex` (still called `name`) with a MAC other than `mac`:
+   * the MAC set back and `neighbours` re-added before the event reaches JS.
+   * The `linkChanged` event then carries the `correction`. The caller keeps
+   * the policy: it re-arms after each correction when another is allowed.
+   */
+  arm(
+    ifindex: number,
+    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[] },
+  ): void {
+    this.#native.arm(ifindex, {
+      name: target.name,
+      mac: macBytes(target.mac),
+      neighbours: target.neighbours.flatMap((entry) =>
+        entry.lladdr === null ? [] : [toRawNeighbourEntry({ ...entry, lladdr: entry.lladdr })],
+      ),
+    });
+  }
+
+  disarm(ifindex: number): void {
+    this.#native.disarm(ifindex);
   }
 
   /** Re-dumps everything now (coalesced with any resync in progress). */
@@ -410,7 +499,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       if (this.#closed) return;
       switch (item.kind) {
         case 'link':
-          this.#onLink(item.record, item.fromDump);
+          this.#onLink(item.record, item.fromDump, item.correction);
           break;
         case 'neigh':
           this.#onNeighbour(item.record, item.fromDump, item.portid);
@@ -448,7 +537,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     return this.#control.readAddrAssignType(raw.name, raw.ifindex, raw.mac);
   }
 
-  #onLink(raw: RawLink, fromDump: boolean): void {
+  #onLink(raw: RawLink, fromDump: boolean, correction: RawCorrection | undefined): void {
     this.#seenLinks?.add(raw.ifindex);
     const previous = this.#links.get(raw.ifindex);
     if (raw.deleted) {
@@ -481,7 +570,13 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     } else {
       const kernelEvent = KERNEL_EVENTS[raw.event ?? 0] ?? null;
       if (kernelEvent !== null || !sameLink(previous, link)) {
-        this.emit('linkChanged', { link, previous, source: this.#source(fromDump), kernelEvent });
+        this.emit('linkChanged', {
+          link,
+          previous,
+          source: this.#source(fromDump),
+          kernelEvent,
+          ...(correction ? { correction: toNativeCorrection(correction) } : {}),
+        });
       }
     }
   }

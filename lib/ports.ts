@@ -5,7 +5,7 @@
  */
 import type { RawControl } from './binding';
 import { isSystemError } from './errors';
-import { familyNumber, toLinkInfo } from './records';
+import { toLinkInfo, toRawNeighbourEntry } from './records';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from './types';
 import { toFeatureSetResult } from './oneshot';
 import { macBytes } from './validate';
@@ -40,17 +40,7 @@ export function controlPorts(control: RawControl): GuardPorts {
     },
     replaceNeighbour(entry, name) {
       if (entry.lladdr === null) return;
-      control.replaceNeighbour(
-        {
-          family: familyNumber(entry.family),
-          ifindex: entry.ifindex,
-          destination: entry.destination,
-          lladdr: macBytes(entry.lladdr),
-          state: entry.state,
-          flags: entry.flags,
-        },
-        name,
-      );
+      control.replaceNeighbour(toRawNeighbourEntry({ ...entry, lladdr: entry.lladdr }), name);
     },
     getFeatures(name) {
       return control.getFeatures(name).features;

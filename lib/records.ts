@@ -1,5 +1,5 @@
 /** Raw addon records to the public shapes, and the keys that identify them. */
-import type { RawLink, RawNeighbour } from './binding';
+import type { RawLink, RawNeighbour, RawNeighbourEntry } from './binding';
 import {
   AF_BRIDGE,
   AF_INET6,
@@ -75,6 +75,18 @@ export function neighbourKey(entry: {
     return `bridge|${entry.ifindex}|${entry.lladdr ?? ''}|${entry.destination ?? ''}|${entry.vni ?? ''}`;
   }
   return `${entry.family}|${entry.ifindex}|${entry.destination ?? ''}`;
+}
+
+/** A kept entry as the addon writes it back (the caller checked lladdr is set). */
+export function toRawNeighbourEntry(entry: NeighbourInfo & { lladdr: string }): RawNeighbourEntry {
+  return {
+    family: familyNumber(entry.family),
+    ifindex: entry.ifindex,
+    destination: entry.destination,
+    lladdr: Buffer.from(entry.lladdr.replaceAll(':', ''), 'hex'),
+    state: entry.state,
+    flags: entry.flags,
+  };
 }
 
 export function familyNumber(family: NeighbourFamily): number {

@@ -5,6 +5,8 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace fg {
@@ -16,7 +18,96 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
   Result<NetlinkSocket> socket = NetlinkSocket::Open(options.netns, socketOptions);
   if (!socket.ok()) return socket.error();
   return std::unique_ptr<MonitorCore>(
-      new MonitorCore(std::move(socket.value()), options.neighbours));
+      new MonitorCore(std::move(socket.value()), options.neighbours, options.netns));
+}
+
+Result<Unit> MonitorCore::SetFilter(const std::optional<LinkFilter>& filter) {
+  Result<Unit> set =
+      socket_.SetFilter(filter ? BuildLinkFilter(*filter) : std::vector<sock_filter>{});
+  if (!set.ok()) return set;
+  filter_ = filter;
+  if (filter_) kept_.insert(filter_->ifindexes.begin(), filter_->ifindexes.end());
+  return Unit{};
+}
+
+bool MonitorCore::Matches(const netlink::LinkRecord& link) const {
+  if (std::find(filter_->ifindexes.begin(), filter_->ifindexes.end(), link.ifindex) !=
+      filter_->ifindexes.end()) {
+    return true;
+  }
+  for (const std::string& prefix : filter_->namePrefixes) {
+    if (link.name.compare(0, prefix.size(), prefix) == 0) return true;
+  }
+  return false;
+}
+
+bool MonitorCore::Keep(const netlink::LinkRecord& link) {
+  if (!filter_) return true;
+  const bool wasKept = kept_.count(link.ifindex) > 0;
+  if (!link.deleted && Matches(link)) {
+    kept_.insert(link.ifindex);
+    return true;
+  }
+  // Passed on once more when it leaves the view (deleted, renamed out), so
+  // the consumer drops it; never seen otherwise.
+  kept_.erase(link.ifindex);
+  return wasKept;
+}
+
+bool MonitorCore::Keep(const netlink::NeighRecord& neigh) const {
+  return !filter_ || kept_.count(neigh.ifindex) > 0;
+}
+
+Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction) {
+  if (!writer_) {
+    Result<NetlinkRequester> writer = NetlinkRequester::Open(netns_);
+    if (!writer.ok()) return writer.error();
+    writer_.emplace(std::move(writer.value()));
+  }
+  armed_[ifindex] = std::move(correction);
+  return Unit{};
+}
+
+std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord& link) {
+  auto armed = armed_.find(link.ifindex);
+  if (armed == armed_.end()) return std::nullopt;
+  if (link.deleted || link.name != armed->second.name) {
+    armed_.erase(armed);  // another device now, or gone: the caller decides afresh
+    return std::nullopt;
+  }
+  if (link.mac.state != netlink::MacField::State::kValid || link.mac.bytes == armed->second.mac) {
+    return std::nullopt;  // nothing to correct; stays armed
+  }
+  const ArmedCorrection target = std::move(armed->second);
+  armed_.erase(armed);
+  const auto started = std::chrono::steady_clock::now();
+  const auto since = [&started] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                started)
+        .count();
+  };
+  Correction correction;
+  correction.mac = target.mac;
+  Result<Unit> written = writer_->SetLinkAddress(link.ifindex, target.mac);
+  correction.macNs = since();
+  if (!written.ok()) {
+    correction.error = written.error();
+  } else {
+    Result<size_t> restored = writer_->ReplaceNeighbours(target.neighbours);
+    if (restored.ok()) {
+      correction.neighbours = restored.value();
+    } else {
+      correction.error = restored.error();
+    }
+  }
+  correction.doneNs = since();
+  if (correction.error) {
+    correction.error->interface = link.name;
+  } else if (Result<netlink::LinkRecord> after = writer_->GetLink(link.ifindex); after.ok()) {
+    correction.afterName = after.value().name;
+    correction.afterMac = after.value().mac;
+  }
+  return correction;
 }
 
 void MonitorCore::RequestResync(const char* reason, std::vector<MonitorItem>* out) {
@@ -120,9 +211,10 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
   if (ours && phase_ != Phase::kIdle && message.seq == dumpSeq_) {
     if (message.flags & NLM_F_DUMP_INTR) dumpInterrupted_ = true;
     if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
-      out->push_back(LinkItem{std::move(*link), true});
+      std::optional<Correction> correction = CorrectIfArmed(*link);
+      if (Keep(*link)) out->push_back(LinkItem{std::move(*link), true, std::move(correction)});
     } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
-      out->push_back(NeighItem{std::move(*neigh), true, 0});
+      if (Keep(*neigh)) out->push_back(NeighItem{std::move(*neigh), true, 0});
     } else if (auto* done = std::get_if<netlink::DoneRecord>(&message.body)) {
       FinishDump(done->error, out);
     } else if (auto* ack = std::get_if<netlink::AckRecord>(&message.body)) {
@@ -139,9 +231,10 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     return;
   }
   if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
-    out->push_back(LinkItem{std::move(*link), false});
+    std::optional<Correction> correction = CorrectIfArmed(*link);
+    if (Keep(*link)) out->push_back(LinkItem{std::move(*link), false, std::move(correction)});
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
-    out->push_back(NeighItem{std::move(*neigh), false, message.portid});
+    if (Keep(*neigh)) out->push_back(NeighItem{std::move(*neigh), false, message.portid});
   } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
     ++stats_.malformed;
     out->push_back(WarningItem{"EBADMSG", malformed->reason});

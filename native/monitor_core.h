@@ -4,10 +4,13 @@
 // resync. No Node dependency; the addon turns its items into JS objects.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -24,9 +27,31 @@ struct MonitorOptions {
   bool neighbours = true;  // RTNLGRP_NEIGH plus neighbour and FDB dumps
 };
 
+// A correction made in the read that saw the drift (see MonitorCore::Arm).
+struct Correction {
+  std::array<uint8_t, 6> mac{};   // written back
+  size_t neighbours = 0;          // permanent entries re-added
+  int64_t macNs = 0;              // from reading the datagram to the MAC write's ACK
+  int64_t doneNs = 0;             // ... to the last neighbour's ACK
+  std::optional<SysError> error;  // the write that failed, if one did
+  // The device re-read after the writes (outside the timings): its name, or
+  // empty when it is gone, and its MAC.
+  std::string afterName;
+  netlink::MacField afterMac;
+};
+
 struct LinkItem {
   netlink::LinkRecord record;
   bool fromDump = false;
+  std::optional<Correction> correction;
+};
+
+// What to write back, without waiting for JS, when the armed device is seen
+// with another MAC: one correction, then the arming is spent.
+struct ArmedCorrection {
+  std::string name;  // the device must still be called this
+  std::array<uint8_t, 6> mac{};
+  std::vector<netlink::NeighbourEntry> neighbours;
 };
 
 struct NeighItem {
@@ -96,19 +121,36 @@ class MonitorCore {
   // One wake of the poll: reads until the socket is empty or `maxDatagrams` were read.
   void ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out);
 
-  // Keeps unrelated link notifications out of the socket (see socket_filter.h);
-  // without a filter, every notification is read.
-  Result<Unit> SetFilter(const std::optional<LinkFilter>& filter) {
-    return socket_.SetFilter(filter ? BuildLinkFilter(*filter) : std::vector<sock_filter>{});
-  }
+  // Arms a one-shot correction for `ifindex` (replacing any armed one): the
+  // first notification or dump reply showing the device, still under that
+  // name, with a MAC other than `mac` is answered right there - the MAC set
+  // back, the neighbour entries re-added - before anything is handed to JS.
+  // Policy (whether a correction is due now) stays with the caller, which
+  // re-arms after each one. Opens the write socket on first use.
+  Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction);
+  void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
+
+  // Narrows the monitor to the devices `filter` lets through: the kernel keeps
+  // unrelated link notifications out of the socket (see socket_filter.h), and
+  // dump replies and neighbour messages of other devices are dropped here,
+  // before anything is made of them. Without a filter, everything is read.
+  Result<Unit> SetFilter(const std::optional<LinkFilter>& filter);
 
   void Close() { socket_.Close(); }
 
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
 
-  MonitorCore(NetlinkSocket socket, bool neighbours)
-      : socket_(std::move(socket)), neighbours_(neighbours) {}
+  MonitorCore(NetlinkSocket socket, bool neighbours, NetnsTarget netns)
+      : socket_(std::move(socket)), neighbours_(neighbours), netns_(std::move(netns)) {}
+
+  bool Matches(const netlink::LinkRecord& link) const;
+  // Whether a record reaches the consumer under the filter.
+  bool Keep(const netlink::LinkRecord& link);
+  bool Keep(const netlink::NeighRecord& neigh) const;
+
+  // Answers a link record for an armed device whose MAC drifted.
+  std::optional<Correction> CorrectIfArmed(const netlink::LinkRecord& link);
 
   // Datagrams read when a resync is requested outside a poll wake.
   static constexpr size_t kDatagramsPerDrain = 256;
@@ -123,6 +165,11 @@ class MonitorCore {
 
   NetlinkSocket socket_;
   bool neighbours_;
+  NetnsTarget netns_;
+  std::optional<NetlinkRequester> writer_;
+  std::unordered_map<int32_t, ArmedCorrection> armed_;
+  std::optional<LinkFilter> filter_;
+  std::unordered_set<int32_t> kept_;  // devices inside the filter's view
   Phase phase_ = Phase::kIdle;
   bool failed_ = false;
   bool resyncPending_ = false;

@@ -253,10 +253,12 @@ Result<NetlinkRequester> NetlinkRequester::Open(const NetnsTarget& target) {
 }
 
 Result<std::vector<Message>> NetlinkRequester::Exchange(const std::vector<uint8_t>& request,
-                                                        uint32_t seq, bool* interrupted) {
+                                                        uint32_t seq, bool* interrupted,
+                                                        uint32_t count) {
   Result<Unit> sent = socket_.Send(request);
   if (!sent.ok()) return sent.error();
   std::vector<Message> replies;
+  uint32_t finished = 0;
   for (;;) {
     size_t length = 0;
     Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
@@ -279,14 +281,15 @@ Result<std::vector<Message>> NetlinkRequester::Exchange(const std::vector<uint8_
     }
     netlink::ParsedDatagram parsed = netlink::ParseDatagram(buffer_.data(), length);
     for (Message& message : parsed.messages) {
-      if (message.seq != seq || message.portid != socket_.portid()) continue;  // stale reply
+      // Ours: sent by this socket, seq in [seq, seq + count) (unsigned: wraps).
+      if (message.seq - seq >= count || message.portid != socket_.portid()) continue;
       if (message.flags & NLM_F_DUMP_INTR) *interrupted = true;
       // A dump ends with NLMSG_DONE; any other reply is one message, or an ACK.
       const bool final = std::holds_alternative<AckRecord>(message.body) ||
                          std::holds_alternative<DoneRecord>(message.body) ||
                          !(message.flags & NLM_F_MULTI);
       replies.push_back(std::move(message));
-      if (final) return replies;
+      if (final && ++finished == count) return replies;
     }
     if (parsed.error) {
       return SysError(EBADMSG, "recvmsg", "malformed reply: " + parsed.error->reason);
@@ -407,6 +410,32 @@ Result<Unit> NetlinkRequester::ReplaceNeighbour(const netlink::NeighbourEntry& e
   const uint32_t seq = socket_.NextSeq();
   return Acknowledged(netlink::BuildNeighbourReplaceRequest(entry, seq), seq, "setneigh",
                       entry.ifindex);
+}
+
+Result<size_t> NetlinkRequester::ReplaceNeighbours(
+    const std::vector<netlink::NeighbourEntry>& entries) {
+  if (entries.empty()) return size_t{0};
+  // One datagram carries every request; the kernel answers each with an ACK.
+  std::vector<uint8_t> requests;
+  const uint32_t first = socket_.NextSeq();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const uint32_t seq = i == 0 ? first : socket_.NextSeq();
+    const std::vector<uint8_t> request = netlink::BuildNeighbourReplaceRequest(entries[i], seq);
+    requests.insert(requests.end(), request.begin(), request.end());
+  }
+  bool interrupted = false;
+  Result<std::vector<Message>> replies =
+      Exchange(requests, first, &interrupted, static_cast<uint32_t>(entries.size()));
+  if (!replies.ok()) return replies.error();
+  for (const Message& reply : replies.value()) {
+    const auto* ack = std::get_if<AckRecord>(&reply.body);
+    if (!ack || ack->error == 0) continue;
+    SysError failure(-ack->error, "setneigh");
+    failure.ifindex = entries[reply.seq - first].ifindex;
+    failure.extack = ack->extackMessage;
+    return failure;
+  }
+  return entries.size();
 }
 
 Result<Unit> NetlinkRequester::ProbeWriteAccess() {

@@ -104,6 +104,8 @@ class NetlinkRequester {
   Result<netlink::LinkRecord> GetLinkByName(const std::string& name);
   Result<Unit> SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac);
   Result<Unit> ReplaceNeighbour(const netlink::NeighbourEntry& entry);
+  // All of them in one datagram; the count written, or the first failure.
+  Result<size_t> ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries);
   // A write that changes nothing (RTM_NEWLINK on lo without attributes): the
   // kernel checks CAP_NET_ADMIN before looking at it.
   Result<Unit> ProbeWriteAccess();
@@ -111,10 +113,11 @@ class NetlinkRequester {
  private:
   explicit NetlinkRequester(NetlinkSocket socket) : socket_(std::move(socket)) {}
 
-  // Sends `request` and collects the messages answering `seq` until the ACK or
-  // NLMSG_DONE; a dump reply flagged NLM_F_DUMP_INTR sets *interrupted.
+  // Sends `request` (`count` messages with consecutive sequence numbers from
+  // `seq`) and collects the replies until each has its ACK or NLMSG_DONE; a
+  // dump reply flagged NLM_F_DUMP_INTR sets *interrupted.
   Result<std::vector<netlink::Message>> Exchange(const std::vector<uint8_t>& request, uint32_t seq,
-                                                 bool* interrupted);
+                                                 bool* interrupted, uint32_t count = 1);
   Result<Unit> Acknowledged(const std::vector<uint8_t>& request, uint32_t seq, const char* syscall,
                             int32_t ifindex);
   Result<netlink::LinkRecord> FetchLink(const std::vector<uint8_t>& request, uint32_t seq,

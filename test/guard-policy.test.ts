@@ -413,7 +413,6 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
         'replaceNeighbour',
         'replaceNeighbour',
         'getLink', // verify
-        'getFeatures', // offload check after the correction
       ]);
       assert.deepEqual(nth(r.ports.calls, 1), {
         method: 'setLinkMac',

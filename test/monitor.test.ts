@@ -251,16 +251,34 @@ describe('LinkMonitor (real kernel, netns)', function () {
       changes.events.map((e) => e.link.name),
       ['flannel.1'],
     );
-    // New devices pass whatever their name; listed ones pass under any name.
-    const added = nextEvent(m, 'linkAdded', (e) => e.link.name === 'ifb2');
+    // The snapshot holds only the view; a new device inside it appears, one outside does not.
+    assert.deepEqual(
+      m
+        .links()
+        .map((l) => l.name)
+        .sort(),
+      ['flannel.1'],
+    );
+    const added = collectEvents(m, 'linkAdded');
+    const inside = nextEvent(m, 'linkAdded', (e) => e.link.name === 'flannel.2');
     await ns.ip('link add ifb2 type ifb');
-    await added;
+    await ns.ip('link add flannel.2 type vxlan id 2 dstport 8472 nolearning');
+    await inside;
+    assert.deepEqual(
+      added.events.map((e) => e.link.name),
+      ['flannel.2'],
+    );
+    added.stop();
+    // Listed devices pass under any name; one that enters the view this way appears when next seen.
     m.setFilter({ ifindexes: [ifb1.ifindex], namePrefixes: ['flannel.'] });
-    const listed = nextEvent(m, 'linkChanged', (e) => e.link.ifindex === ifb1.ifindex);
+    const listed = nextEvent(m, 'linkAdded', (e) => e.link.ifindex === ifb1.ifindex);
     await ns.ip('link set ifb1 mtu 1300');
     assert.equal((await listed)[0].link.mtu, 1300);
-    // Removed: everything arrives again.
+    // Removed: a re-dump brings everything back, and everything arrives again.
+    const resynced = nextEvent(m, 'resync', (e) => e.phase === 'end');
     m.setFilter(null);
+    await resynced;
+    assert.ok(m.getLink('ifb2'));
     const unfiltered = nextEvent(m, 'linkChanged', (e) => e.link.name === 'ifb2');
     await ns.ip('link set ifb2 mtu 1200');
     await unfiltered;

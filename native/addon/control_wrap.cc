@@ -142,6 +142,7 @@ Napi::Function ControlWrap::Define(Napi::Env env) {
                          InstanceMethod<&ControlWrap::GetLinkByName>("getLinkByName"),
                          InstanceMethod<&ControlWrap::SetLinkAddress>("setLinkAddress"),
                          InstanceMethod<&ControlWrap::ReplaceNeighbour>("replaceNeighbour"),
+          InstanceMethod<&ControlWrap::ReplaceNeighbours>("replaceNeighbours"),
                          InstanceMethod<&ControlWrap::ProbeWriteAccess>("probeWriteAccess"),
                          InstanceMethod<&ControlWrap::GetFeatures>("getFeatures"),
                          InstanceMethod<&ControlWrap::SetFeatures>("setFeatures"),
@@ -226,17 +227,7 @@ Napi::Value ControlWrap::SetLinkAddress(const Napi::CallbackInfo& info) {
 // replaceNeighbour({ family, ifindex, destination, lladdr, state, flags }, interfaceForErrors?,
 // async?)
 Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsObject()) throw Napi::TypeError::New(env, "entry must be an object");
-  const Napi::Object object = info[0].As<Napi::Object>();
-  netlink::NeighbourEntry entry;
-  entry.family = static_cast<uint8_t>(object.Get("family").ToNumber().Uint32Value());
-  entry.ifindex = object.Get("ifindex").ToNumber().Int32Value();
-  if (entry.ifindex <= 0) throw Napi::RangeError::New(env, "ifindex must be positive");
-  entry.destination = AddressFromJs(object.Get("destination"), "destination");
-  entry.lladdr = MacFromJs(object.Get("lladdr"), "lladdr");
-  entry.state = static_cast<uint16_t>(object.Get("state").ToNumber().Uint32Value());
-  entry.flags = static_cast<uint8_t>(object.Get("flags").ToNumber().Uint32Value());
+  const netlink::NeighbourEntry entry = NeighbourEntryFromJs(info[0]);
   const std::string interface = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
   return Run<Unit>(
       info, 2, core_, netnsLabel_,
@@ -244,6 +235,19 @@ Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
         return Named(requester.ReplaceNeighbour(entry), interface);
       },
       Nothing);
+}
+
+// replaceNeighbours([{ family, ifindex, destination, lladdr, state, flags }, ...],
+//                   interfaceForErrors?, async?): all in one datagram; returns the count.
+Napi::Value ControlWrap::ReplaceNeighbours(const Napi::CallbackInfo& info) {
+  const std::vector<netlink::NeighbourEntry> entries = NeighbourEntriesFromJs(info[0]);
+  const std::string interface = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+  return Run<size_t>(
+      info, 2, core_, netnsLabel_,
+      [entries, interface](NetlinkRequester& requester) {
+        return Named(requester.ReplaceNeighbours(entries), interface);
+      },
+      [](JsWriter& js, const size_t& count) { return js.Number(static_cast<double>(count)); });
 }
 
 Napi::Value ControlWrap::ProbeWriteAccess(const Napi::CallbackInfo& info) {

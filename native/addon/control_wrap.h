@@ -33,6 +33,7 @@ class ControlWrap : public Napi::ObjectWrap<ControlWrap> {
   Napi::Value GetLinkByName(const Napi::CallbackInfo& info);
   Napi::Value SetLinkAddress(const Napi::CallbackInfo& info);
   Napi::Value ReplaceNeighbour(const Napi::CallbackInfo& info);
+  Napi::Value ReplaceNeighbours(const Napi::CallbackInfo& info);
   Napi::Value ProbeWriteAccess(const Napi::CallbackInfo& info);
   Napi::Value GetFeatures(const Napi::CallbackInfo& info);
   Napi::Value SetFeatures(const Napi::CallbackInfo& info);

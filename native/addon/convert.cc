@@ -186,4 +186,27 @@ std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what) {
   throw Napi::TypeError::New(value.Env(), std::string(what) + " must be an IPv4 or IPv6 address");
 }
 
+netlink::NeighbourEntry NeighbourEntryFromJs(const Napi::Value& value) {
+  Napi::Env env = value.Env();
+  if (!value.IsObject()) throw Napi::TypeError::New(env, "a neighbour entry must be an object");
+  const Napi::Object object = value.As<Napi::Object>();
+  netlink::NeighbourEntry entry;
+  entry.family = static_cast<uint8_t>(object.Get("family").ToNumber().Uint32Value());
+  entry.ifindex = object.Get("ifindex").ToNumber().Int32Value();
+  if (entry.ifindex <= 0) throw Napi::RangeError::New(env, "ifindex must be positive");
+  entry.destination = AddressFromJs(object.Get("destination"), "destination");
+  entry.lladdr = MacFromJs(object.Get("lladdr"), "lladdr");
+  entry.state = static_cast<uint16_t>(object.Get("state").ToNumber().Uint32Value());
+  entry.flags = static_cast<uint8_t>(object.Get("flags").ToNumber().Uint32Value());
+  return entry;
+}
+
+std::vector<netlink::NeighbourEntry> NeighbourEntriesFromJs(const Napi::Value& value) {
+  if (!value.IsArray()) throw Napi::TypeError::New(value.Env(), "neighbours must be an array");
+  const Napi::Array list = value.As<Napi::Array>();
+  std::vector<netlink::NeighbourEntry> entries;
+  for (uint32_t i = 0; i < list.Length(); ++i) entries.push_back(NeighbourEntryFromJs(list.Get(i)));
+  return entries;
+}
+
 }  // namespace fg::addon

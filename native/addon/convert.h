@@ -11,6 +11,7 @@
 
 #include "ethtool.h"
 #include "js_writer.h"
+#include "netlink_builder.h"
 #include "netlink_parser.h"
 
 namespace fg::addon {
@@ -39,5 +40,9 @@ Napi::Value Finish(const JsWriter& js, napi_value value);
 std::array<uint8_t, 6> MacFromJs(const Napi::Value& value, const char* what);
 // An IPv4 or IPv6 address in text form (empty for null); throws a TypeError otherwise.
 std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what);
+
+// { family, ifindex, destination, lladdr: Buffer(6), state, flags }; throws a TypeError otherwise.
+netlink::NeighbourEntry NeighbourEntryFromJs(const Napi::Value& value);
+std::vector<netlink::NeighbourEntry> NeighbourEntriesFromJs(const Napi::Value& value);
 
 }  // namespace fg::addon

@@ -21,6 +21,21 @@ napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& ne
     js.Set(object, "kind", "link");
     js.Set(object, "fromDump", link->fromDump);
     js.Set(object, "record", LinkToJs(js, link->record));
+    if (link->correction) {
+      const Correction& done = *link->correction;
+      napi_value correction = js.Object();
+      js.Set(correction, "mac", netlink::FormatMac(done.mac));
+      js.Set(correction, "neighbours", static_cast<uint64_t>(done.neighbours));
+      js.Set(correction, "macNs", done.macNs);
+      js.Set(correction, "doneNs", done.doneNs);
+      if (done.error) js.Set(correction, "error", SysErrorToJs(js, *done.error, netnsLabel));
+      js.Set(correction, "afterName", done.afterName);
+      js.Set(correction, "afterMac",
+             done.afterMac.state == netlink::MacField::State::kValid
+                 ? js.String(netlink::FormatMac(done.afterMac.bytes))
+                 : js.Null());
+      js.Set(object, "correction", correction);
+    }
   } else if (const auto* neigh = std::get_if<NeighItem>(&item)) {
     js.Set(object, "kind", "neigh");
     js.Set(object, "fromDump", neigh->fromDump);
@@ -88,6 +103,8 @@ Napi::Function MonitorWrap::Define(Napi::Env env) {
                          InstanceMethod<&MonitorWrap::Start>("start"),
                          InstanceMethod<&MonitorWrap::Resync>("resync"),
                          InstanceMethod<&MonitorWrap::SetFilter>("setFilter"),
+                         InstanceMethod<&MonitorWrap::Arm>("arm"),
+                         InstanceMethod<&MonitorWrap::Disarm>("disarm"),
                          InstanceMethod<&MonitorWrap::Ref>("ref"),
                          InstanceMethod<&MonitorWrap::Unref>("unref"),
                          InstanceMethod<&MonitorWrap::Stats>("stats"),
@@ -198,6 +215,29 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
   Result<Unit> set = poll_->core->SetFilter(filter);
   if (!set.ok()) ThrowSysError(env, set.error(), netnsLabel_);
   return env.Undefined();
+}
+
+// arm(ifindex, { name, mac: Buffer(6), neighbours: [...] })
+Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || !info[1].IsObject()) {
+    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, neighbours })");
+  }
+  const int32_t ifindex = info[0].As<Napi::Number>().Int32Value();
+  const Napi::Object target = info[1].As<Napi::Object>();
+  ArmedCorrection correction;
+  correction.name = target.Get("name").ToString().Utf8Value();
+  correction.mac = MacFromJs(target.Get("mac"), "mac");
+  correction.neighbours = NeighbourEntriesFromJs(target.Get("neighbours"));
+  if (!poll_) throw Napi::Error::New(env, "monitor is closed");
+  Result<Unit> armed = poll_->core->Arm(ifindex, std::move(correction));
+  if (!armed.ok()) ThrowSysError(env, armed.error(), netnsLabel_);
+  return env.Undefined();
+}
+
+Napi::Value MonitorWrap::Disarm(const Napi::CallbackInfo& info) {
+  if (poll_ && info[0].IsNumber()) poll_->core->Disarm(info[0].As<Napi::Number>().Int32Value());
+  return info.Env().Undefined();
 }
 
 Napi::Value MonitorWrap::Ref(const Napi::CallbackInfo& info) {

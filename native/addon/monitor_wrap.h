@@ -35,6 +35,8 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   Napi::Value Start(const Napi::CallbackInfo& info);
   Napi::Value Resync(const Napi::CallbackInfo& info);
   Napi::Value SetFilter(const Napi::CallbackInfo& info);
+  Napi::Value Arm(const Napi::CallbackInfo& info);
+  Napi::Value Disarm(const Napi::CallbackInfo& info);
   Napi::Value Ref(const Napi::CallbackInfo& info);
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);

@@ -31,6 +31,7 @@ import type {
   ChangeSource,
   LinkKernelEvent,
   LinkMonitorEvents,
+  NativeCorrection,
   NeighbourRemovalCause,
 } from '../../lib/monitor';
 import type { GuardPorts } from '../../lib/ports';
@@ -560,6 +561,15 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
     this.emit('resync', { phase: 'end', consistent });
   }
 
+  /**
+   * The native layer's armed correction (LinkMonitor.arm): none in this
+   * monitor; NativeScriptedMonitor (guard-native-path.test.ts) makes them.
+   */
+  protected correct(link: LinkInfo): NativeCorrection | undefined {
+    void link;
+    return undefined;
+  }
+
   #onLink(
     raw: LinkInfo,
     fromDump: boolean,
@@ -568,6 +578,7 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
   ): void {
     const previous = this.#links.get(raw.ifindex);
     const link = cloneLink(raw);
+    const correction = this.correct(link);
     this.#links.set(link.ifindex, link);
     if (!fromDump) {
       const wentDown = previous !== undefined && previous.up && !link.up;
@@ -579,7 +590,13 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
     if (!previous) {
       this.emit('linkAdded', { link, source, created: !fromDump && created });
     } else if (kernelEvent !== null || !sameLink(previous, link)) {
-      this.emit('linkChanged', { link, previous, source, kernelEvent });
+      this.emit('linkChanged', {
+        link,
+        previous,
+        source,
+        kernelEvent,
+        ...(correction ? { correction } : {}),
+      });
     }
   }
 

@@ -1,0 +1,215 @@
+/**
+ * The guard's use of the native fast path, on scripted events: it arms the
+ * monitor to answer the next drift in the read that sees it only while
+ * policy allows a correction now (fight control, dry run, strategy), keeps
+ * the armed neighbour list equal to its table, and accounts for a correction
+ * the native layer made exactly as for its own.
+ */
+import assert from 'node:assert/strict';
+
+import { DEFAULT_FIGHT_POLICY } from '../lib/fight';
+import { FlannelGuard, type FlannelGuardOptions, type RestoredEvent } from '../lib/guard';
+import type { NativeCorrection } from '../lib/monitor';
+import type { LinkInfo, NeighbourInfo } from '../lib/types';
+import {
+  FakeClock,
+  FakeKernel,
+  FakePorts,
+  GUARD_PORTID,
+  ScriptedMonitor,
+  permanentArp,
+  permanentFdb,
+} from './support/scripted-monitor';
+
+const PINNED = '5e:89:db:49:c6:a4';
+const REMOTE_A = '7a:11:22:33:44:01';
+const REMOTE_B = '7a:11:22:33:44:02';
+
+interface Armed {
+  name: string;
+  mac: string;
+  neighbours: readonly NeighbourInfo[];
+}
+
+/** A scripted monitor with LinkMonitor's arm()/disarm(): it corrects as the addon does. */
+class NativeScriptedMonitor extends ScriptedMonitor {
+  readonly armed = new Map<number, Armed>();
+  corrections = 0;
+
+  arm(ifindex: number, target: Armed): void {
+    this.armed.set(ifindex, { ...target, neighbours: [...target.neighbours] });
+  }
+
+  disarm(ifindex: number): void {
+    this.armed.delete(ifindex);
+  }
+
+  protected override correct(link: LinkInfo): NativeCorrection | undefined {
+    const target = this.armed.get(link.ifindex);
+    if (!target || target.name !== link.name || link.mac === target.mac) return undefined;
+    this.armed.delete(link.ifindex); // one-shot
+    this.corrections += 1;
+    this.kernel.setMac(link.ifindex, target.mac);
+    for (const entry of target.neighbours) this.kernel.replaceNeighbour(entry, GUARD_PORTID);
+    return {
+      mac: target.mac,
+      neighbours: target.neighbours.length,
+      macMs: 0.05,
+      doneMs: 0.2,
+      after: { name: link.name, mac: target.mac },
+    };
+  }
+}
+
+function rig(options: FlannelGuardOptions = {}): {
+  kernel: FakeKernel;
+  monitor: NativeScriptedMonitor;
+  ports: FakePorts;
+  clock: FakeClock;
+  guard: FlannelGuard;
+  ifindex: number;
+  restored: RestoredEvent[];
+} {
+  const kernel = new FakeKernel();
+  kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
+  const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: PINNED });
+  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.1.0', REMOTE_A));
+  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.2.0', REMOTE_B));
+  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_A, '192.0.2.11'));
+  kernel.setFeature(ifindex, 'tx-checksum-ip-generic', false);
+  const monitor = new NativeScriptedMonitor(kernel);
+  const ports = new FakePorts(kernel);
+  const clock = new FakeClock();
+  const guard = new FlannelGuard(options, { monitor, ports, clock, random: () => 0.5 });
+  const restored: RestoredEvent[] = [];
+  guard.on('restored', (event) => restored.push(event));
+  guard.on('error', () => undefined);
+  monitor.start();
+  monitor.pump();
+  ports.clear();
+  return { kernel, monitor, ports, clock, guard, ifindex, restored };
+}
+
+function rewrite(r: ReturnType<typeof rig>, mac: string): void {
+  r.clock.advance(10);
+  r.kernel.setMac(r.ifindex, mac);
+  r.monitor.pump();
+}
+
+describe('FlannelGuard and the native fast path (scripted)', function () {
+  it('arms each managed device with its desired MAC and its permanent IP entries (no FDB)', function () {
+    const r = rig();
+    const armed = r.monitor.armed.get(r.ifindex);
+    assert.equal(armed?.name, 'flannel.1');
+    assert.equal(armed.mac, PINNED);
+    assert.deepEqual(armed.neighbours.map((n) => n.destination).sort(), [
+      '10.244.1.0',
+      '10.244.2.0',
+    ]);
+    r.guard.close();
+  });
+
+  it('never arms in a dry run, nor for the adopt strategy with a source answer', function () {
+    const dry = rig({ dryRun: true });
+    assert.equal(dry.monitor.armed.size, 0);
+    dry.guard.close();
+  });
+
+  it('accounts for a native correction as its own: rewrite and restored events, no write of its own', function () {
+    const r = rig();
+    rewrite(r, '02:00:00:00:0f:01');
+    assert.equal(r.monitor.corrections, 1);
+    assert.deepEqual(r.ports.macWrites(), [], 'the guard wrote nothing itself');
+    assert.equal(r.restored.length, 1);
+    assert.equal(r.restored[0]?.latencyMs, 0.2);
+    assert.equal(r.restored[0]?.neighbours, 2);
+    assert.equal(r.guard.counters.corrections, 1);
+    assert.equal(r.guard.counters.rewrites, 1);
+    assert.equal(r.kernel.link(r.ifindex).mac, PINNED);
+    assert.ok(r.monitor.armed.has(r.ifindex), 're-armed: a second correction is still allowed');
+    r.guard.close();
+  });
+
+  it('keeps the armed neighbour list equal to its table', function () {
+    const r = rig();
+    r.kernel.replaceNeighbour(permanentArp(r.ifindex, '10.244.3.0', REMOTE_A));
+    r.monitor.pump();
+    assert.equal(r.monitor.armed.get(r.ifindex)?.neighbours.length, 3);
+    r.kernel.deleteNeighbour(permanentArp(r.ifindex, '10.244.1.0', REMOTE_A));
+    r.monitor.pump();
+    assert.deepEqual(
+      r.monitor.armed
+        .get(r.ifindex)
+        ?.neighbours.map((n) => n.destination)
+        .sort(),
+      ['10.244.2.0', '10.244.3.0'],
+    );
+    r.guard.close();
+  });
+
+  it('disarms once the burst is spent, then the slow path applies backoff; re-arms after the window', function () {
+    const r = rig();
+    for (let i = 1; i <= DEFAULT_FIGHT_POLICY.burst; i += 1) rewrite(r, `02:00:00:00:0f:0${i}`);
+    assert.equal(r.monitor.corrections, DEFAULT_FIGHT_POLICY.burst);
+    assert.equal(r.monitor.armed.has(r.ifindex), false, 'no immediate correction is allowed now');
+    rewrite(r, '02:00:00:00:0f:09');
+    assert.equal(r.monitor.corrections, DEFAULT_FIGHT_POLICY.burst, 'not corrected natively');
+    assert.equal(r.clock.pending().length, 1, 'a deferred correction');
+    r.clock.advance(DEFAULT_FIGHT_POLICY.windowMs * 2);
+    assert.equal(r.kernel.link(r.ifindex).mac, PINNED, 'corrected after the backoff');
+    r.monitor.pump();
+    assert.ok(r.monitor.armed.has(r.ifindex), 're-armed once the window has passed');
+    r.guard.close();
+  });
+
+  it('disarms while contested, and on release', function () {
+    const r = rig({ fight: { burst: 5, maxRewrites: 3 } });
+    for (let i = 1; i <= 3; i += 1) rewrite(r, `02:00:00:00:0f:0${i}`);
+    assert.equal(r.monitor.armed.has(r.ifindex), false);
+    assert.equal(r.guard.status()[0]?.contested, true);
+    r.kernel.rename(r.ifindex, 'eth9');
+    r.monitor.pump();
+    assert.equal(r.monitor.armed.has(r.ifindex), false);
+    assert.deepEqual(r.guard.status(), []);
+    r.guard.close();
+  });
+
+  it('a native correction that lost the device (ENODEV) is no error; one whose re-read lost the name is', function () {
+    const errors: string[] = [];
+    const r = rig();
+    r.guard.on('error', (error) => errors.push(error.code));
+    const link = r.kernel.link(r.ifindex);
+    const previous = { ...link };
+    r.monitor.emit('linkChanged', {
+      link: { ...link, mac: '02:00:00:00:0f:01' },
+      previous,
+      source: 'event',
+      kernelEvent: null,
+      correction: {
+        mac: PINNED,
+        neighbours: 0,
+        macMs: 0.1,
+        doneMs: 0.1,
+        after: null,
+        error: Object.assign(new Error('ENODEV'), { code: 'ENODEV', errno: -19 }),
+      },
+    });
+    assert.deepEqual(errors, []);
+    assert.equal(r.monitor.armed.has(r.ifindex), false, 'a vanishing device is not re-armed');
+    r.guard.close();
+
+    const s = rig();
+    const seen: string[] = [];
+    s.guard.on('error', (error) => seen.push(error.code));
+    const current = s.kernel.link(s.ifindex);
+    s.monitor.emit('linkChanged', {
+      link: { ...current, mac: '02:00:00:00:0f:01' },
+      previous: { ...current },
+      source: 'event',
+      kernelEvent: null,
+      correction: { mac: PINNED, neighbours: 2, macMs: 0.1, doneMs: 0.1, after: null },
+    });
+    assert.deepEqual(seen, ['EIO']);
+    s.guard.close();
+  });
+});
