@@ -19,6 +19,7 @@ import {
   type FlannelGuardEvents,
   type FlannelGuardOptions,
 } from './guard';
+import { doctorCommand } from './doctor/command';
 import { DEFAULT_FIGHT_POLICY } from './fight';
 import { openControl } from './oneshot';
 import { explicitMacSource } from './sources';
@@ -592,6 +593,7 @@ function program(): Command {
     .action(async (flags: CommonFlags) => {
       process.exitCode = await status(flags);
     });
+  root.addCommand(doctorCommand());
   return root;
 }
 

@@ -57,6 +57,10 @@ function strayProcesses(): string[] {
     try {
       const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
       if (!/udevd|udev-worker|tcpdump/.test(comm)) continue;
+      // Ours: started by this process (ip netns exec ... execs into them); another suite's are not.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (parent !== process.pid) continue;
       if (readlinkSync(`/proc/${entry}/ns/net`) !== ownNet) stray.push(`${entry} ${comm}`);
     } catch {
       /* exited meanwhile */

@@ -3,8 +3,8 @@ import { join } from 'node:path';
 
 import { runCommand, type ChildResult } from './node-child';
 
-/** The doctor as the CLI hosts it (see doctor-cli.ts). */
-export const DOCTOR_CLI = join(__dirname, 'doctor-cli.js');
+/** The doctor, run through the CLI's own bin. */
+export const DOCTOR_CLI = join(__dirname, '..', '..', 'lib', 'cli.js');
 
 export interface DoctorRun extends ChildResult {
   /** The parsed report when --json was given and the output parses. */

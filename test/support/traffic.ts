@@ -167,7 +167,8 @@ export async function tcpEchoFrom(
   dst: string,
   opts: { port?: number; bytes?: number; timeoutMs?: number } = {},
 ): Promise<boolean> {
-  const timeoutMs = opts.timeoutMs ?? 2000;
+  // Includes starting a Node client inside the pod, which takes a while on a busy machine.
+  const timeoutMs = opts.timeoutMs ?? 5000;
   const r = await ns.run(
     [
       process.execPath,
@@ -189,7 +190,8 @@ export async function udpEchoFrom(
   dst: string,
   opts: { port?: number; timeoutMs?: number } = {},
 ): Promise<boolean> {
-  const timeoutMs = opts.timeoutMs ?? 2000;
+  // Includes starting a Node client inside the pod, which takes a while on a busy machine.
+  const timeoutMs = opts.timeoutMs ?? 5000;
   const r = await ns.run(
     [process.execPath, '-e', UDP_CLIENT, dst, String(opts.port ?? ECHO_PORT), String(timeoutMs)],
     { allowFailure: true, timeoutMs: timeoutMs + 3000 },
