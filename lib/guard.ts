@@ -259,6 +259,11 @@ interface ManagedDevice {
   /** first-seen / pinned-at-start MAC. */
   pin: string | null;
   pinKind: 'first-seen' | 'pinned-at-start' | null;
+  /**
+   * For a device seen created: the source's answer at that moment, which
+   * describes the device it replaces until the source publishes anew.
+   */
+  staleSourceMac: string | undefined;
   createdAt: number | null;
   /** Rewrites seen since the guard took the device on. */
   rewrites: number;
@@ -671,6 +676,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       pin: this.#pinFirstSeen ? link.mac : null,
       pinKind: this.#pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
       createdAt: firstSeen ? this.#eventAt : null,
+      staleSourceMac: firstSeen ? this.#source?.desiredMac(link.name) : undefined,
       rewrites: 0,
       driftSince: null,
       vanishing: false,
@@ -719,7 +725,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const explicit = this.#explicit?.desiredMac(device.name);
     if (explicit) return { mac: explicit, kind: 'explicit' };
     const external = this.#source?.desiredMac(device.name);
-    if (external) return { mac: external, kind: 'source' };
+    // A re-created device: until the source publishes anew, its answer is the
+    // old device's MAC, and the first-seen one is what flanneld is publishing.
+    const stale =
+      external !== undefined && external === device.staleSourceMac && device.pin !== null;
+    if (external && !stale) return { mac: external, kind: 'source' };
     if (device.pin && device.pinKind) return { mac: device.pin, kind: device.pinKind };
     return null;
   }

@@ -1506,3 +1506,30 @@ describe('FlannelGuard policy: regressions', function () {
     assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
   });
 });
+
+describe('FlannelGuard policy: a source that has not caught up with a re-created device', function () {
+  afterEach(function () {
+    for (const guard of open.splice(0)) guard.close();
+  });
+
+  it('keeps the first-seen MAC until the source publishes anew, then follows the source', function () {
+    const source = new TestSource();
+    source.table.set('flannel.1', FLANNEL_MAC);
+    const r = rig({ source });
+    // flanneld re-creates the device: a new random MAC, the annotation still has the old one.
+    const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL6_MAC });
+    r.monitor.pump();
+    assert.deepEqual(r.ports.macWrites(), [], 'not set back to the old device MAC');
+    assert.equal(only(r.guard.status()).desiredMac, FLANNEL6_MAC);
+    assert.equal(only(r.guard.status()).macSource, 'first-seen');
+    // udev rewrites it: corrected to the first-seen MAC.
+    r.clock.advance(3);
+    rewrite(r, ifindex, UDEV_MAC);
+    assert.equal(r.kernel.link(ifindex).mac, FLANNEL6_MAC);
+    // flanneld publishes the new MAC, then someone publishes another: the source wins again.
+    source.set('flannel.1', FLANNEL6_MAC);
+    assert.equal(only(r.guard.status()).macSource, 'source');
+    source.set('flannel.1', SOURCE_MAC);
+    assert.equal(r.kernel.link(ifindex).mac, SOURCE_MAC);
+  });
+});
