@@ -616,7 +616,9 @@ function referenceSpec(bench: Bench, trace = false): GuardSpec {
 }
 
 function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
+  // The node options of the bin's interpreter line, as `npx flannel-guard` runs it.
   const [command, args] = scheduled(bench, process.execPath, [
+    '--no-memory-reducer',
     ...(probeOut === undefined ? [] : ['-r', PROBE]),
     CLI,
     'watch',
