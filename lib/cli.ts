@@ -245,7 +245,10 @@ class Output {
               streamWrite: (line: string) => (line.startsWith('{,') ? `{${line.slice(2)}` : line),
             },
           },
-          pino.destination({ fd: 1, sync: true }),
+          // Asynchronous: a full stdout pipe must never stall the guard's event loop
+          // (sonic-boom's synchronous mode sleeps in Atomics.wait on EAGAIN); pending
+          // lines keep the process alive until written.
+          pino.destination({ fd: 1, sync: false }),
         )
       : undefined;
   }
