@@ -43,15 +43,18 @@ function argument(name: string, fallback: number): number {
   return index >= 0 ? Number(process.argv[index + 1]) : fallback;
 }
 
-/** Runs the rewriter for `count` rounds; returns its summary line's fields. */
-function rewrite(
+/**
+ * Runs the rewriter for `count` rounds; returns its summary line's fields.
+ * Asynchronous: the guard's output has to keep being read meanwhile.
+ */
+async function rewrite(
   ns: Netns,
   ifindex: number,
   pinned: string,
   count: number,
   guardPid: number,
-): Record<string, number> {
-  const output = execFileSync(
+): Promise<Record<string, number>> {
+  const { stdout: output } = await execFileAsync(
     rewriterBinary,
     [
       '-n',
