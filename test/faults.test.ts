@@ -5,15 +5,10 @@
  * flapping the MAC every 10 ms.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 
+import { startFlood } from './support/flooder';
 import { GuardProcess } from './support/guard-process';
-import { Netns, trackChild, waitForExit } from './support/netns';
-
-const root = join(__dirname, '..', '..');
-const flooderBinary = join(root, 'build', 'bench', 'flooder');
+import { Netns } from './support/netns';
 
 interface IpLink {
   ifindex: number;
@@ -80,22 +75,15 @@ describe('faults (real kernel, netns, the CLI)', function () {
   });
 
   it('SIGTERM during a resync (a tiny buffer overrun by a flood) exits 0', async function () {
-    mkdirSync(join(root, 'build', 'bench'), { recursive: true });
-    execFileSync('cc', ['-O2', '-o', flooderBinary, join(root, 'scripts', 'bench', 'flooder.c')]);
     await ns.ipBatch(Array.from({ length: 100 }, (_, i) => `link add ifb${i} type ifb`));
-    const indexes = (await ns.ipJson<IpLink[]>('link show type ifb')).map((l) => String(l.ifindex));
+    const indexes = (await ns.ipJson<IpLink[]>('link show type ifb')).map((l) => l.ifindex);
     const guard = await start(['--no-kernel-filter', '--receive-buffer', '4096']);
-    const flooder = trackChild(
-      spawn('ip', ['netns', 'exec', ns.name, flooderBinary, '1000000', '10', ...indexes], {
-        stdio: 'ignore',
-      }),
-    );
+    const flood = startFlood(ns, indexes, 10);
     try {
       await guard.waitFor((l) => l.event === 'resync' && l.phase === 'begin', 10_000);
       assert.equal(await guard.stop('SIGTERM'), 0);
     } finally {
-      flooder.kill('SIGKILL');
-      await waitForExit(flooder, 5000);
+      await flood.stop();
     }
   });
 

@@ -6,17 +6,10 @@
  * overruns and the coalesced resync has to find the rewrite.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 
+import { startFlood } from './support/flooder';
 import { GuardProcess } from './support/guard-process';
-import { Netns, trackChild, waitForExit } from './support/netns';
-
-const root = join(__dirname, '..', '..');
-const flooderBinary = join(root, 'build', 'bench', 'flooder');
-// As fast as the flooder can go (about 150 000 changes/s on an idle 2-core machine).
-const FLOOD_RATE = 1_000_000;
+import { Netns } from './support/netns';
 const REWRITES = 5;
 
 interface IpLink {
@@ -32,8 +25,6 @@ describe('guarding through a flood of unrelated link changes (real kernel, netns
   let ifbIndexes: number[];
 
   before(async function () {
-    mkdirSync(join(root, 'build', 'bench'), { recursive: true });
-    execFileSync('cc', ['-O2', '-o', flooderBinary, join(root, 'scripts', 'bench', 'flooder.c')]);
     ns = await Netns.create('fgt-flood');
     await ns.ipBatch([
       'link add flannel.1 type vxlan id 1 dstport 8472 nolearning',
@@ -63,27 +54,7 @@ describe('guarding through a flood of unrelated link changes (real kernel, netns
         '1',
         ...(filter ? [] : ['--no-kernel-filter']),
       ]);
-      const flooder = trackChild(
-        spawn(
-          'ip',
-          [
-            'netns',
-            'exec',
-            ns.name,
-            flooderBinary,
-            String(FLOOD_RATE),
-            '8',
-            ...ifbIndexes.map(String),
-          ],
-          {
-            stdio: ['ignore', 'pipe', 'pipe'],
-          },
-        ),
-      );
-      let flooderOutput = '';
-      flooder.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-        flooderOutput += chunk;
-      });
+      const flood = startFlood(ns, ifbIndexes, 8);
       try {
         for (let round = 0; round < REWRITES; round += 1) {
           await new Promise((resolve) => setTimeout(resolve, 500));
@@ -92,15 +63,15 @@ describe('guarding through a flood of unrelated link changes (real kernel, netns
           const restored = await guard.waitFor((l) => l.event === 'restored', 5000, from);
           assert.equal(restored.mac, pinned);
         }
-        assert.ok(await waitForExit(flooder, 20_000), 'the flooder finishes');
+        assert.ok(await flood.finished(20_000), 'the flooder finishes');
       } finally {
-        flooder.kill('SIGKILL');
+        await flood.stop();
         assert.equal(await guard.stop(), 0);
       }
       // The rate reached depends on the machine (scripts/bench/flood.ts reports it); here the
       // flood only has to have happened, around the rewrites.
-      const changes = Number(/^(\d+) changes/.exec(flooderOutput)?.[1]);
-      assert.ok(changes >= 50_000, `flood: ${flooderOutput.trim()}`);
+      const changes = Number(/^(\d+) changes/.exec(flood.output())?.[1]);
+      assert.ok(changes >= 50_000, `flood: ${flood.output().trim()}`);
       const [link] = await ns.ipJson<IpLink[]>('link show flannel.1');
       assert.equal(link?.address, pinned);
       assert.match(

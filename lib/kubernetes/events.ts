@@ -24,6 +24,7 @@ import {
   type KubernetesApi,
   type StoredEvent,
 } from './client';
+import { Sleeper } from './sleeper';
 
 export const EVENT_COMPONENT = 'flannel-guard';
 
@@ -165,7 +166,7 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
   #working = false;
   #closed = false;
   #sequence = 0;
-  #sleeping: { cancel(): void } | undefined;
+  readonly #sleeper = new Sleeper();
 
   constructor(options: EventRecorderOptions) {
     super();
@@ -223,7 +224,7 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#sleeping?.cancel();
+    this.#sleeper.wake();
     for (const pending of this.#queue.splice(0)) {
       this.emit('dropped', {
         reason: 'closed',
@@ -320,7 +321,7 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
           return;
         }
         const base = Math.min(this.#retryMaxMs, this.#retryInitialMs * 2 ** (attempt - 1));
-        await this.#sleep(base / 2 + (Math.random() * base) / 2);
+        await this.#sleeper.sleep(base / 2 + (Math.random() * base) / 2);
       }
     }
   }
@@ -420,20 +421,6 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
     return allowed;
   }
 
-  #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.#sleeping = undefined;
-        resolve();
-      }, ms).unref();
-      this.#sleeping = {
-        cancel: () => {
-          clearTimeout(timer);
-          resolve();
-        },
-      };
-    });
-  }
 }
 
 // --- the guard's events --------------------------------------------------------------

@@ -36,6 +36,7 @@ import {
   type WatchEnd,
   type WatchEvent,
 } from './client';
+import { Sleeper } from './sleeper';
 
 export type SourceState = 'starting' | 'synced' | 'degraded';
 
@@ -193,7 +194,7 @@ export class KubernetesMacSource
   #expired = false;
   #watchFailure: Error | null = null;
   #stream: { abort(): void } | undefined;
-  #sleeping: { cancel(): void } | undefined;
+  readonly #sleeper = new Sleeper();
   #running = false;
   #adoptions: Promise<void> = Promise.resolve();
   #adoptToken = 0;
@@ -349,7 +350,7 @@ export class KubernetesMacSource
     if (this.#isClosed()) return;
     this.#closed = true;
     this.#stream?.abort();
-    this.#sleeping?.cancel();
+    this.#sleeper.wake();
     this.#listeners.clear();
   }
 
@@ -574,19 +575,7 @@ export class KubernetesMacSource
   }
 
   #sleep(ms: number): Promise<void> {
-    if (this.#closed) return Promise.resolve();
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.#sleeping = undefined;
-        resolve();
-      }, ms).unref();
-      this.#sleeping = {
-        cancel: () => {
-          clearTimeout(timer);
-          resolve();
-        },
-      };
-    });
+    return this.#closed ? Promise.resolve() : this.#sleeper.sleep(ms);
   }
 
   // --- adopt ------------------------------------------------------------------------

@@ -9,17 +9,14 @@
  *
  * usage: node dist/scripts/bench/flood.js [--seconds S] [--rewrites N]
  */
-import { execFile, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
+import { buildBenchTool, startFlood } from '../../test/support/flooder';
 import { GuardProcess } from '../../test/support/guard-process';
-import { Netns, destroyAll, trackChild, waitForExit } from '../../test/support/netns';
+import { Netns, destroyAll } from '../../test/support/netns';
 
 const execFileAsync = promisify(execFile);
-const root = join(__dirname, '..', '..', '..');
-const bin = join(root, 'build', 'bench');
 const DEVICES = 300;
 const NEIGHBOURS = 10;
 
@@ -44,6 +41,7 @@ interface Run {
 }
 
 async function measure(
+  rewriter: string,
   ns: Netns,
   filter: boolean,
   seconds: number,
@@ -51,9 +49,8 @@ async function measure(
 ): Promise<Run> {
   const [link] = await ns.ipJson<{ ifindex: number; address: string }[]>('link show flannel.1');
   if (!link) throw new Error('no flannel.1');
-  const ifbs = (await ns.ipJson<{ ifindex: number }[]>('link show type ifb')).map((l) =>
-    String(l.ifindex),
-  );
+
+  const ifbs = (await ns.ipJson<{ ifindex: number }[]>('link show type ifb')).map((l) => l.ifindex);
   const guard = await GuardProcess.start([
     '--netns',
     ns.name,
@@ -65,23 +62,11 @@ async function measure(
     '1',
     ...(filter ? [] : ['--no-kernel-filter']),
   ]);
-  const flooder = trackChild(
-    spawn(
-      'ip',
-      ['netns', 'exec', ns.name, join(bin, 'flooder'), '1000000', String(seconds), ...ifbs],
-      {
-        stdio: ['ignore', 'pipe', 'ignore'],
-      },
-    ),
-  );
-  let floodOutput = '';
-  flooder.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-    floodOutput += chunk;
-  });
+  const flood = startFlood(ns, ifbs, seconds);
   try {
     await new Promise((resolve) => setTimeout(resolve, 500)); // the flood is on
     const { stdout } = await execFileAsync(
-      join(bin, 'rewriter'),
+      rewriter,
       [
         '-n',
         ns.path,
@@ -102,7 +87,7 @@ async function measure(
       ],
       { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 },
     );
-    await waitForExit(flooder, (seconds + 10) * 1000);
+    await flood.finished((seconds + 10) * 1000);
     const samples = stdout
       .split('\n')
       .filter((line) => line.startsWith('sample '))
@@ -111,14 +96,14 @@ async function measure(
       .map((ns_) => ns_ / 1000);
     return {
       filter,
-      floodRate: floodOutput.trim(),
+      floodRate: flood.output().trim(),
       samples: samples.sort((a, b) => a - b),
       missed: rewrites - samples.length,
       overruns: guard.events('overrun').length,
       resyncs: guard.events('resync').filter((l) => l.phase === 'begin').length,
     };
   } finally {
-    flooder.kill('SIGKILL');
+    await flood.stop();
     await guard.stop();
   }
 }
@@ -126,10 +111,7 @@ async function measure(
 async function main(): Promise<void> {
   const seconds = argument('--seconds', 15);
   const rewrites = argument('--rewrites', 500);
-  mkdirSync(bin, { recursive: true });
-  for (const tool of ['flooder', 'rewriter']) {
-    execFileSync('cc', ['-O2', '-o', join(bin, tool), join(root, 'scripts', 'bench', `${tool}.c`)]);
-  }
+  const rewriter = buildBenchTool('rewriter');
   const ns = await Netns.create('fgt-floodb');
   try {
     await ns.ipBatch([
@@ -146,7 +128,7 @@ async function main(): Promise<void> {
       `flannel-guard under a flood: MTU flips on ${DEVICES} ifb links, a rewrite of flannel.1 every 20 ms (${rewrites}), ${NEIGHBOURS} neighbour entries`,
     );
     for (const filter of [true, false]) {
-      const run = await measure(ns, filter, seconds, rewrites);
+      const run = await measure(rewriter, ns, filter, seconds, rewrites);
       const s = run.samples;
       const fmt = (v: number): string => `${v.toFixed(0)} us`;
       console.log(
