@@ -1,11 +1,13 @@
-#!/usr/bin/env -S node --no-memory-reducer
+#!/usr/bin/env -S node --no-memory-reducer --max-semi-space-size=1
 /**
  * flannel-guard command line: `watch` runs the guard until SIGINT/SIGTERM;
  * `status` prints the managed devices once; `doctor` diagnoses the node.
  * Exit status: 0 success, 1 a failure while running, 2 a bad flag or value,
- * 77 missing privileges. The interpreter line turns V8's memory reducer off:
- * it would wake an idle guard every few seconds to shrink a heap that does
- * not grow.
+ * 77 missing privileges. The interpreter line sizes V8 for a long-running
+ * daemon with a small live set: no memory reducer (it would wake an idle
+ * guard every few seconds to shrink a heap that does not grow) and a 1 MiB
+ * young generation (scavenges stay cheap; the default lets it grow to 16 MiB
+ * of resident memory the guard never needs).
  */
 import type { EventEmitter } from 'node:events';
 import { existsSync, readFileSync } from 'node:fs';

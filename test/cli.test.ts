@@ -134,6 +134,18 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       }
     });
 
+    it('runs from the checkout as `npx flannel-guard` (the bin is executable)', async function () {
+      const { version } = JSON.parse(readFileSync(PACKAGE_JSON, 'utf8')) as { version: string };
+      const result = await runCommand(
+        ['npm', 'exec', '--offline', '--', 'flannel-guard', '--version'],
+        {
+          timeoutMs: 60_000,
+        },
+      );
+      assert.equal(result.code, 0, result.stderr);
+      assert.equal(result.stdout.trim(), version);
+    });
+
     it('--help, watch --help and status --help exit 0 and name the defaults', async function () {
       const root = await cli(['--help']);
       assert.equal(root.code, 0, root.stderr);

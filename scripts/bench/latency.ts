@@ -619,6 +619,7 @@ function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
   // The node options of the bin's interpreter line, as `npx flannel-guard` runs it.
   const [command, args] = scheduled(bench, process.execPath, [
     '--no-memory-reducer',
+    '--max-semi-space-size=1',
     ...(probeOut === undefined ? [] : ['-r', PROBE]),
     CLI,
     'watch',

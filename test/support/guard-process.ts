@@ -43,8 +43,9 @@ export class GuardProcess {
 
   /** Starts `flannel-guard watch --json ARGS` and waits for its `ready` line. */
   static async start(args: readonly string[], timeoutMs = 10_000): Promise<GuardProcess> {
+    // The bin itself, through its interpreter line, as `npx flannel-guard` runs it.
     const child = trackChild(
-      spawn(process.execPath, [CLI, 'watch', '--json', ...args], {
+      spawn(CLI, ['watch', '--json', ...args], {
         stdio: ['ignore', 'pipe', 'pipe'],
       }),
     );
