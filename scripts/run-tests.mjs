@@ -28,7 +28,11 @@ const bin = (name) => join(root, 'node_modules', '.bin', name);
 if (!existsSync(join(root, 'build', 'Release', 'flannel_guard.node'))) {
   run(bin('node-gyp'), ['rebuild', '-j', '2'], 'building the addon');
 }
-run(process.execPath, [join(root, 'scripts', 'build-ts.mjs'), '--incremental'], 'compiling TypeScript');
+run(
+  process.execPath,
+  [join(root, 'scripts', 'build-ts.mjs'), '--incremental'],
+  'compiling TypeScript',
+);
 run(
   'cmake',
   ['-S', 'native', '-B', 'build/native-tests', '-DFG_SANITIZE=ON', '-DCMAKE_BUILD_TYPE=Debug'],

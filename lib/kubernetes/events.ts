@@ -420,7 +420,6 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
     this.#buckets.set(key, bucket);
     return allowed;
   }
-
 }
 
 // --- the guard's events --------------------------------------------------------------

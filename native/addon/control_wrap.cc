@@ -142,7 +142,7 @@ Napi::Function ControlWrap::Define(Napi::Env env) {
                          InstanceMethod<&ControlWrap::GetLinkByName>("getLinkByName"),
                          InstanceMethod<&ControlWrap::SetLinkAddress>("setLinkAddress"),
                          InstanceMethod<&ControlWrap::ReplaceNeighbour>("replaceNeighbour"),
-          InstanceMethod<&ControlWrap::ReplaceNeighbours>("replaceNeighbours"),
+                         InstanceMethod<&ControlWrap::ReplaceNeighbours>("replaceNeighbours"),
                          InstanceMethod<&ControlWrap::ProbeWriteAccess>("probeWriteAccess"),
                          InstanceMethod<&ControlWrap::GetFeatures>("getFeatures"),
                          InstanceMethod<&ControlWrap::SetFeatures>("setFeatures"),
