@@ -68,6 +68,7 @@ interface WatchFlags extends CommonFlags {
   metricsAddress?: string;
   sourceTimeout: string;
   onNetnsDeleted: 'close' | 'continue';
+  allowUserNamespace?: boolean;
 }
 
 function positiveInteger(flag: string, value: string): number {
@@ -375,6 +376,7 @@ async function watch(flags: WatchFlags): Promise<number> {
   if (flags.dryRun) options.dryRun = true;
   if (!flags.kernelFilter) options.kernelFilter = false;
   options.onNetnsDeleted = flags.onNetnsDeleted;
+  if (flags.allowUserNamespace) options.allowUserNamespace = true;
   if (flags.receiveBuffer !== undefined) {
     options.receiveBuffer = positiveInteger('--receive-buffer', flags.receiveBuffer);
   }
@@ -541,6 +543,10 @@ function program(): Command {
       )
         .choices(['close', 'continue'])
         .default('close'),
+    )
+    .option(
+      '--allow-user-namespace',
+      'run inside a user namespace other than the initial one (its capabilities do not reach the node)',
     )
     .option(
       '--no-kernel-filter',

@@ -11,7 +11,7 @@
  * the desired values, so they are recognised by value and never counted.
  */
 import { EventEmitter } from 'node:events';
-import { watch } from 'node:fs';
+import { readFileSync, watch } from 'node:fs';
 import { dirname } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
@@ -85,6 +85,12 @@ export interface FlannelGuardOptions {
    * keeps guarding the devices the guard's sockets still hold.
    */
   onNetnsDeleted?: 'close' | 'continue';
+  /**
+   * Run even inside a user namespace other than the initial one (S11). Off by
+   * default: there the guard's capabilities do not reach devices the host
+   * owns, so it would be guarding a sandbox, not the node.
+   */
+  allowUserNamespace?: boolean;
 }
 
 export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
@@ -347,8 +353,30 @@ function netnsWatcher(path: string): GuardInternals['watchNetns'] {
   };
 }
 
+/** The process's uid mapping when it runs in a user namespace other than the initial one. */
+export function userNamespaceMapping(
+  uidMap = readFileSync('/proc/self/uid_map', 'utf8'),
+): string | null {
+  const mapping = uidMap.trim().split(/\s+/).join(' ');
+  return mapping === '0 0 4294967295' ? null : mapping;
+}
+
 /** The real sockets: a request socket (checked for write access) and a LinkMonitor. */
 function openInternals(options: FlannelGuardOptions): GuardInternals {
+  const mapping = options.allowUserNamespace ? null : userNamespaceMapping();
+  if (mapping !== null) {
+    throw Object.assign(
+      new Error(
+        `EPERM: running inside a user namespace (uid_map "${mapping}"): its capabilities do not reach the node's own devices; allow it explicitly (--allow-user-namespace) to guard this namespace anyway`,
+      ),
+      {
+        code: 'EPERM',
+        errno: -1,
+        syscall: 'userns',
+        capability: 'CAP_NET_ADMIN in the initial user namespace',
+      },
+    );
+  }
   const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
   const ports = controlPorts(
     new binding.Control(

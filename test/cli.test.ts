@@ -512,6 +512,18 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       assert.equal(await txChecksum('flannel.1'), 'on');
     });
 
+    it('S11: inside an unprivileged user namespace it refuses (77) unless --allow-user-namespace', async function () {
+      const userns = ['unshare', '--user', '--map-root-user', '--net', process.execPath, CLI_PATH];
+      const refused = await runCommand([...userns, 'watch', '--json'], { timeoutMs: 15_000 });
+      assert.equal(refused.code, 77, refused.stderr);
+      assert.match(refused.stderr, /inside a user namespace \(uid_map "0 0 1"\)/);
+      assert.match(refused.stderr, /--allow-user-namespace/);
+      const allowed = startCommand([...userns, 'watch', '--json', '--allow-user-namespace']);
+      await allowed.waitForLine((line) => line.includes('"event":"ready"'));
+      allowed.child.kill('SIGTERM');
+      assert.equal((await allowed.exited).code, 0);
+    });
+
     it('--netns without CAP_SYS_ADMIN exits 77 naming CAP_SYS_ADMIN (watch and status)', async function () {
       for (const command of ['watch', 'status']) {
         const result = await cli(

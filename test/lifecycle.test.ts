@@ -17,6 +17,7 @@ import type { ErrorReport } from './support/lifecycle-child';
 import type { WorkerMessage, WorkerTask } from './support/lifecycle-worker';
 import { delay, Netns } from './support/netns';
 import {
+  LIB_INDEX,
   LIFECYCLE_CHILD,
   jsonLines,
   runCommand,
@@ -567,6 +568,55 @@ describe('native core lifecycle (real kernel, netns)', function () {
     }
     const CAP_NET_ADMIN = 12n;
     const CAP_SYS_ADMIN = 21n;
+
+    it('N3: a receive buffer above rmem_max: forced with CAP_NET_ADMIN, else capped with a warning, never a failure', async function () {
+      const ns = await netns();
+      const script = `
+        const { LinkMonitor } = require(${JSON.stringify(LIB_INDEX)});
+        const monitor = new LinkMonitor({ netns: ${JSON.stringify(ns.name)}, receiveBuffer: 64 * 1024 * 1024 });
+        const warnings = [];
+        monitor.on('warning', (w) => warnings.push(w));
+        monitor.ready().then(() => {
+          console.log(JSON.stringify({ receiveBuffer: monitor.stats().receiveBuffer, warnings }));
+          monitor.close();
+        });`;
+      const rmemMax = Number((await ns.readFile('/proc/sys/net/core/rmem_max')).trim());
+      const privileged = await runCommand([process.execPath, '-e', script]);
+      assert.equal(privileged.code, 0, privileged.stderr);
+      const forced = JSON.parse(privileged.stdout) as {
+        receiveBuffer: number;
+        warnings: unknown[];
+      };
+      assert.equal(
+        forced.receiveBuffer,
+        2 * 64 * 1024 * 1024,
+        'SO_RCVBUFFORCE, doubled by the kernel',
+      );
+      assert.deepEqual(forced.warnings, []);
+
+      const capped = await runCommand([
+        ...withoutCapability('net_admin'),
+        process.execPath,
+        '-e',
+        script,
+      ]);
+      assert.equal(capped.code, 0, capped.stderr);
+      const degraded = JSON.parse(capped.stdout) as {
+        receiveBuffer: number;
+        warnings: { code: string; message: string }[];
+      };
+      assert.equal(
+        degraded.receiveBuffer,
+        2 * rmemMax,
+        'read back: plain SO_RCVBUF, capped by rmem_max',
+      );
+      assert.equal(degraded.warnings.length, 1);
+      assert.equal(degraded.warnings[0]?.code, 'EDEGRADED');
+      assert.match(
+        degraded.warnings[0]?.message ?? '',
+        /SO_RCVBUFFORCE failed \(EPERM\).*rmem_max/,
+      );
+    });
 
     it('without CAP_NET_ADMIN every write fails with EPERM naming CAP_NET_ADMIN, and reads still work', async function () {
       const ns = await netns();

@@ -149,6 +149,11 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   }
   poll->handle.data = poll.get();
   poll_ = poll.release();
+  // What opening had to settle for (a smaller receive buffer, no extended
+  // ACKs) reaches JS with the first batch, as warnings.
+  for (const std::string& warning : poll_->core->warnings()) {
+    pending_.push_back(WarningItem{"EDEGRADED", warning});
+  }
   napi_add_async_cleanup_hook(env, &MonitorWrap::OnTeardown, poll_, &poll_->teardownHook);
 
   onBatch_ = Napi::Persistent(info[1].As<Napi::Function>());
