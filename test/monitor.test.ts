@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 
 import { LinkMonitor } from '../lib/monitor';
+import { getLinks } from '../lib/oneshot';
 import { binding } from '../lib/binding';
 import { Netns } from './support/netns';
 import { collectEvents, nextEvent } from './support/events';
@@ -283,6 +284,54 @@ describe('LinkMonitor (real kernel, netns)', function () {
     await ns.ip('link set ifb2 mtu 1200');
     await unfiltered;
     changes.stop();
+  });
+
+  it('N9: dumps of 1000 links under add/delete churn stay whole (NLM_F_DUMP_INTR walked again)', async function () {
+    this.timeout(120_000);
+    await ns.ipBatch(Array.from({ length: 1000 }, (_, i) => `link add base${i} type ifb`));
+    const churn = ns.spawn(['ip', '-batch', '-'], { stdio: ['pipe', 'ignore', 'ignore'] });
+    const lines: string[] = [];
+    for (let i = 0; i < 1500; i += 1)
+      lines.push(`link add churn${i} type ifb`, `link del churn${i}`);
+    churn.stdin?.end(`${lines.join('\n')}\n`);
+    const m = await open();
+    try {
+      let dumps = 0;
+      while (churn.exitCode === null && dumps < 50) {
+        const links = await getLinks({ netns: ns.name });
+        const indexes = links.map((l) => l.ifindex);
+        assert.equal(new Set(indexes).size, indexes.length, 'no device twice');
+        assert.equal(
+          links.filter((l) => l.name.startsWith('base')).length,
+          1000,
+          'no device missing',
+        );
+        const resynced = nextEvent(m, 'resync', (e) => e.phase === 'end', 30_000);
+        m.resync();
+        await resynced;
+        dumps += 1;
+      }
+      assert.ok(dumps > 0);
+    } finally {
+      churn.kill('SIGKILL');
+    }
+    await settled(m);
+    const resynced = nextEvent(
+      m,
+      'resync',
+      (e) => e.phase === 'end' && e.consistent === true,
+      30_000,
+    );
+    m.resync();
+    await resynced;
+    const kernel = (await ns.ipJson<IpLink[]>('link show')).map((l) => l.ifindex).sort();
+    assert.deepEqual(
+      m
+        .links()
+        .map((l) => l.ifindex)
+        .sort(),
+      kernel,
+    );
   });
 
   it('yields events through async iteration and ends on abort', async function () {
