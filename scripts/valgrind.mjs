@@ -3,6 +3,11 @@
 // child processes run natively) and fails on memory errors or definite
 // leaks. Default: the addon's integration suites. Needs root for the netns.
 //
+// Left out under valgrind: the N9 churn test, which races a native `ip -batch`
+// against dumps and cannot win at valgrind's speed (its dump path is the one
+// every other test exercises). V8's conservative stack scan reads
+// uninitialised stack slots on purpose; valgrind.supp silences exactly that.
+//
 // usage: node scripts/valgrind.mjs [dist/test/FILE.test.js ...]
 import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
@@ -20,6 +25,7 @@ const result = spawnSync(
     '--show-leak-kinds=definite',
     '--errors-for-leak-kinds=definite',
     '--error-exitcode=97',
+    `--suppressions=${join(root, 'scripts', 'valgrind.supp')}`,
     process.execPath,
     join(root, 'node_modules', 'mocha', 'bin', 'mocha.js'),
     '--no-config',
@@ -27,6 +33,9 @@ const result = spawnSync(
     'dist/test/support/netns.js',
     '--timeout',
     '600000',
+    '--grep',
+    'N9:',
+    '--invert',
     ...suites,
   ],
   { cwd: root, encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 },
