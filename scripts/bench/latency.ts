@@ -33,12 +33,14 @@
  * chrt: on a machine shared with other work, their latency is their own.
  * The rewriter busy-polls while it waits for a correction (no sleeper for the
  * guard's notifications to wake, so the guard's CPU time is its own);
- * --rewriter-sleeps makes it sleep in poll() instead.
+ * --rewriter-sleeps makes it sleep in poll() instead. On two or more CPUs
+ * the guards run pinned to CPU 0 and the rewriter to CPU 1 (see scheduled());
+ * --no-pin leaves placement to the kernel.
  *
  * Usage: node dist/scripts/bench/latency.js [--rewrites N] [--warmup N]
  *   [--interval-ms MS] [--neighbours K] [--links L] [--idle-seconds S]
  *   [--startups N] [--timeout-ms MS] [--b2b-gap-us US] [--breakdown] [--realtime]
- *   [--rewriter-sleeps]
+ *   [--rewriter-sleeps] [--no-pin]
  */
 import { spawn, spawnSync } from 'node:child_process';
 import {
@@ -52,7 +54,7 @@ import {
   rmSync,
   watch,
 } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
@@ -90,12 +92,13 @@ interface Options {
   breakdown: boolean;
   realtime: boolean;
   rewriterSleeps: boolean;
+  pinCpus: boolean;
 }
 
 const USAGE =
   'usage: latency.js [--rewrites N] [--warmup N] [--interval-ms MS] [--neighbours K] [--links L]\n' +
   '                  [--idle-seconds S] [--startups N] [--timeout-ms MS] [--b2b-gap-us US]\n' +
-  '                  [--breakdown] [--realtime] [--rewriter-sleeps]';
+  '                  [--breakdown] [--realtime] [--rewriter-sleeps] [--no-pin]';
 
 function parseOptions(argv: string[]): Options {
   const options: Options = {
@@ -111,6 +114,7 @@ function parseOptions(argv: string[]): Options {
     breakdown: false,
     realtime: false,
     rewriterSleeps: false,
+    pinCpus: availableParallelism() >= 2,
   };
   const numeric: Record<string, [keyof Options, number, number]> = {
     '--rewrites': ['rewrites', 1, 100_000],
@@ -133,6 +137,10 @@ function parseOptions(argv: string[]): Options {
     const booleanOption = booleans[flag];
     if (booleanOption) {
       options[booleanOption] = true;
+      continue;
+    }
+    if (flag === '--no-pin') {
+      options.pinCpus = false;
       continue;
     }
     if (flag === '--help' || flag === '-h') {
@@ -590,17 +598,25 @@ async function linkCount(bench: Bench): Promise<number> {
 /**
  * The command line, under SCHED_FIFO with --realtime: the guards at 50, the
  * rewriter at 49, so that a guard (and its helper threads) always preempts the
- * busy-polling rewriter rather than waiting behind it.
+ * busy-polling rewriter rather than waiting behind it. Pinned (the default on
+ * two or more CPUs): the guards on CPU 0, the rewriter on CPU 1. Unpinned, the
+ * kernel wakes the rewriter on the CPU of the guard whose write woke it, and
+ * the rewriter sees the MAC back only once the guard has finished all the
+ * rest of its work (reporting, bookkeeping) and left that CPU: the figure
+ * then measures the guard's whole event handling, not the correction.
  */
 function scheduled(
   bench: Bench,
   command: string,
   args: string[],
-  priority = 50,
+  role: 'guard' | 'rewriter' = 'guard',
 ): [string, string[]] {
-  return bench.options.realtime
-    ? ['chrt', ['-f', String(priority), command, ...args]]
+  const realtime: [string, string[]] = bench.options.realtime
+    ? ['chrt', ['-f', role === 'guard' ? '50' : '49', command, ...args]]
     : [command, args];
+  if (!bench.options.pinCpus) return realtime;
+  const [program, programArgs] = realtime;
+  return ['taskset', ['-c', role === 'guard' ? '0' : '1', program, ...programArgs]];
 }
 
 function referenceSpec(bench: Bench, trace = false): GuardSpec {
@@ -697,7 +713,7 @@ async function rewrite(
       '-r',
       String(bench.runs & 0xff),
     ],
-    49,
+    'rewriter',
   );
   const child = trackChild(spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] }));
   let stdout = '';
@@ -1299,6 +1315,7 @@ function report(
       `back-to-back: next rewrite once MAC and entries are back and the guard's main thread sleeps again, ` +
       `at least ${options.gapUs} us after the previous one); ` +
       `${options.realtime ? 'SCHED_FIFO: guards 50, rewriter 49' : 'default scheduling'}; ` +
+      `${options.pinCpus ? 'guards pinned to CPU 0, rewriter to CPU 1' : 'not pinned'}; ` +
       `rewriter ${options.rewriterSleeps ? 'sleeps in poll' : 'busy-polls'} while it waits; ${CLOCK_TICKS} clock ticks/s`,
   );
   out.push('');
