@@ -10,7 +10,7 @@
  * of resident memory the guard never needs).
  */
 import type { EventEmitter } from 'node:events';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, write } from 'node:fs';
 import { join } from 'node:path';
 
 import { Command, CommanderError, Option } from 'commander';
@@ -220,6 +220,65 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
 };
 
 /**
+ * pino's destination for `watch --json`: lines logged within one turn of the
+ * event loop (a rewrite and its correction are two) go out in one write, so
+ * that each event costs the guard one write, not one per line. Asynchronous:
+ * a full stdout pipe must never stall the guard's event loop; pending lines
+ * keep the process alive until written.
+ */
+class LineSink {
+  #pending: string[] = [];
+  #scheduled = false;
+  #writing = false;
+  #broken = false;
+
+  constructor(readonly fd: number) {}
+
+  write(line: string): boolean {
+    if (this.#broken) return false;
+    this.#pending.push(line);
+    if (!this.#scheduled && !this.#writing) {
+      this.#scheduled = true;
+      setImmediate(() => {
+        this.#scheduled = false;
+        this.#flush();
+      });
+    }
+    return true;
+  }
+
+  #flush(): void {
+    if (this.#writing || this.#pending.length === 0) return;
+    const chunk = this.#pending.join('');
+    this.#pending = [];
+    this.#writing = true;
+    this.#writeFrom(Buffer.from(chunk));
+  }
+
+  #writeFrom(buffer: Buffer): void {
+    write(this.fd, buffer, 0, buffer.length, null, (error, written) => {
+      if (error?.code === 'EAGAIN') {
+        setTimeout(() => this.#writeFrom(buffer), 10);
+        return;
+      }
+      if (error) {
+        // stdout is gone (EPIPE, EBADF): nothing more can be said there.
+        this.#broken = true;
+        this.#pending = [];
+        this.#writing = false;
+        return;
+      }
+      if (written < buffer.length) {
+        this.#writeFrom(buffer.subarray(written));
+        return;
+      }
+      this.#writing = false;
+      this.#flush();
+    });
+  }
+}
+
+/**
  * Where `watch` writes: with --json one JSON object per line through pino,
  * field `event` first, then `time` (ISO 8601) and `level`; otherwise
  * readable lines. Lines other than guard events wait until `ready` has been
@@ -248,10 +307,7 @@ class Output {
               streamWrite: (line: string) => (line.startsWith('{,') ? `{${line.slice(2)}` : line),
             },
           },
-          // Asynchronous: a full stdout pipe must never stall the guard's event loop
-          // (sonic-boom's synchronous mode sleeps in Atomics.wait on EAGAIN); pending
-          // lines keep the process alive until written.
-          pino.destination({ fd: 1, sync: false }),
+          new LineSink(1),
         )
       : undefined;
   }

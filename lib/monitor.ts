@@ -224,6 +224,13 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   #neighbours = new Map<string, NeighbourInfo>();
   /** Devices whose last change flushes their neighbour entries: the DELNEIGHs that follow it. */
   #flushing = new Set<number>();
+  /**
+   * What each device is armed with in the native layer, as a key: the guard
+   * re-arms after every event that may change it, and most of those (the
+   * echoes of a correction) change nothing, so an unchanged target is not
+   * sent again. Dropped whenever the native layer drops its own copy.
+   */
+  #armed = new Map<number, string>();
   /** Keys reported since the current resync began; undefined outside a resync. */
   #seenLinks: Set<number> | undefined;
   #seenNeighbours: Set<string> | undefined;
@@ -369,16 +376,24 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     ifindex: number,
     target: { name: string; mac: string; neighbours: readonly NeighbourInfo[] },
   ): void {
+    const restorable = target.neighbours.filter(
+      (entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null,
+    );
+    let key = `${target.name}|${target.mac}`;
+    for (const entry of restorable) {
+      key += `|${neighbourKey(entry)}=${entry.lladdr}/${entry.state}/${entry.flags}`;
+    }
+    if (this.#armed.get(ifindex) === key) return;
     this.#native.arm(ifindex, {
       name: target.name,
       mac: macBytes(target.mac),
-      neighbours: target.neighbours.flatMap((entry) =>
-        entry.lladdr === null ? [] : [toRawNeighbourEntry({ ...entry, lladdr: entry.lladdr })],
-      ),
+      neighbours: restorable.map((entry) => toRawNeighbourEntry(entry)),
     });
+    this.#armed.set(ifindex, key);
   }
 
   disarm(ifindex: number): void {
+    this.#armed.delete(ifindex);
     this.#native.disarm(ifindex);
   }
 
@@ -540,6 +555,11 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   #onLink(raw: RawLink, fromDump: boolean, correction: RawCorrection | undefined): void {
     this.#seenLinks?.add(raw.ifindex);
     const previous = this.#links.get(raw.ifindex);
+    // The native layer's armed correction is one-shot, and dropped for a device
+    // gone or renamed: forget the key with it, so that the next arm() is sent.
+    if (correction || raw.deleted || (previous !== undefined && previous.name !== raw.name)) {
+      this.#armed.delete(raw.ifindex);
+    }
     if (raw.deleted) {
       this.#flushing.delete(raw.ifindex);
       this.#seenLinks?.delete(raw.ifindex);

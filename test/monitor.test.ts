@@ -128,6 +128,40 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(event.link.mac, '0e:00:00:00:00:42');
   });
 
+  it('an armed correction answers one MAC change natively; the same target armed again answers the next', async function () {
+    const pinned = '0e:00:00:00:00:01';
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip(`link set vx1 address ${pinned} up`);
+    await ns.ip('neigh replace 198.18.0.1 lladdr 0e:00:00:00:00:aa dev vx1 nud permanent');
+    const m = await open();
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    const target = {
+      name: 'vx1',
+      mac: pinned,
+      neighbours: m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet'),
+    };
+    assert.equal(target.neighbours.length, 1);
+    for (const foreign of ['0e:00:00:00:00:02', '0e:00:00:00:00:03']) {
+      // Armed after every event, as the guard does: unchanged targets are not re-sent,
+      // but one that fired must be.
+      m.arm(link.ifindex, target);
+      m.arm(link.ifindex, target);
+      const changed = nextEvent(m, 'linkChanged', (e) => e.link.mac === foreign);
+      await ns.ip(`link set vx1 address ${foreign}`);
+      const [event] = await changed;
+      assert.equal(event.correction?.mac, pinned, `the change to ${foreign} was answered natively`);
+      assert.equal(event.correction.neighbours, 1);
+      const shown = await ns.ipJson<IpLink[]>('link show vx1');
+      assert.equal(shown[0]?.address, pinned);
+    }
+    // Fired and not armed again: the next change stays unanswered.
+    const unanswered = nextEvent(m, 'linkChanged', (e) => e.link.mac === '0e:00:00:00:00:04');
+    await ns.ip('link set vx1 address 0e:00:00:00:00:04');
+    const [last] = await unanswered;
+    assert.equal(last.correction, undefined);
+  });
+
   it('treats a device deleted and re-created under the same index as a new device', async function () {
     await ns.ip('link add ifb3 index 50 type ifb');
     const m = await open();
