@@ -44,24 +44,6 @@ function linesOf(child: RunningChild): CliLine[] {
   return jsonLines<CliLine>(child.stdout);
 }
 
-/** Resolves with the first JSON line (from index `from`) satisfying `predicate`. */
-async function waitForJson(
-  child: RunningChild,
-  predicate: (line: CliLine) => boolean,
-  timeoutMs = 10_000,
-  from = 0,
-): Promise<CliLine> {
-  let index = -1;
-  await child.waitForLine(() => {
-    const lines = linesOf(child);
-    index = lines.findIndex((line, i) => i >= from && predicate(line));
-    return index >= 0;
-  }, timeoutMs);
-  const line = linesOf(child)[index];
-  assert.ok(line);
-  return line;
-}
-
 function collapse(text: string): string {
   return text.replace(/\s+/g, ' ');
 }
@@ -368,7 +350,7 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       const original = await macOf('flannel.1');
       assert.ok(original);
       const child = watch(['--netns', ns.name]);
-      const ready = await waitForJson(child, (l) => l.event === 'ready');
+      const ready = await child.waitForJson<CliLine>((l) => l.event === 'ready');
       assert.equal(linesOf(child)[0]?.event, 'ready', 'ready is the first line');
       assert.equal(ready.netns, ns.name);
       assert.equal(ready.dryRun, false);
@@ -377,18 +359,22 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
         devices.map((d) => [d.name, d.mac, d.desiredMac]),
         [['flannel.1', original, original]],
       );
-      await waitForJson(child, (l) => l.event === 'offload' && l.written === true);
+      await child.waitForJson<CliLine>((l) => l.event === 'offload' && l.written === true);
       assert.equal(await txChecksum('flannel.1'), 'off', 'the default offload policy is applied');
 
       const from = linesOf(child).length;
       await ns.ip('link set flannel.1 address 02:00:00:00:12:34');
-      const rewrite = await waitForJson(child, (l) => l.event === 'rewrite', 10_000, from);
+      const rewrite = await child.waitForJson<CliLine>((l) => l.event === 'rewrite', 10_000, from);
       assert.equal(rewrite.device, 'flannel.1');
       assert.equal(rewrite.mac, '02:00:00:00:12:34');
       assert.equal(rewrite.previous, original);
       assert.equal(rewrite.expected, original);
       assert.equal(rewrite.dryRun, false);
-      const restored = await waitForJson(child, (l) => l.event === 'restored', 10_000, from);
+      const restored = await child.waitForJson<CliLine>(
+        (l) => l.event === 'restored',
+        10_000,
+        from,
+      );
       assert.equal(restored.device, 'flannel.1');
       assert.equal(restored.mac, original);
       assert.equal(restored.neighbours, 2);
@@ -413,12 +399,12 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
 
     it('SIGTERM also ends it with exit 0', async function () {
       const child = watch(['--netns', ns.name, '--offload', 'none']);
-      await waitForJson(child, (l) => l.event === 'ready');
+      await child.waitForJson<CliLine>((l) => l.event === 'ready');
       // A correction handled in a later turn shows the guard is fully up (see the report about
       // signals sent right after the ready line).
       const from = linesOf(child).length;
       await ns.ip('link set flannel.1 address 02:00:00:00:12:36');
-      await waitForJson(child, (l) => l.event === 'restored', 10_000, from);
+      await child.waitForJson<CliLine>((l) => l.event === 'restored', 10_000, from);
       child.child.kill('SIGTERM');
       const result = await child.exited;
       assert.equal(result.signal, null, 'not killed by the signal');
@@ -430,7 +416,7 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       it(`${signal} sent the moment the ready line appears still exits 0`, async function () {
         for (let round = 0; round < 5; round += 1) {
           const child = watch(['--netns', ns.name]);
-          await waitForJson(child, (l) => l.event === 'ready');
+          await child.waitForJson<CliLine>((l) => l.event === 'ready');
           child.child.kill(signal);
           const result = await child.exited;
           assert.equal(result.signal, null, `round ${round}: killed by ${signal}`);
@@ -445,12 +431,16 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       try {
         const changes = collectEvents(monitor, 'linkChanged');
         const child = watch(['--netns', ns.name, '--dry-run']);
-        const ready = await waitForJson(child, (l) => l.event === 'ready');
+        const ready = await child.waitForJson<CliLine>((l) => l.event === 'ready');
         assert.equal(ready.dryRun, true);
 
         const from = linesOf(child).length;
         await ns.ip('link set flannel.1 address 02:00:00:00:12:35');
-        const rewrite = await waitForJson(child, (l) => l.event === 'rewrite', 10_000, from);
+        const rewrite = await child.waitForJson<CliLine>(
+          (l) => l.event === 'rewrite',
+          10_000,
+          from,
+        );
         assert.equal(rewrite.mac, '02:00:00:00:12:35');
         assert.equal(rewrite.expected, original);
         assert.equal(rewrite.dryRun, true);

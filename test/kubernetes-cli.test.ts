@@ -93,23 +93,6 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     return child;
   }
 
-  async function waitForJson(
-    child: RunningChild,
-    predicate: (line: Line) => boolean,
-    timeoutMs = 15_000,
-  ): Promise<Line> {
-    await child.waitForLine((text) => {
-      try {
-        return predicate(JSON.parse(text) as Line);
-      } catch {
-        return false;
-      }
-    }, timeoutMs);
-    const found = jsonLines<Line>(child.stdout).find(predicate);
-    assert.ok(found);
-    return found;
-  }
-
   it('bad Kubernetes flags exit 2 with one line, before touching anything', async function () {
     const env = { ...process.env, NODE_NAME: '', KUBECONFIG: '', KUBERNETES_SERVICE_HOST: '' };
     const cases: [string[], RegExp][] = [
@@ -187,15 +170,14 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     assert.equal(body.source.problem, 'api-unreachable');
     assert.equal((await httpGet(`${base}/healthz`)).status, 200, 'alive meanwhile');
 
-    const ready = await waitForJson(child, (l) => l.event === 'ready');
+    const ready = await child.waitForJson<Line>((l) => l.event === 'ready');
     assert.ok(Date.now() - started >= 1400, 'waited for the first read of the Node');
     assert.equal(jsonLines<Line>(child.stdout)[0]?.event, 'ready', 'ready is the first line');
     const device = (ready.devices as { macSource: string; desiredMac: string }[])[0];
     assert.equal(device?.macSource, 'pinned-at-start');
     assert.equal(device.desiredMac, DEVICE_MAC);
     assert.equal((ready.source as { state: string }).state, 'degraded');
-    const degraded = await waitForJson(
-      child,
+    const degraded = await child.waitForJson<Line>(
       (l) => l.event === 'source' && l.state === 'degraded',
     );
     assert.equal(degraded.problem, 'api-unreachable');
@@ -203,8 +185,10 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
 
     // The API server comes back: the annotation is read and the device brought to it.
     await fake.restart();
-    await waitForJson(child, (l) => l.event === 'source' && l.state === 'synced', 30_000);
-    const restored = await waitForJson(child, (l) => l.event === 'restored' && l.mac === PUBLISHED);
+    await child.waitForJson<Line>((l) => l.event === 'source' && l.state === 'synced', 30_000);
+    const restored = await child.waitForJson<Line>(
+      (l) => l.event === 'restored' && l.mac === PUBLISHED,
+    );
     assert.equal(restored.neighbours, 1);
     const [link] = await ns.ipJson<{ address: string }[]>(['link', 'show', 'flannel.1']);
     assert.equal(link?.address, PUBLISHED);

@@ -26,13 +26,7 @@ import { join } from 'node:path';
 import { loadClientNode } from '../lib/kubernetes/client';
 import type { JsonObject, RequestRecord } from './support/fake-apiserver';
 import { Netns, tempDirPrefix } from './support/netns';
-import {
-  CLI_PATH,
-  inNetns,
-  jsonLines,
-  startCommand,
-  type RunningChild,
-} from './support/node-child';
+import { CLI_PATH, inNetns, startCommand, type RunningChild } from './support/node-child';
 import { parseExposition, valueOf } from './support/prometheus';
 
 const ROOT = join(__dirname, '..', '..');
@@ -115,23 +109,6 @@ async function getInside(ns: Netns, url: string): Promise<{ status: number; body
 interface Line {
   event: string;
   [field: string]: unknown;
-}
-
-async function waitForJson(
-  child: RunningChild,
-  predicate: (line: Line) => boolean,
-  timeoutMs = 15_000,
-): Promise<Line> {
-  await child.waitForLine((text) => {
-    try {
-      return predicate(JSON.parse(text) as Line);
-    } catch {
-      return false;
-    }
-  }, timeoutMs);
-  const found = jsonLines<Line>(child.stdout).find(predicate);
-  assert.ok(found);
-  return found;
 }
 
 describe('deploy/: manifests, and the guard run as the DaemonSet runs it', function () {
@@ -315,7 +292,7 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
 
     it('revert (the default): probes answer, a rewrite is corrected with NET_ADMIN alone', async function () {
       guard = start();
-      const ready = await waitForJson(guard, (l) => l.event === 'ready');
+      const ready = await guard.waitForJson<Line>((l) => l.event === 'ready');
       assert.equal(ready.metrics, '127.0.0.1:9464');
       assert.equal((ready.source as JsonObject).state, 'synced');
       assert.equal((ready.devices as JsonObject[])[0]?.macSource, 'source');
@@ -326,7 +303,7 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
         assert.equal(answer.status, 200, `${path}: ${answer.body}`);
       }
       await ns.ip(['link', 'set', 'flannel.1', 'address', '02:00:00:00:d5:02']);
-      const restored = await waitForJson(guard, (l) => l.event === 'restored');
+      const restored = await guard.waitForJson<Line>((l) => l.event === 'restored');
       assert.equal(restored.mac, MAC);
       assert.equal(restored.neighbours, 1);
       const [link] = await ns.ipJson<{ address: string }[]>(['link', 'show', 'flannel.1']);
@@ -338,13 +315,13 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
 
     it('adopt: the annotation is patched; every request of both runs is allowed by deploy/rbac.yaml', async function () {
       guard = start(['--strategy=adopt']);
-      await waitForJson(guard, (l) => l.event === 'ready');
+      await guard.waitForJson<Line>((l) => l.event === 'ready');
       const mac = '02:00:00:00:d5:03';
       await ns.ip(['link', 'set', 'flannel.1', 'address', mac]);
-      const adopted = await waitForJson(guard, (l) => l.event === 'adopted');
+      const adopted = await guard.waitForJson<Line>((l) => l.event === 'adopted');
       assert.equal(adopted.mac, mac);
       assert.equal(adopted.previous, MAC);
-      await waitForJson(guard, (l) => l.event === 'annotation' && l.result === 'stored');
+      await guard.waitForJson<Line>((l) => l.event === 'annotation' && l.result === 'stored');
       const metrics = parseExposition((await getInside(ns, 'http://127.0.0.1:9464/metrics')).body);
       assert.equal(valueOf(metrics, 'flannel_guard_adoptions_total', { device: 'flannel.1' }), 1);
       guard.child.kill('SIGTERM');

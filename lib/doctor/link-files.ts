@@ -43,18 +43,6 @@ export interface HostFacts {
 export type MacPolicy = 'persistent' | 'random' | 'none';
 
 const MATCH_LISTS = ['MACAddress', 'PermanentMACAddress', 'Path', 'Driver', 'Type', 'Kind'];
-const MATCH_KEYS = new Set([
-  ...MATCH_LISTS,
-  'OriginalName',
-  'Property',
-  'Host',
-  'Virtualization',
-  'KernelCommandLine',
-  'KernelVersion',
-  'Credential',
-  'Architecture',
-  'Firmware',
-]);
 const CONDITIONS = [
   'Host',
   'Virtualization',
@@ -65,6 +53,7 @@ const CONDITIONS = [
   'Firmware',
 ] as const;
 type ConditionName = (typeof CONDITIONS)[number];
+const MATCH_KEYS = new Set<string>([...MATCH_LISTS, 'OriginalName', 'Property', ...CONDITIONS]);
 
 export interface LinkFile {
   name: string;

@@ -46,7 +46,6 @@ import { spawn, spawnSync } from 'node:child_process';
 import {
   closeSync,
   existsSync,
-  mkdirSync,
   openSync,
   readFileSync,
   readSync,
@@ -66,14 +65,14 @@ import {
   trackChild,
   waitForExit,
 } from '../../test/support/netns';
+import { BENCH_BIN, buildBenchTool } from '../../test/support/flooder';
 import { PROBE_MARKS } from './probe-marks';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const CLI = join(ROOT, 'dist', 'lib', 'cli.js');
 const PROBE = join(__dirname, 'probe.js');
-const BIN_DIR = join(ROOT, 'build', 'bench');
-const REFERENCE = join(BIN_DIR, 'reference-guard');
-const REWRITER = join(BIN_DIR, 'rewriter');
+const REFERENCE = join(BENCH_BIN, 'reference-guard');
+const REWRITER = join(BENCH_BIN, 'rewriter');
 const VTEP = 'flannel.1';
 const PINNED = '0e:f1:a2:00:00:01';
 
@@ -1434,22 +1433,11 @@ function report(
 
 // --- main -----------------------------------------------------------------------------------
 
-function compile(): void {
-  mkdirSync(BIN_DIR, { recursive: true });
-  for (const name of ['reference-guard', 'rewriter']) {
-    const source = join(ROOT, 'scripts', 'bench', `${name}.c`);
-    const result = spawnSync('cc', ['-O2', '-Wall', '-o', join(BIN_DIR, name), source], {
-      encoding: 'utf8',
-    });
-    if (result.status !== 0) throw new Error(`cc ${source}: ${result.stderr || result.error}`);
-  }
-}
-
 async function main(): Promise<void> {
   const options = parseOptions(process.argv.slice(2));
   if (process.getuid?.() !== 0) throw new Error('needs root (network namespaces, CAP_NET_ADMIN)');
   if (!existsSync(CLI)) throw new Error(`${CLI} missing: run tsc -p tsconfig.json first`);
-  compile();
+  for (const tool of ['reference-guard', 'rewriter']) buildBenchTool(tool);
   const started = performance.now();
   const notes: string[] = [];
   const loadAtStart = loadAverage();

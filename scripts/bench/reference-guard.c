@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-util.h"
+
 #define MAX_NEIGHBOURS 4096
 #define MAX_TRACES 1000000
 
@@ -58,12 +60,6 @@ static int64_t (*traces)[3];
 static long traceCount;
 static int64_t wokeAt;
 
-static int64_t now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void onSignal(int signo) {
   (void)signo;
   stopping = 1;
@@ -72,16 +68,6 @@ static void onSignal(int signo) {
 static __attribute__((noreturn)) void die(const char* what) {
   fprintf(stderr, "reference-guard: %s: %s\n", what, strerror(errno));
   exit(1);
-}
-
-static int parseMac(const char* text, uint8_t mac[6]) {
-  unsigned int b[6];
-  char tail;
-  if (sscanf(text, "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &tail) !=
-      6)
-    return -1;
-  for (int i = 0; i < 6; i++) mac[i] = (uint8_t)b[i];
-  return 0;
 }
 
 static int openSocket(unsigned int group) {

@@ -51,6 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-util.h"
+
 #define MAX_NEIGHBOURS 4096
 #define MAX_COUNT 1000000
 
@@ -64,22 +66,6 @@ static uint32_t seen[MAX_NEIGHBOURS];
 static __attribute__((noreturn)) void die(const char* what) {
   fprintf(stderr, "rewriter: %s: %s\n", what, strerror(errno));
   exit(1);
-}
-
-static int64_t now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int parseMac(const char* text, uint8_t mac[6]) {
-  unsigned int b[6];
-  char tail;
-  if (sscanf(text, "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &tail) !=
-      6)
-    return -1;
-  for (int i = 0; i < 6; i++) mac[i] = (uint8_t)b[i];
-  return 0;
 }
 
 static int openSocket(const unsigned int* groups, int groupCount, int receiveBuffer) {

@@ -6,16 +6,16 @@
  *
  * usage: node dist/scripts/bench/soak.js [--rewrites N] [--json]
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
+import { BENCH_BIN, buildBenchTool } from '../../test/support/flooder';
 import { GuardProcess } from '../../test/support/guard-process';
 import { destroyAll, Netns } from '../../test/support/netns';
 
-const root = join(__dirname, '..', '..', '..');
-const rewriterBinary = join(root, 'build', 'bench', 'rewriter');
+const rewriterBinary = join(BENCH_BIN, 'rewriter');
 const WARM_UP = Number(process.env.FG_SOAK_WARM_UP ?? 2000);
 const execFileAsync = promisify(execFile);
 
@@ -93,8 +93,7 @@ async function rewrite(
 
 async function main(): Promise<void> {
   const rewrites = argument('--rewrites', 100_000);
-  mkdirSync(join(root, 'build', 'bench'), { recursive: true });
-  execFileSync('cc', ['-O2', '-o', rewriterBinary, join(root, 'scripts', 'bench', 'rewriter.c')]);
+  buildBenchTool('rewriter');
   const ns = await Netns.create('fgt-soak');
   let guard: GuardProcess | undefined;
   try {

@@ -15,7 +15,7 @@ export const BENCH_BIN = join(root, 'build', 'bench');
 export function buildBenchTool(name: string): string {
   mkdirSync(BENCH_BIN, { recursive: true });
   const binary = join(BENCH_BIN, name);
-  execFileSync('cc', ['-O2', '-o', binary, join(root, 'scripts', 'bench', `${name}.c`)]);
+  execFileSync('cc', ['-O2', '-Wall', '-o', binary, join(root, 'scripts', 'bench', `${name}.c`)]);
   return binary;
 }
 

@@ -113,6 +113,23 @@ export class RunningChild {
     });
   }
 
+  /**
+   * Resolves with the first JSON line of stdout, from the `from`th on, that
+   * satisfies `predicate` (a line still being written is not read yet);
+   * rejects on exit or timeout.
+   */
+  async waitForJson<T>(predicate: (line: T) => boolean, timeoutMs = 15_000, from = 0): Promise<T> {
+    let found: T | undefined;
+    await this.waitForLine(() => {
+      found = jsonLines<T>(this.stdout.slice(0, this.stdout.lastIndexOf('\n') + 1))
+        .slice(from)
+        .find(predicate);
+      return found !== undefined;
+    }, timeoutMs);
+    if (found === undefined) throw new Error('unreachable: waitForLine resolved without a match');
+    return found;
+  }
+
   /** Kills the child (if still running) and waits for it. */
   async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<ChildResult> {
     if (!this.hasExited) this.child.kill(signal);
