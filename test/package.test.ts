@@ -1,8 +1,14 @@
 /**
  * The package as users get it: `npm pack`, then installed from the tarball
- * into an empty project (offline: the tarball and the npm cache `npm ci`
- * filled), where the addon builds at install time; then the bin, a strict
- * TypeScript consumer and a plain ESM consumer run against it.
+ * into an empty project, where the addon builds at install time; then the bin,
+ * a strict TypeScript consumer and a plain ESM consumer run against it.
+ *
+ * The install is offline and must not depend on what the npm cache holds
+ * beyond what `npm ci` put there: on a fresh machine that is tarballs only,
+ * no package metadata, so a range like `^1.5.0` cannot be resolved. The
+ * consumer therefore gets a lockfile pinned to the versions of our own
+ * lockfile (the tarballs `npm ci` fetched), as a consumer's committed
+ * lockfile would pin them.
  */
 import assert from 'node:assert/strict';
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
@@ -16,13 +22,67 @@ const root = join(__dirname, '..', '..');
 const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
   version: string;
 };
-const typesNodeVersion = (
-  JSON.parse(
-    readFileSync(join(root, 'node_modules', '@types', 'node', 'package.json'), 'utf8'),
-  ) as {
-    version: string;
+
+interface LockEntry {
+  version?: string;
+  dev?: boolean;
+  devOptional?: boolean;
+  [key: string]: unknown;
+}
+
+/**
+ * A consumer's package.json and lockfile depending on the tarball and on
+ * @types/node: the tarball's entry, then every entry of our lockfile that a
+ * production install needs (not dev-only) plus @types/node's own closure.
+ */
+function writeConsumerProject(dir: string, tarballName: string): void {
+  const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
+    packages: Record<string, LockEntry>;
+  };
+  const full = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as Record<
+    string,
+    unknown
+  >;
+  const typesNode = lock.packages['node_modules/@types/node'];
+  assert.ok(typesNode?.version, '@types/node is in the lockfile');
+  const spec = `file:../${tarballName}`;
+  const consumerManifest = {
+    name: 'consumer',
+    version: '1.0.0',
+    private: true,
+    dependencies: { 'flannel-guard': spec, '@types/node': typesNode.version },
+  };
+  const packages: Record<string, unknown> = {
+    '': consumerManifest,
+    'node_modules/flannel-guard': {
+      version: full['version'],
+      resolved: spec,
+      hasInstallScript: true,
+      license: full['license'],
+      os: full['os'],
+      engines: full['engines'],
+      bin: full['bin'],
+      dependencies: full['dependencies'],
+    },
+  };
+  const typesClosure = new Set(['node_modules/@types/node', 'node_modules/undici-types']);
+  for (const [path, entry] of Object.entries(lock.packages)) {
+    if (path === '' || (entry.dev === true && !typesClosure.has(path))) continue;
+    const kept = { ...entry };
+    delete kept.dev;
+    delete kept.devOptional;
+    packages[path] = kept;
   }
-).version;
+  writeFileSync(join(dir, 'package.json'), JSON.stringify(consumerManifest, null, 2));
+  writeFileSync(
+    join(dir, 'package-lock.json'),
+    JSON.stringify(
+      { name: 'consumer', version: '1.0.0', lockfileVersion: 3, requires: true, packages },
+      null,
+      2,
+    ),
+  );
+}
 const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
 
 function run(
@@ -102,13 +162,22 @@ console.log(JSON.stringify({
 
 describe('the npm package (pack, install from the tarball, use)', function () {
   this.timeout(600_000);
-  let work: string;
+  let work: string | undefined;
   let consumer: string;
-  let tarball: string;
   let files: string[];
-  let ns: Netns;
+  let ns: Netns | undefined;
+  const netns = (): string => {
+    assert.ok(ns, 'the netns was made in before()');
+    return ns.name;
+  };
+  const workDir = (): string => {
+    assert.ok(work, 'the work folder was made in before()');
+    return work;
+  };
 
   before(async function () {
+    ns = await Netns.create('fgt-pkg');
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
     work = mkdtempSync(join(tmpdir(), 'fgt-package-'));
     consumer = join(work, 'consumer');
     mkdirSync(consumer);
@@ -123,34 +192,22 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     ) as { filename: string; files: { path: string }[] }[];
     const [entry] = packed;
     assert.ok(entry);
-    tarball = join(work, entry.filename);
     files = entry.files.map((f) => f.path).sort();
-    writeFileSync(
-      join(consumer, 'package.json'),
-      JSON.stringify({ name: 'consumer', version: '1.0.0', private: true }),
-    );
+    writeConsumerProject(consumer, entry.filename);
     ok(
-      run(
-        'npm',
-        [
-          'install',
-          '--offline',
-          '--no-audit',
-          '--no-fund',
-          tarball,
-          `@types/node@${typesNodeVersion}`,
-        ],
-        { cwd: consumer, env: { ...process.env, JOBS: '2' }, timeoutMs: 480_000 },
-      ),
+      run('npm', ['install', '--offline', '--no-audit', '--no-fund'], {
+        cwd: consumer,
+        env: { ...process.env, JOBS: '2' },
+        timeoutMs: 480_000,
+      }),
       'npm install from the tarball',
     );
-    ns = await Netns.create('fgt-pkg');
-    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
   });
 
   after(async function () {
-    await ns.destroy();
-    rmSync(work, { recursive: true, force: true });
+    // before() may have failed before either was made.
+    await ns?.destroy();
+    if (work) rmSync(work, { recursive: true, force: true });
   });
 
   it('ships what a user needs and nothing else', function () {
@@ -195,7 +252,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     const out = ok(
       run(
         'npm',
-        ['exec', '--offline', '--', 'flannel-guard', 'status', '--json', '--netns', ns.name],
+        ['exec', '--offline', '--', 'flannel-guard', 'status', '--json', '--netns', netns()],
         {
           cwd: consumer,
         },
@@ -206,7 +263,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       netns: string;
       devices: { name: string; offloads: object }[];
     };
-    assert.equal(report.netns, ns.name);
+    assert.equal(report.netns, netns());
     assert.deepEqual(
       report.devices.map((d) => d.name),
       ['flannel.1'],
@@ -235,7 +292,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       'tsc on the consumer',
     );
     const out = JSON.parse(
-      ok(run(process.execPath, ['out/consumer.js', ns.name], { cwd: consumer }), 'the TS consumer'),
+      ok(run(process.execPath, ['out/consumer.js', netns()], { cwd: consumer }), 'the TS consumer'),
     ) as { links: string[]; mac: string; classes: string[] };
     assert.deepEqual(out.links, ['flannel.1', 'lo']);
     assert.equal(out.mac, '0e:00:00:00:00:01');
@@ -255,7 +312,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
   it('runs a plain ESM (.mjs) consumer with named and default imports', function () {
     writeFileSync(join(consumer, 'consumer.mjs'), ESM_CONSUMER);
     const out = JSON.parse(
-      ok(run(process.execPath, ['consumer.mjs', ns.name], { cwd: consumer }), 'the ESM consumer'),
+      ok(run(process.execPath, ['consumer.mjs', netns()], { cwd: consumer }), 'the ESM consumer'),
     ) as { links: string[]; mac: string; classes: string[] };
     assert.deepEqual(out.links, ['flannel.1', 'lo']);
     assert.equal(out.mac, '0e:00:00:00:00:02');
@@ -264,7 +321,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
 
   it('says in one line what to install when there is no C++ toolchain', function () {
     // A PATH with node only: no make, no compiler, no python3.
-    const bare = join(work, 'bare-bin');
+    const bare = join(workDir(), 'bare-bin');
     mkdirSync(bare);
     symlinkSync(process.execPath, join(bare, 'node'));
     const script = join(consumer, 'node_modules', 'flannel-guard', 'scripts', 'install.cjs');
