@@ -187,6 +187,7 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
   contested: (e) => `contested: ${e.detail}`,
   resumed: (e) => `resumed: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`}`,
   released: (e) => `released: ${e.device} (ifindex ${e.ifindex}) ${e.reason}`,
+  ignored: (e) => `ignored: ${e.detail}`,
   overrun: (e) => `overrun: netlink events lost (${e.cause}); re-reading the namespace`,
   resync: (e) =>
     e.phase === 'begin'
@@ -214,17 +215,19 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
   contested: 'warn',
   resumed: 'info',
   released: 'info',
+  ignored: 'warn',
   overrun: 'warn',
   resync: 'info',
   error: 'error',
 };
 
 /**
- * pino's destination for `watch --json`: lines logged within one turn of the
- * event loop (a rewrite and its correction are two) go out in one write, so
- * that each event costs the guard one write, not one per line. Asynchronous:
- * a full stdout pipe must never stall the guard's event loop; pending lines
- * keep the process alive until written.
+ * Where `watch` writes its lines (pino's destination with --json): lines
+ * logged within one turn of the event loop (a rewrite and its correction are
+ * two) go out in one write, so that each event costs the guard one write, not
+ * one per line. Asynchronous: a full stdout pipe must never stall the guard's
+ * event loop; pending lines keep the process alive until written. A closed
+ * stdout (`watch | head -1`) ends the output, never the guarding.
  */
 class LineSink {
   #pending: string[] = [];
@@ -285,6 +288,7 @@ class LineSink {
  * written, so that `ready` stays the first line.
  */
 class Output {
+  readonly #sink = new LineSink(1);
   readonly #logger: pino.Logger | undefined;
   readonly #held: (() => void)[] = [];
   #readySeen = false;
@@ -307,7 +311,7 @@ class Output {
               streamWrite: (line: string) => (line.startsWith('{,') ? `{${line.slice(2)}` : line),
             },
           },
-          new LineSink(1),
+          this.#sink,
         )
       : undefined;
   }
@@ -336,7 +340,7 @@ class Output {
 
   #write(event: string, level: Level, fields: object, text: string): void {
     if (this.#logger) this.#logger[level]({ event, ...fields });
-    else process.stdout.write(`${new Date().toISOString()} ${text}\n`);
+    else this.#sink.write(`${new Date().toISOString()} ${text}\n`);
   }
 }
 
@@ -471,6 +475,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     'contested',
     'resumed',
     'released',
+    'ignored',
     'overrun',
     'resync',
     'error',
@@ -702,6 +707,11 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 if (require.main === module) {
+  // A closed stdout or stderr (`status | head -1`) ends that output, never the
+  // program: without a listener, EPIPE would be an uncaught exception.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', () => undefined);
+  }
   void main(process.argv.slice(2)).then((code) => {
     process.exitCode = code;
   });

@@ -48,7 +48,11 @@ export const UDEV_REWRITE_WINDOW_MS = 1_000;
 export interface FlannelGuardOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
   netns?: string;
-  /** Interface globs to manage (default flannel.* and flannel-v6.*). Loopback never is. */
+  /**
+   * Interface globs to manage (default flannel.* and flannel-v6.*). Only
+   * devices of kind vxlan are ever managed: anything else a glob matches is
+   * reported once (`ignored`) and never written to.
+   */
   interfaces?: readonly string[];
   /** Desired MACs by interface name; these win over every other source. */
   mac?: Record<string, string>;
@@ -190,6 +194,15 @@ export interface ResumedEvent {
   feature?: string;
 }
 
+/** A device matched the globs but is not a VXLAN device: never written to. */
+export interface IgnoredEvent {
+  device: string;
+  ifindex: number;
+  /** Its rtnl link kind ('veth', 'bridge', '' for none). */
+  kind: string;
+  detail: string;
+}
+
 export interface ReleasedEvent {
   device: string;
   ifindex: number;
@@ -221,6 +234,7 @@ export interface FlannelGuardEvents {
   contested: [ContestedEvent];
   resumed: [ResumedEvent];
   released: [ReleasedEvent];
+  ignored: [IgnoredEvent];
   overrun: [OverrunEvent];
   resync: [ResyncEvent];
   error: [SystemError];
@@ -417,6 +431,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly #clock: GuardClock;
   readonly #fight: FightTracker;
   readonly #devices = new Map<number, ManagedDevice>();
+  /** Devices reported as matching a glob without being VXLAN, by ifindex, with that name. */
+  readonly #ignored = new Map<number, string>();
   readonly #counters: GuardCounters = {
     rewrites: 0,
     corrections: 0,
@@ -581,9 +597,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   /** Takes on the devices of the first snapshot, reports `ready`, then brings them to policy. */
   #initialize(): void {
-    const managed = this.#monitor
-      .links()
-      .filter((link) => this.#isManaged(link))
+    const links = this.#monitor.links();
+    const managed = links
+      .filter((link) => link.kind === 'vxlan' && this.#isManaged(link))
       .map((link) => this.#track(link, 'start'));
     // One device that cannot be read must not keep the others unguarded.
     for (const device of managed) this.#handle(() => this.#readOffloads(device));
@@ -594,6 +610,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       devices: this.status(),
       dryRun: this.dryRun,
     });
+    // After `ready`: the devices the globs match but the guard never touches.
+    for (const link of links) if (link.kind !== 'vxlan') this.#isManaged(link);
     for (const device of managed) {
       this.#handle(() => {
         this.#enforce(device, 'start');
@@ -634,6 +652,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   #onLinkRemoved(event: LinkRemovedEvent): void {
+    this.#ignored.delete(event.link.ifindex);
     const device = this.#devices.get(event.link.ifindex);
     if (device) this.#release(device, 'removed');
   }
@@ -685,8 +704,24 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   // --- devices ----------------------------------------------------------------
 
+  /**
+   * Whether the guard may write to this device: its name matches a glob and
+   * it is a VXLAN device. A non-VXLAN match (a veth called flannel.7, an
+   * `--iface 'eth*'` typo) is reported once per device and name.
+   */
   #isManaged(link: LinkInfo): boolean {
-    return !link.loopback && this.#globs.some((glob) => glob.matches(link.name));
+    if (!this.#globs.some((glob) => glob.matches(link.name))) return false;
+    if (link.kind === 'vxlan') return true;
+    if (this.#ignored.get(link.ifindex) !== link.name) {
+      this.#ignored.set(link.ifindex, link.name);
+      this.emit('ignored', {
+        device: link.name,
+        ifindex: link.ifindex,
+        kind: link.kind,
+        detail: `${link.name} matches the interface globs but is ${link.kind === '' ? 'a device without a link kind' : `of kind ${link.kind}`}, not vxlan: never written to`,
+      });
+    }
+    return false;
   }
 
   #manage(link: LinkInfo, reason: OffloadEvent['reason']): void {

@@ -51,6 +51,7 @@ export type {
   FlannelGuardOptions,
   GuardCounters,
   GuardReadyEvent,
+  IgnoredEvent,
   MacSourceKind,
   OffloadEvent,
   ReleasedEvent,

@@ -71,8 +71,10 @@ Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction) {
 std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord& link) {
   auto armed = armed_.find(link.ifindex);
   if (armed == armed_.end()) return std::nullopt;
-  if (link.deleted || link.name != armed->second.name) {
-    armed_.erase(armed);  // another device now, or gone: the caller decides afresh
+  // Only a VXLAN device under the armed name is ever written to: anything else
+  // is another device now, or gone, and the caller decides afresh.
+  if (link.deleted || link.name != armed->second.name || link.kind != "vxlan") {
+    armed_.erase(armed);
     return std::nullopt;
   }
   if (link.mac.state != netlink::MacField::State::kValid || link.mac.bytes == armed->second.mac) {

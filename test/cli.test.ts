@@ -4,7 +4,8 @@
  * a MAC rewrite, `--dry-run`, SIGINT, and missing CAP_NET_ADMIN (exit 77).
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { LinkMonitor } from '../lib/monitor';
@@ -118,14 +119,31 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
 
     it('runs from the checkout as `npx flannel-guard` (the bin is executable)', async function () {
       const { version } = JSON.parse(readFileSync(PACKAGE_JSON, 'utf8')) as { version: string };
-      const result = await runCommand(
-        ['npm', 'exec', '--offline', '--', 'flannel-guard', '--version'],
-        {
-          timeoutMs: 60_000,
-        },
-      );
-      assert.equal(result.code, 0, result.stderr);
-      assert.equal(result.stdout.trim(), version);
+      // npm exec links the checkout into the cache's _npx folder and would run
+      // its install script there, rebuilding build/ under the running tests:
+      // --ignore-scripts, and a cache of its own so that no earlier run's
+      // _npx entry decides what happens.
+      const cache = mkdtempSync(join(tmpdir(), 'fgt-npx-cache-'));
+      try {
+        const result = await runCommand(
+          [
+            'npm',
+            'exec',
+            '--offline',
+            '--ignore-scripts',
+            '--cache',
+            cache,
+            '--',
+            'flannel-guard',
+            '--version',
+          ],
+          { timeoutMs: 60_000 },
+        );
+        assert.equal(result.code, 0, result.stderr);
+        assert.equal(result.stdout.trim(), version);
+      } finally {
+        rmSync(cache, { recursive: true, force: true });
+      }
     });
 
     it('--help, watch --help and status --help exit 0 and name the defaults', async function () {

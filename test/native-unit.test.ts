@@ -23,6 +23,10 @@ describe('native unit tests (C++, ASan+UBSan)', function () {
   before(function () {
     this.timeout(120_000);
     const run = spawnSync(binary, [], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    if (run.error) {
+      outcomes.set('(stderr)', `${binary}: ${run.error.message}`);
+      return;
+    }
     for (const line of run.stdout.split('\n')) {
       if (line.startsWith('ok ')) {
         outcomes.set(line.slice('ok '.length), 'ok');

@@ -1,0 +1,194 @@
+/**
+ * Hostile and clumsy input against the real kernel (issue 11): the guard
+ * writes only to VXLAN devices whatever the globs, the annotation or an
+ * explicit --mac say, on the native fast path as on the JavaScript one; a
+ * closed stdout never stops the guarding.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+
+import { LinkMonitor } from '../lib/monitor';
+import { Netns, delay, trackChild, waitFor } from './support/netns';
+import { CLI_PATH, jsonLines, startCommand, type RunningChild } from './support/node-child';
+
+interface CliLine {
+  event: string;
+  [field: string]: unknown;
+}
+
+describe('hardening: never write to a device that is not VXLAN (real kernel, netns)', function () {
+  this.timeout(90_000);
+  let ns: Netns;
+  let children: RunningChild[] = [];
+
+  beforeEach(async function () {
+    ns = await Netns.create('fgt-hard');
+    await ns.ipBatch([
+      'link add eth0 type veth peer name eth1',
+      'addr add 192.0.2.1/24 dev eth0',
+      'link set eth0 up',
+      'link set eth1 up',
+      'link add flannel.1 type vxlan id 1 dstport 8472 local 192.0.2.1 dev eth0 nolearning',
+      'link set flannel.1 up',
+      // A veth that merely carries a flannel-like name.
+      'link add flannel.7 type veth peer name pod7',
+      'link set flannel.7 up',
+      'link set pod7 up',
+      'neigh add 198.18.0.1 lladdr 02:00:00:00:01:01 dev flannel.1 nud permanent',
+      'neigh add 198.18.0.7 lladdr 02:00:00:00:07:01 dev flannel.7 nud permanent',
+    ]);
+  });
+
+  afterEach(async function () {
+    await Promise.all(children.map((child) => child.kill()));
+    children = [];
+    await ns.destroy();
+  });
+
+  function watch(args: readonly string[]): RunningChild {
+    const child = startCommand(
+      [process.execPath, CLI_PATH, 'watch', '--json', '--netns', ns.name, ...args],
+      { timeoutMs: 60_000 },
+    );
+    children.push(child);
+    return child;
+  }
+
+  async function macOf(device: string): Promise<string | undefined> {
+    const [link] = await ns.ipJson<{ address?: string }[]>(['link', 'show', device]);
+    return link?.address;
+  }
+
+  async function features(device: string): Promise<string> {
+    const output = (await ns.run(['ethtool', '-k', device])).stdout;
+    return ['tx-checksum-ip-generic', 'tcp-segmentation-offload']
+      .map((name) => new RegExp(`^\\t?${name}: (on|off)`, 'm').exec(output)?.[1] ?? '?')
+      .join(' ');
+  }
+
+  /** A rewrite of flannel.1, put back: the guard has handled everything before it. */
+  async function roundTrip(child: RunningChild, mac: string): Promise<void> {
+    const from = jsonLines<CliLine>(child.stdout).length;
+    await ns.ip(`link set flannel.1 address ${mac}`);
+    await child.waitForJson<CliLine>(
+      (l) => l.event === 'restored' && l.device === 'flannel.1',
+      10_000,
+      from,
+    );
+  }
+
+  it('default globs: a veth called flannel.7 is reported once and never written to', async function () {
+    const before = { mac: await macOf('flannel.7'), features: await features('flannel.7') };
+    const child = watch([]);
+    const ready = await child.waitForJson<CliLine>((l) => l.event === 'ready');
+    assert.deepEqual(
+      (ready.devices as { name: string }[]).map((d) => d.name),
+      ['flannel.1'],
+    );
+    const ignored = await child.waitForJson<CliLine>((l) => l.event === 'ignored');
+    assert.equal(ignored.device, 'flannel.7');
+    assert.equal(ignored.kind, 'veth');
+    // The veth's MAC changes twice; flannel.1's rewrites prove the guard read past them.
+    await ns.ip('link set flannel.7 address 02:00:00:00:77:01');
+    await roundTrip(child, '02:00:00:00:12:01');
+    await ns.ip('link set flannel.7 address 02:00:00:00:77:02');
+    await ns.ip('link set flannel.7 down');
+    await ns.ip('link set flannel.7 up');
+    await roundTrip(child, '02:00:00:00:12:02');
+    assert.equal(await macOf('flannel.7'), '02:00:00:00:77:02', 'not set back');
+    assert.equal(await features('flannel.7'), before.features, 'offloads untouched');
+    const lines = jsonLines<CliLine>(child.stdout);
+    assert.equal(lines.filter((l) => l.event === 'ignored').length, 1, 'reported once');
+    assert.deepEqual(
+      lines.filter((l) => l.device === 'flannel.7' && l.event !== 'ignored'),
+      [],
+      'no other event about the veth',
+    );
+  });
+
+  it("--iface 'eth*' touches neither the underlay nor its peer, MAC or offloads", async function () {
+    const before = {
+      eth0: { mac: await macOf('eth0'), features: await features('eth0') },
+      eth1: { mac: await macOf('eth1'), features: await features('eth1') },
+    };
+    const child = watch(['--iface', 'eth*', '--iface', 'flannel.*']);
+    const ready = await child.waitForJson<CliLine>((l) => l.event === 'ready');
+    assert.deepEqual(
+      (ready.devices as { name: string }[]).map((d) => d.name),
+      ['flannel.1'],
+    );
+    await ns.ip('link set eth0 address 02:00:00:00:e0:01');
+    await roundTrip(child, '02:00:00:00:12:03');
+    assert.equal(await macOf('eth0'), '02:00:00:00:e0:01');
+    assert.equal(await macOf('eth1'), before.eth1.mac);
+    assert.equal(await features('eth0'), before.eth0.features);
+    assert.equal(await features('eth1'), before.eth1.features);
+    const ignored = jsonLines<CliLine>(child.stdout)
+      .filter((l) => l.event === 'ignored')
+      .map((l) => l.device)
+      .sort();
+    assert.deepEqual(ignored, ['eth0', 'eth1', 'flannel.7']);
+  });
+
+  it('an explicit --mac for a non-VXLAN device is never written', async function () {
+    const child = watch(['--mac', 'flannel.7=02:00:00:00:77:77', '--offload', 'none']);
+    await child.waitForJson<CliLine>((l) => l.event === 'ready');
+    await roundTrip(child, '02:00:00:00:12:04');
+    assert.notEqual(await macOf('flannel.7'), '02:00:00:00:77:77');
+  });
+
+  it('the native fast path refuses an armed device that is not VXLAN', async function () {
+    const monitor = await LinkMonitor.open({ netns: ns.name });
+    try {
+      const veth = monitor.links().find((l) => l.name === 'flannel.7');
+      assert.ok(veth);
+      assert.equal(veth.kind, 'veth');
+      monitor.arm(veth.ifindex, { name: 'flannel.7', mac: veth.mac ?? '', neighbours: [] });
+      const changed = once(monitor, 'linkChanged');
+      await ns.ip('link set flannel.7 address 02:00:00:00:77:03');
+      const [event] = (await changed) as [{ correction?: unknown; link: { name: string } }];
+      assert.equal(event.link.name, 'flannel.7');
+      assert.equal(event.correction, undefined, 'no correction made');
+      assert.equal(await macOf('flannel.7'), '02:00:00:00:77:03');
+    } finally {
+      monitor.close();
+    }
+  });
+
+  it('readable output with stdout closed: the guard keeps correcting and exits 0 on SIGTERM', async function () {
+    const original = await macOf('flannel.1');
+    const child = trackChild(
+      spawn(process.execPath, [CLI_PATH, 'watch', '--netns', ns.name, '--offload', 'none'], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    );
+    let stderr = '';
+    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    const exited = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
+    const stdout = child.stdout;
+    assert.ok(stdout);
+    // `watch | head -1`: read the first line, then close the pipe.
+    await new Promise<void>((resolve) => {
+      let text = '';
+      stdout.setEncoding('utf8').on('data', (chunk: string) => {
+        text += chunk;
+        if (text.includes('\n')) resolve();
+      });
+    });
+    stdout.destroy();
+    for (const [round, mac] of ['02:00:00:00:12:05', '02:00:00:00:12:06'].entries()) {
+      await ns.ip(`link set flannel.1 address ${mac}`);
+      await waitFor(async () => (await macOf('flannel.1')) === original, {
+        timeoutMs: 5_000,
+        what: `rewrite ${round + 1} corrected with stdout closed`,
+      });
+      await delay(100);
+    }
+    assert.equal(child.exitCode, null, `still running: ${stderr}`);
+    child.kill('SIGTERM');
+    const [code] = await exited;
+    assert.equal(code, 0, stderr);
+    assert.doesNotMatch(stderr, /EPIPE|Error/);
+  });
+});
