@@ -25,10 +25,17 @@ import {
   type FlannelGuardOptions,
 } from './guard';
 import { doctorCommand } from './doctor/command';
+import { netnsPathProblem } from './files';
 import { DEFAULT_FIGHT_POLICY } from './fight';
 import { openControl } from './oneshot';
 import { explicitMacSource } from './sources';
-import { compileInterfaceGlob, resolveNetnsPath } from './validate';
+import {
+  RANGES,
+  compileInterfaceGlob,
+  describeRange,
+  resolveNetnsPath,
+  type NumberRange,
+} from './validate';
 import { readStatus, type StatusReport } from './status';
 import { detectCluster, type ClusterSettings } from './kubernetes/cluster';
 import { parseListenAddress, type ListenAddress } from './kubernetes/server';
@@ -71,10 +78,11 @@ interface WatchFlags extends CommonFlags {
   allowUserNamespace?: boolean;
 }
 
-function positiveInteger(flag: string, value: string): number {
-  const number = Number(value);
-  if (!Number.isInteger(number) || number <= 0) {
-    throw new UsageError(`${flag} ${value}: expected a positive whole number`);
+/** A flag's whole number in its documented range (digits only: no 1e3, 0x10 or 1.0). */
+function integerFlag(flag: string, value: string, range: NumberRange): number {
+  const number = /^[0-9]{1,16}$/.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isInteger(number) || number < range.min || number > range.max) {
+    throw new UsageError(`${flag} ${value}: expected ${describeRange(range)}`);
   }
   return number;
 }
@@ -117,9 +125,8 @@ function parseOffloadFlags(
 
 function checkNetns(netns: string | undefined): void {
   if (netns === undefined) return;
-  const path = resolveNetnsPath(netns);
-  if (!existsSync(path))
-    throw new UsageError(`--netns ${netns}: no such network namespace (${path})`);
+  const problem = netnsPathProblem(resolveNetnsPath(netns));
+  if (problem !== null) throw new UsageError(`--netns ${netns}: ${problem}`);
 }
 
 /** Every feature name the kernel knows: the string set is the same for every device, lo included. */
@@ -386,7 +393,7 @@ async function startServices(
       throw new UsageError(`--metrics-address ${(error as Error).message}`);
     }
   }
-  const sourceTimeoutMs = positiveInteger('--source-timeout', flags.sourceTimeout);
+  const sourceTimeoutMs = integerFlag('--source-timeout', flags.sourceTimeout, RANGES.timerMs);
   if (flags.strategy === 'adopt') {
     if (!cluster) {
       throw new UsageError(
@@ -428,9 +435,9 @@ async function watch(flags: WatchFlags): Promise<number> {
     ...commonOptions(flags),
     pin: flags.pin,
     fight: {
-      maxRewrites: positiveInteger('--max-rewrites', flags.maxRewrites),
-      windowMs: positiveInteger('--rewrite-window', flags.rewriteWindow),
-      quietMs: positiveInteger('--quiet-period', flags.quietPeriod),
+      maxRewrites: integerFlag('--max-rewrites', flags.maxRewrites, RANGES.count),
+      windowMs: integerFlag('--rewrite-window', flags.rewriteWindow, RANGES.timerMs),
+      quietMs: integerFlag('--quiet-period', flags.quietPeriod, RANGES.timerMs),
     },
   };
   if (flags.dryRun) options.dryRun = true;
@@ -438,7 +445,11 @@ async function watch(flags: WatchFlags): Promise<number> {
   options.onNetnsDeleted = flags.onNetnsDeleted;
   if (flags.allowUserNamespace) options.allowUserNamespace = true;
   if (flags.receiveBuffer !== undefined) {
-    options.receiveBuffer = positiveInteger('--receive-buffer', flags.receiveBuffer);
+    options.receiveBuffer = integerFlag(
+      '--receive-buffer',
+      flags.receiveBuffer,
+      RANGES.receiveBuffer,
+    );
   }
   const output = new Output(flags.json ?? false);
   const services = await startServices(flags, options, output);

@@ -23,7 +23,7 @@ import { performance } from 'node:perf_hooks';
 
 import { ensureVtep, validatePeer, type EnsureVtepResult, type PeerExpectation } from './ensure';
 import { isSystemError } from './errors';
-import { parseMac, validateInterfaceName } from './validate';
+import { RANGES, describeRange, parseMac, validateInterfaceName } from './validate';
 
 export const SUPPORTED_VERSIONS = ['1.0.0', '1.1.0'] as const;
 export const DEFAULT_BUDGET_MS = 1000;
@@ -201,8 +201,14 @@ export function parsePluginConfig(config: Record<string, unknown>): PluginConfig
   }
   if (config.budgetMs !== undefined) {
     const budget = config.budgetMs;
-    if (typeof budget !== 'number' || !Number.isInteger(budget) || budget <= 0) {
-      throw invalidConfig('invalid budgetMs', 'a positive whole number of milliseconds');
+    const range = RANGES.cniBudgetMs;
+    if (
+      typeof budget !== 'number' ||
+      !Number.isInteger(budget) ||
+      budget < range.min ||
+      budget > range.max
+    ) {
+      throw invalidConfig('invalid budgetMs', describeRange(range));
     }
     plugin.budgetMs = budget;
   }

@@ -8,6 +8,9 @@
  * injected clock, so it is unit-testable.
  */
 
+import { invalidArgument } from './errors';
+import { RANGES, integerInRange } from './validate';
+
 export interface FightPolicy {
   /** Rewrites within `windowMs` after which the guard stops correcting. */
   maxRewrites: number;
@@ -62,6 +65,17 @@ export class FightTracker {
     random: () => number = Math.random,
   ) {
     this.policy = { ...DEFAULT_FIGHT_POLICY, ...policy };
+    const { count, timerMs } = RANGES;
+    integerInRange(this.policy.maxRewrites, count, 'fight.maxRewrites');
+    integerInRange(this.policy.burst, { ...count, min: 0 }, 'fight.burst');
+    for (const key of ['windowMs', 'backoffInitialMs', 'backoffMaxMs', 'quietMs'] as const) {
+      integerInRange(this.policy[key], timerMs, `fight.${key}`);
+    }
+    if (!(this.policy.jitter >= 0 && this.policy.jitter < 1)) {
+      throw invalidArgument(
+        `fight.jitter ${this.policy.jitter}: expected a fraction from 0 to below 1`,
+      );
+    }
     this.#now = now;
     this.#random = random;
   }

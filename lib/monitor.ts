@@ -27,7 +27,7 @@ import {
   toRawNeighbourEntry,
 } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
-import { macBytes, resolveNetnsPath } from './validate';
+import { RANGES, integerInRange, macBytes, resolveNetnsPath } from './validate';
 
 /** See LinkMonitor.setFilter. */
 export interface LinkFilter {
@@ -247,7 +247,15 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     this.#native = new binding.Monitor(
       {
         ...(netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns }),
-        ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
+        ...(options.receiveBuffer === undefined
+          ? {}
+          : {
+              receiveBuffer: integerInRange(
+                options.receiveBuffer,
+                RANGES.receiveBuffer,
+                'receiveBuffer',
+              ),
+            }),
         neighbours: options.neighbours ?? true,
       },
       (batch) => this.#onBatch(batch),

@@ -33,6 +33,44 @@ export function parseMac(value: unknown, what = 'MAC address'): string {
   return mac;
 }
 
+export interface NumberRange {
+  min: number;
+  max: number;
+  unit: string;
+}
+
+/**
+ * The documented range of every number an option takes (inclusive). Timers
+ * stop at Node's limit (2^31 - 1 ms, 24.8 days: past it setTimeout fires
+ * after 1 ms); the receive buffer at 512 MiB, which the kernel can still
+ * double without overflowing an int.
+ */
+export const RANGES = {
+  receiveBuffer: { min: 1024, max: 2 ** 29, unit: 'bytes' },
+  count: { min: 1, max: 1_000_000, unit: '' },
+  timerMs: { min: 1, max: 2 ** 31 - 1, unit: 'ms' },
+  cniBudgetMs: { min: 1, max: 600_000, unit: 'ms' },
+} as const satisfies Record<string, NumberRange>;
+
+export function describeRange(range: NumberRange): string {
+  return `a whole number from ${range.min} to ${range.max}${range.unit === '' ? '' : ` (${range.unit})`}`;
+}
+
+/** A whole number within `range`, or EINVAL naming `what` and the range. */
+export function integerInRange(value: unknown, range: NumberRange, what: string): number {
+  if (
+    typeof value !== 'number' ||
+    !Number.isInteger(value) ||
+    value < range.min ||
+    value > range.max
+  ) {
+    throw invalidArgument(
+      `${what} ${typeof value === 'number' ? String(value) : typeof value}: expected ${describeRange(range)}`,
+    );
+  }
+  return value;
+}
+
 /** The 6 bytes of a MAC already checked by parseMac. */
 export function macBytes(mac: string): Buffer {
   return Buffer.from(mac.replaceAll(':', ''), 'hex');
@@ -92,6 +130,14 @@ export function compileInterfaceGlob(pattern: unknown, allowAll = false): Interf
   }
   if (!allowAll && /^[*?]+$/.test(pattern)) {
     throw invalidArgument(`interface glob ${shown} matches every interface`);
+  }
+  // A glob no interface name can satisfy is a mistake, not a wish.
+  if (!/[*?]/.test(pattern)) {
+    validateInterfaceName(pattern, 'interface glob');
+  } else if (Buffer.byteLength(pattern.replaceAll('*', '')) > 15) {
+    throw invalidArgument(
+      `interface glob ${shown} can never match: it needs more than 15 bytes, the longest interface name`,
+    );
   }
   const source = pattern
     .split('')

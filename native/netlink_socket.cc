@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <linux/netlink.h>
+#include <linux/nsfs.h>
 #include <linux/rtnetlink.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,9 +47,16 @@ Result<int> CreateSocketIn(const NetnsTarget& target) {
   Result<int> result = SysError(EINVAL, "setns", "not run");
   // setns() moves only the calling thread; this one exists for that and ends.
   std::thread opener([&] {
-    const int ns = open(target.path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Non-blocking: a FIFO at the path must not hang the open (and the
+    // caller joining this thread). Then it must be a network namespace.
+    const int ns = open(target.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (ns < 0) {
       result = SysError(errno, "open", "network namespace " + target.path);
+      return;
+    }
+    if (ioctl(ns, NS_GET_NSTYPE) != CLONE_NEWNET) {
+      close(ns);
+      result = SysError(EINVAL, "ioctl(NS_GET_NSTYPE)", "not a network namespace: " + target.path);
       return;
     }
     const int entered = setns(ns, CLONE_NEWNET);

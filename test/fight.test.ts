@@ -178,9 +178,9 @@ describe('FightTracker', function () {
         assert.ok(decision.delayMs <= Math.ceil(1_000 * (1 + jitter)), `${jitter} ${r}`);
       }
     }
-    const { fight } = tracker({ ...PLAIN, jitter: 2 }, [0]); // a nonsensical spread
-    fight.recordRewrite('k');
-    assert.deepEqual(fight.recordRewrite('k'), { action: 'defer', delayMs: 0 });
+    // A spread of 100 % or more could make a delay zero or negative: refused.
+    assert.throws(() => tracker({ ...PLAIN, jitter: 2 }, [0]), /fight\.jitter 2: expected/);
+    assert.throws(() => tracker({ ...PLAIN, jitter: 1 }, [0]), /fight\.jitter 1: expected/);
   });
 
   it('applies the jitter after the cap: a capped delay stays within backoffMaxMs·(1 ± jitter)', function () {

@@ -2,15 +2,26 @@
  * Hostile and clumsy input against the real kernel (issue 11): the guard
  * writes only to VXLAN devices whatever the globs, the annotation or an
  * explicit --mac say, on the native fast path as on the JavaScript one; a
- * closed stdout never stops the guarding.
+ * closed stdout never stops the guarding; files that never end or never open
+ * are refused by type before a read; every number has a range.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 
+import { CniError, parsePluginConfig } from '../lib/cni';
+import { FightTracker } from '../lib/fight';
 import { LinkMonitor } from '../lib/monitor';
-import { Netns, delay, trackChild, waitFor } from './support/netns';
-import { CLI_PATH, jsonLines, startCommand, type RunningChild } from './support/node-child';
+import { Netns, delay, tempDirPrefix, trackChild, waitFor } from './support/netns';
+import {
+  CLI_PATH,
+  jsonLines,
+  runCommand,
+  startCommand,
+  type RunningChild,
+} from './support/node-child';
 
 interface CliLine {
   event: string;
@@ -190,5 +201,113 @@ describe('hardening: never write to a device that is not VXLAN (real kernel, net
     const [code] = await exited;
     assert.equal(code, 0, stderr);
     assert.doesNotMatch(stderr, /EPIPE|Error/);
+  });
+});
+
+describe('hardening: files that never end or never open, numbers out of range, usage errors (CLI)', function () {
+  this.timeout(60_000);
+  let ns: Netns;
+  let dir: string;
+
+  before(async function () {
+    ns = await Netns.create('fgt-input');
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
+    dir = mkdtempSync(tempDirPrefix('input'));
+    execFileSync('mkfifo', [join(dir, 'fifo')]);
+    writeFileSync(join(dir, 'empty'), '');
+    writeFileSync(join(dir, 'list'), '[1, 2]\n');
+    writeFileSync(join(dir, 'plain'), 'hello\n');
+    mkdirSync(join(dir, 'folder'));
+  });
+
+  after(async function () {
+    await ns.destroy();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Runs the bin: it must exit 2 with exactly one line on stderr, within a few seconds. */
+  async function usageError(args: readonly string[], reason: RegExp): Promise<void> {
+    const result = await runCommand([process.execPath, CLI_PATH, ...args], { timeoutMs: 10_000 });
+    const what = args.join(' ');
+    assert.equal(result.timedOut, false, `${what}: still running after 10 s`);
+    assert.equal(result.code, 2, `${what}: exit ${String(result.code)}\n${result.stderr}`);
+    const lines = result.stderr.split('\n').filter((line) => line !== '');
+    assert.equal(lines.length, 1, `${what}: ${result.stderr}`);
+    assert.match(lines[0] ?? '', reason, what);
+    assert.ok(result.elapsedMs < 5_000, `${what}: took ${result.elapsedMs} ms`);
+  }
+
+  it('--kubeconfig at /dev/zero, /dev/urandom, /dev/null, a FIFO, a folder, an empty or non-kubeconfig file', async function () {
+    const at = (file: string): string[] => [
+      'watch',
+      '--netns',
+      ns.name,
+      '--node',
+      'node1',
+      '--kubeconfig',
+      file,
+    ];
+    await usageError(at('/dev/zero'), /--kubeconfig \/dev\/zero: a character device, not a file/);
+    await usageError(at('/dev/urandom'), /a character device, not a file/);
+    await usageError(at('/dev/null'), /a character device, not a file/);
+    await usageError(at(join(dir, 'fifo')), /a FIFO, not a file/);
+    await usageError(at(join(dir, 'folder')), /a directory, not a file/);
+    await usageError(at(join(dir, 'missing')), /no such file/);
+    await usageError(at(join(dir, 'empty')), /the file is empty/);
+    await usageError(at(join(dir, 'list')), /not a kubeconfig|has no current cluster/);
+  });
+
+  it('--netns at a FIFO, a plain file or a folder: "not a network namespace", never a hang', async function () {
+    for (const command of [['watch'], ['status'], ['doctor']]) {
+      await usageError([...command, '--netns', join(dir, 'fifo')], /not a network namespace/);
+      await usageError([...command, '--netns', join(dir, 'plain')], /not a network namespace/);
+      await usageError([...command, '--netns', join(dir, 'folder')], /not a network namespace/);
+    }
+    await usageError(['doctor', '--netns', ns.name, '--peers-file', '/dev/zero'], /not a file/);
+  });
+
+  it('every number has a range: past it a usage error naming the range, nothing truncated', async function () {
+    const netns = ['--netns', ns.name];
+    const table: [string[], RegExp][] = [
+      [
+        ['--receive-buffer', '4294967396'],
+        /--receive-buffer 4294967396: expected a whole number from 1024 to 536870912/,
+      ],
+      [['--receive-buffer', '2147483648'], /from 1024 to 536870912/],
+      [
+        ['--quiet-period', '4294967296'],
+        /--quiet-period 4294967296: expected a whole number from 1 to 2147483647 \(ms\)/,
+      ],
+      [['--rewrite-window', '1e3'], /--rewrite-window 1e3/],
+      [['--rewrite-window', '0x10'], /--rewrite-window 0x10/],
+      [['--max-rewrites', '0'], /--max-rewrites 0: expected a whole number from 1 to 1000000/],
+      [['--source-timeout', '99999999999999999999'], /--source-timeout/],
+      [['--metrics-address', '300.1.1.1:9464'], /300\.1\.1\.1 is not a valid IPv4 address/],
+      [['--metrics-address', '1.2.3:9464'], /not a valid IPv4 address/],
+      [['--iface', 'abcdefghijklmnop'], /longer than 15 bytes/],
+      [['--iface', '..'], /not allowed/],
+      [['--iface', 'abcdefghijklmnop*'], /can never match/],
+    ];
+    for (const [args, reason] of table) await usageError(['watch', ...netns, ...args], reason);
+  });
+
+  it('the library refuses the same numbers (EINVAL), and the CNI plugin a budget past its range', function () {
+    assert.throws(
+      () => new LinkMonitor({ netns: ns.name, receiveBuffer: 2 ** 32 + 100 }),
+      (error: NodeJS.ErrnoException) =>
+        error.code === 'EINVAL' && /receiveBuffer/.test(error.message),
+    );
+    assert.throws(
+      () => new FightTracker({ quietMs: 2 ** 32 }, () => 0),
+      /fight\.quietMs 4294967296: expected a whole number from 1 to 2147483647/,
+    );
+    for (const budgetMs of [1e308, 600_001, 0, 1.5]) {
+      assert.throws(
+        () => parsePluginConfig({ budgetMs }),
+        (error: CniError) => error instanceof CniError && error.code === 7,
+        String(budgetMs),
+      );
+    }
+    assert.equal(parsePluginConfig({ budgetMs: 600_000 }).budgetMs, 600_000);
   });
 });

@@ -106,12 +106,12 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
       ],
       [
         ['--kubeconfig', '/nonexistent/kubeconfig', '--node', 'node1', '--metrics-address', 'off'],
-        /--kubeconfig \/nonexistent\/kubeconfig: ENOENT/,
+        /--kubeconfig \/nonexistent\/kubeconfig: no such file/,
       ],
       [['--node', 'Node_1', '--kubeconfig', kubeconfig], /not a valid Kubernetes name/],
       [
         ['--kubeconfig', kubeconfig, '--node', 'node1', '--source-timeout', '0'],
-        /--source-timeout 0: expected a positive whole number/,
+        /--source-timeout 0: expected a whole number from 1 to 2147483647 \(ms\)/,
       ],
     ];
     for (const [args, message] of cases) {

@@ -283,6 +283,12 @@ describe('validation before any system call (pure)', function () {
         ['flannel *', /whitespace/],
         ['flannel\t*', /whitespace/],
         ['a'.repeat(65), /too long/],
+        // Globs no interface name can satisfy (names are at most 15 bytes, never '..' or digits only).
+        ['abcdefghijklmnop', /longer than 15 bytes/],
+        ['abcdefghijklmnop*', /can never match/],
+        ['a?'.repeat(8), /can never match/],
+        ['..', /not allowed/],
+        ['1234', /all digits/],
         [7, /must be a string/],
         [null, /must be a string/],
       ];
@@ -292,7 +298,8 @@ describe('validation before any system call (pure)', function () {
           reason,
         );
       }
-      assert.equal(compileInterfaceGlob('a'.repeat(64)).matches('a'.repeat(64)), true);
+      assert.equal(compileInterfaceGlob('a'.repeat(15)).matches('a'.repeat(15)), true);
+      assert.equal(compileInterfaceGlob(`${'a'.repeat(15)}*`).matches('a'.repeat(15)), true);
     });
 
     it("'flannel.*' matches flannel.N only: '.' is literal and the match is anchored", function () {
@@ -370,8 +377,10 @@ describe('validation before any system call (pure)', function () {
         try {
           glob = compileInterfaceGlob(pattern);
         } catch (error) {
+          // Refused: all wildcards, or a plain name no interface may have.
+          const impossibleName = !/[*?]/.test(pattern) && /^([0-9]+|\.|\.\.)$/.test(pattern);
           assert.ok(
-            /^[*?]+$/.test(pattern),
+            /^[*?]+$/.test(pattern) || impossibleName,
             `${JSON.stringify(pattern)} refused: ${String(error)}`,
           );
           continue;

@@ -4,12 +4,12 @@
  * 1 when one does (or the doctor itself fails), 2 for a bad flag or value, 77 without the
  * privileges to read the namespace. What --fix cannot change is listed as "NOT FIXED".
  */
-import { existsSync, readFileSync } from 'node:fs';
 
 import { Command, Option } from 'commander';
 
 import { parsePeerSpec, validatePeer, type PeerExpectation } from '../ensure';
 import { invalidArgument, isSystemError } from '../errors';
+import { netnsPathProblem, readRegularFile } from '../files';
 import { DEFAULT_INTERFACES } from '../guard';
 import type { DesiredMacSource } from '../sources';
 import {
@@ -70,11 +70,14 @@ function parseOffload(values: readonly string[]): Record<string, boolean> | 'non
   return policy;
 }
 
+/** Room for the peers of a 5000-node cluster several times over. */
+const MAX_PEERS_FILE_BYTES = 16 * 1024 * 1024;
+
 /** --peers-file: a JSON array of peers, or an object with a `peers` array. */
 export function readPeersFile(path: string): PeerExpectation[] {
   let parsed: unknown;
   try {
-    parsed = JSON.parse(readFileSync(path, 'utf8'));
+    parsed = JSON.parse(readRegularFile(path, MAX_PEERS_FILE_BYTES, '--peers-file'));
   } catch (error) {
     throw invalidArgument(
       `--peers-file ${path}: ${error instanceof Error ? error.message : String(error)}`,
@@ -106,10 +109,8 @@ function options(flags: DoctorFlags, deps: DoctorCommandDeps): DoctorOptions {
     fix: flags.fix ?? false,
   };
   if (flags.netns !== undefined) {
-    const path = resolveNetnsPath(flags.netns);
-    if (!existsSync(path)) {
-      throw invalidArgument(`--netns ${flags.netns}: no such network namespace (${path})`);
-    }
+    const problem = netnsPathProblem(resolveNetnsPath(flags.netns));
+    if (problem !== null) throw invalidArgument(`--netns ${flags.netns}: ${problem}`);
     result.netns = flags.netns;
   }
   if (flags.mac) result.mac = parseMacs(flags.mac);

@@ -16,9 +16,11 @@
  * declarations need @types/ws, which this package does not have, so the
  * parts used here are declared below instead of imported.
  */
-import { readFileSync } from 'node:fs';
 import * as http from 'node:http';
 import * as https from 'node:https';
+import { delimiter, dirname, resolve } from 'node:path';
+
+import { readRegularFile } from '../files';
 
 // --- the parts of @kubernetes/client-node used here ------------------------------
 
@@ -37,7 +39,8 @@ interface ResponseBodyLike {
 }
 
 interface KubeConfigLike {
-  loadFromFile(file: string): void;
+  loadFromString(text: string): void;
+  makePathsAbsolute(rootDirectory: string): void;
   loadFromDefault(): void;
   loadFromCluster(): void;
   getCurrentCluster(): { name: string; server: string } | null;
@@ -278,6 +281,46 @@ interface RawResponse {
   body: string;
 }
 
+/**
+ * Caps on what the API server may send. etcd refuses objects over 1.5 MiB, so
+ * a Node, and a watch line carrying one, is far below these; anything longer
+ * is hostile or broken and is dropped, never buffered.
+ */
+export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
+export const MAX_WATCH_LINE_BYTES = 4 * 1024 * 1024;
+/** An error body (a Status) is read up to this much; the rest is discarded. */
+export const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
+function tooLarge(subject: string, limit: number): Error {
+  return Object.assign(new Error(`${subject} longer than ${limit} bytes: dropped`), {
+    code: 'EMSGSIZE',
+  });
+}
+
+/** Collects a body up to `limit` bytes: the chunks, and whether more arrived. */
+class BoundedBody {
+  readonly #chunks: Buffer[] = [];
+  #length = 0;
+  overflowed = false;
+
+  constructor(readonly limit: number) {}
+
+  /** False once the limit is passed (the chunk beyond it is not kept). */
+  add(chunk: Buffer): boolean {
+    if (this.#length + chunk.length > this.limit) {
+      this.overflowed = true;
+      return false;
+    }
+    this.#chunks.push(chunk);
+    this.#length += chunk.length;
+    return true;
+  }
+
+  text(): string {
+    return Buffer.concat(this.#chunks, this.#length).toString('utf8');
+  }
+}
+
 function flattenHeaders(headers: http.IncomingHttpHeaders): Record<string, string> {
   const flat: Record<string, string> = {};
   for (const [name, value] of Object.entries(headers)) {
@@ -338,8 +381,14 @@ class Transport {
         reject(error);
       });
       request.once('response', (response) => {
-        const chunks: Buffer[] = [];
-        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        const body = new BoundedBody(MAX_RESPONSE_BYTES);
+        response.on('data', (chunk: Buffer) => {
+          if (!body.add(chunk)) {
+            clearTimeout(timer);
+            request.destroy();
+            reject(tooLarge('a response', MAX_RESPONSE_BYTES));
+          }
+        });
         response.once('error', (error) => {
           clearTimeout(timer);
           reject(error);
@@ -349,7 +398,7 @@ class Transport {
           resolve({
             status: response.statusCode ?? 0,
             headers: flattenHeaders(response.headers),
-            body: Buffer.concat(chunks).toString('utf8'),
+            body: body.text(),
           });
         });
       });
@@ -357,7 +406,11 @@ class Transport {
     });
   }
 
-  /** A streaming GET whose body is read as JSON lines. */
+  /**
+   * A streaming GET whose body is read as JSON lines. A line longer than
+   * MAX_WATCH_LINE_BYTES ends the stream with EMSGSIZE; only complete lines
+   * count as activity, so a server dripping bytes still goes `stalled`.
+   */
   stream(
     context: RequestContextLike,
     what: string,
@@ -418,28 +471,41 @@ class Transport {
         finish(endOf(error));
       });
       if (status !== 200) {
-        const chunks: Buffer[] = [];
-        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        const body = new BoundedBody(MAX_ERROR_BODY_BYTES);
+        response.on('data', (chunk: Buffer) => body.add(chunk));
         response.once('end', () => {
-          const body = Buffer.concat(chunks).toString('utf8');
-          finish({ kind: 'error', error: apiErrorFromStatus(status, body, what) });
+          finish({ kind: 'error', error: apiErrorFromStatus(status, body.text(), what) });
         });
         return;
       }
       resolveOpened();
       armIdle();
-      response.setEncoding('utf8');
-      let pending = '';
-      response.on('data', (chunk: string) => {
-        armIdle();
-        pending += chunk;
-        let newline = pending.indexOf('\n');
-        while (newline >= 0 && !settled) {
-          const line = pending.slice(0, newline).trim();
-          pending = pending.slice(newline + 1);
+      // The part of the current line received so far, as chunks: each byte is
+      // scanned for a newline once, however the line is cut.
+      let partial: Buffer[] = [];
+      let partialBytes = 0;
+      response.on('data', (chunk: Buffer) => {
+        let start = 0;
+        for (let newline = chunk.indexOf(10); newline >= 0; newline = chunk.indexOf(10, start)) {
+          partial.push(chunk.subarray(start, newline));
+          const line = Buffer.concat(partial, partialBytes + newline - start)
+            .toString('utf8')
+            .trim();
+          partial = [];
+          partialBytes = 0;
+          start = newline + 1;
+          armIdle();
           if (line !== '') onLine(line);
-          newline = pending.indexOf('\n');
+          if (settled) return;
         }
+        partialBytes += chunk.length - start;
+        if (partialBytes > MAX_WATCH_LINE_BYTES) {
+          const error = tooLarge('a watch line', MAX_WATCH_LINE_BYTES);
+          finish({ kind: 'error', error: transportError(error, what) });
+          request.destroy();
+          return;
+        }
+        if (start < chunk.length) partial.push(chunk.subarray(start));
       });
       // 'end': the server finished the chunked body. 'close' without it: the connection dropped.
       response.once('end', () => {
@@ -666,6 +732,23 @@ class ClientNodeApi implements KubernetesApi {
   }
 }
 
+/** A kubeconfig is a few KiB; an embedded exec plugin config or many contexts stay far below. */
+const MAX_KUBECONFIG_BYTES = 1024 * 1024;
+
+/** Loads a kubeconfig file, read once within bounds, its relative paths taken from its folder. */
+function loadKubeconfig(config: KubeConfigLike, file: string): void {
+  const text = readRegularFile(file, MAX_KUBECONFIG_BYTES, '--kubeconfig');
+  if (text.trim() === '') throw new Error('the file is empty');
+  try {
+    config.loadFromString(text);
+  } catch (error) {
+    throw new Error(`not a kubeconfig: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
+  }
+  config.makePathsAbsolute(dirname(resolve(file)));
+}
+
 /**
  * A client for the cluster: `kubeconfig` when given, else $KUBECONFIG when
  * set, else the pod's service account. Throws when the configuration cannot
@@ -678,11 +761,13 @@ export async function createKubernetesClient(
   const config = new k8s.KubeConfig();
   let origin: KubeconfigOrigin;
   if (options.kubeconfig !== undefined && !options.inCluster) {
-    // Read it first, so that a missing or unreadable file is reported as such.
-    readFileSync(options.kubeconfig);
-    config.loadFromFile(options.kubeconfig);
+    loadKubeconfig(config, options.kubeconfig);
     origin = 'file';
   } else if (process.env.KUBECONFIG && !options.inCluster) {
+    // client-node reads and merges these itself: each is checked first.
+    for (const file of process.env.KUBECONFIG.split(delimiter).filter((f) => f !== '')) {
+      readRegularFile(file, MAX_KUBECONFIG_BYTES, 'KUBECONFIG');
+    }
     config.loadFromDefault();
     origin = 'KUBECONFIG';
   } else {

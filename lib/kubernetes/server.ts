@@ -42,6 +42,10 @@ export function parseListenAddress(value: string): ListenAddress {
   if (!host.includes(':') && isIP(host) === 0 && !/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/i.test(host)) {
     throw new RangeError(`${value}: ${host} is not an address or host name`);
   }
+  // All digits and dots: meant as an IPv4 address, never a name to look up.
+  if (/^[0-9.]+$/.test(host) && isIP(host) !== 4) {
+    throw new RangeError(`${value}: ${host} is not a valid IPv4 address`);
+  }
   return { host, port };
 }
 

@@ -126,6 +126,8 @@ export interface KubernetesMacSourceOptions {
 }
 
 const DEFAULT_BACKOFF = { initialMs: 500, maxMs: 30_000 };
+/** A watch open this long was healthy: the next restart is immediate and the backoff starts over. */
+const HEALTHY_WATCH_MS = 1_000;
 
 /** resourceVersions are opaque, but etcd's are integers: compared only when both are. */
 function isOlder(candidate: string | undefined, than: string | undefined): boolean {
@@ -362,6 +364,11 @@ export class KubernetesMacSource
   // --- the list/watch loop ------------------------------------------------------------
 
   async #run(): Promise<void> {
+    // Consecutive restarts without a healthy watch in between. Only a watch
+    // that stayed open HEALTHY_WATCH_MS forgets them: a server answering every
+    // watch with 410 or an instant close (and every read with success) must
+    // meet the same growing delay as one that refuses, so that no answer of
+    // the server's makes this loop spin.
     let failures = 0;
     while (!this.#closed) {
       if (this.#watchRv === null) {
@@ -371,7 +378,6 @@ export class KubernetesMacSource
           this.#watchRv = node.metadata.resourceVersion ?? '';
           this.#apiOk();
           this.#apply(node, true);
-          failures = 0;
         } catch (error) {
           if (this.#isClosed()) return;
           this.#apiFailed(problemOf(error, 'get'), messageOf(error));
@@ -384,18 +390,21 @@ export class KubernetesMacSource
       }
       const { end, opened, lastedMs } = await this.#watchOnce(this.#watchRv);
       if (this.#isClosed()) return;
-      if (opened) failures = 0;
-      if (this.#expired) {
-        this.#expired = false;
-        this.#watchRv = null;
-        this.emit('watch', { reason: 'expired', delayMs: 0 });
-        continue;
-      }
+      const healthy = opened && lastedMs >= HEALTHY_WATCH_MS;
+      failures = healthy ? 0 : failures + 1;
+      // After a healthy watch the first restart is immediate; repeated ones back off.
+      const delayMs = failures === 0 ? 0 : this.#delay(failures);
       const failure = this.#watchFailure;
       this.#watchFailure = null;
-      if (end.kind === 'error' && isKubernetesApiError(end.error) && end.error.statusCode === 410) {
+      const gone =
+        this.#expired ||
+        (end.kind === 'error' && isKubernetesApiError(end.error) && end.error.statusCode === 410);
+      this.#expired = false;
+      if (gone) {
+        // 410 Gone: the resourceVersion is too old; read the Node again.
         this.#watchRv = null;
-        this.emit('watch', { reason: 'expired', delayMs: 0 });
+        this.emit('watch', { reason: 'expired', delayMs });
+        if (delayMs > 0) await this.#sleep(delayMs);
         continue;
       }
       let reason: WatchRestartReason;
@@ -414,8 +423,6 @@ export class KubernetesMacSource
       } else {
         return; // aborted: closing
       }
-      // A watch the server ended normally is resumed at once, unless it ended at once.
-      const delayMs = reason === 'closed' && lastedMs >= 1000 ? 0 : this.#delay(++failures);
       this.emit(
         'watch',
         message === undefined ? { reason, delayMs } : { reason, delayMs, message },

@@ -43,20 +43,52 @@ export function describeSource(status: SourceStatus): string {
   return `source: node ${status.node} ${status.state}${problem}: ${status.message ?? ''}; guarding with ${known ?? 'first-seen'}`;
 }
 
+/** One line per kind of watch restart per this long; the others are counted. */
+export const REPEAT_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * Rate limit for a repeating condition's log line: the first line of a key
+ * goes out, then at most one per interval, carrying how many were held back.
+ */
+export class RepeatLimiter {
+  readonly #last = new Map<string, { at: number; suppressed: number }>();
+
+  constructor(
+    readonly intervalMs: number,
+    readonly now: () => number = Date.now,
+  ) {}
+
+  /** null: hold this line back; else the number held back since the last one. */
+  admit(key: string): number | null {
+    const at = this.now();
+    const last = this.#last.get(key);
+    if (last && at - last.at < this.intervalMs) {
+      last.suppressed += 1;
+      return null;
+    }
+    this.#last.set(key, { at, suppressed: 0 });
+    return last?.suppressed ?? 0;
+  }
+}
+
 function logSource(source: KubernetesMacSource, log: LogLine): void {
   const node = source.nodeName;
+  const limiter = new RepeatLimiter(REPEAT_LOG_INTERVAL_MS);
   source.on('state', (status) => {
     log('source', status.state === 'synced' ? 'info' : 'warn', status, describeSource(status));
   });
   source.on('watch', (e) => {
-    if (e.reason === 'closed') return; // the server's watch timeout: routine
+    if (e.reason === 'closed' && e.delayMs === 0) return; // the server's watch timeout: routine
+    const suppressed = limiter.admit(`${e.reason}|${e.message ?? ''}`);
+    if (suppressed === null) return;
     const next = e.delayMs > 0 ? `retrying in ${e.delayMs} ms` : 'reading again';
     const why = e.message === undefined ? '' : ` (${e.message})`;
+    const held = suppressed > 0 ? `; ${suppressed} more like it not logged` : '';
     log(
       'watch',
       e.reason === 'expired' ? 'info' : 'warn',
-      e,
-      `watch: node ${node} ${e.reason}${why}; ${next}`,
+      suppressed > 0 ? { ...e, suppressed } : e,
+      `watch: node ${node} ${e.reason}${why}; ${next}${held}`,
     );
   });
   source.on('adopt', (e) => {

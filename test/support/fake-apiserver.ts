@@ -171,6 +171,8 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
   readonly requests: RequestRecord[] = [];
   /** Answer a watch from a too old version with an HTTP 410 instead of an ERROR event. */
   goneAsHttpStatus = false;
+  /** When set, answers every (authenticated) watch request instead of the store: a hostile server. */
+  watchOverride: ((res: ServerResponse) => void) | undefined;
   #server: Server;
   #port = 0;
   #rv = 1000;
@@ -626,6 +628,10 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
   // --- watch --------------------------------------------------------------------------
 
   #watch(query: Record<string, string>, res: ServerResponse): void {
+    if (this.watchOverride) {
+      this.watchOverride(res);
+      return;
+    }
     const selector = this.#selected(query.fieldSelector);
     const fromText = query.resourceVersion ?? '';
     const from = fromText === '' || fromText === '0' ? null : Number(fromText);

@@ -1,0 +1,82 @@
+/**
+ * Reading paths a user names, which may be anything: a FIFO that never opens,
+ * /dev/zero that never ends, a directory, a file in the wrong file system.
+ * Nothing here blocks: files are opened non-blocking and checked by type
+ * before a byte is read, and reads stop at a cap.
+ */
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  openSync,
+  readSync,
+  statSync,
+  statfsSync,
+  type Stats,
+} from 'node:fs';
+
+import { invalidArgument } from './errors';
+
+/** statfs(2) f_type of nsfs, the file system of namespace files (linux/magic.h). */
+const NSFS_MAGIC = 0x6e736673;
+
+function kindOf(stat: Stats): string {
+  if (stat.isDirectory()) return 'a directory';
+  if (stat.isFIFO()) return 'a FIFO';
+  if (stat.isCharacterDevice()) return 'a character device';
+  if (stat.isBlockDevice()) return 'a block device';
+  if (stat.isSocket()) return 'a socket';
+  return 'not a regular file';
+}
+
+/**
+ * The contents of a regular file of at most `maxBytes`, as UTF-8. Anything
+ * else (missing, a FIFO, a device, a directory, too large) is an EINVAL
+ * naming `what` and the reason; the open never waits for a writer.
+ */
+export function readRegularFile(path: string, maxBytes: number, what: string): string {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    throw invalidArgument(
+      `${what} ${path}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`,
+    );
+  }
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) throw invalidArgument(`${what} ${path}: ${kindOf(stat)}, not a file`);
+    if (stat.size > maxBytes) {
+      throw invalidArgument(`${what} ${path}: larger than ${maxBytes} bytes`);
+    }
+    // Read one byte past the cap: a file that grew meanwhile is refused, not cut.
+    const buffer = Buffer.alloc(maxBytes + 1);
+    let length = 0;
+    for (let read = -1; read !== 0 && length < buffer.length; length += read) {
+      read = readSync(fd, buffer, length, buffer.length - length, null);
+    }
+    if (length > maxBytes) throw invalidArgument(`${what} ${path}: larger than ${maxBytes} bytes`);
+    return buffer.toString('utf8', 0, length);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Why `path` cannot be a network namespace file, or null when it may be: it
+ * must exist and live on nsfs (an `ip netns` bind mount, /proc/PID/ns/net).
+ * Neither check opens the file, so a FIFO cannot hang it.
+ */
+export function netnsPathProblem(path: string): string | null {
+  let stat;
+  try {
+    stat = statSync(path);
+  } catch {
+    return `no such network namespace (${path})`;
+  }
+  if (!stat.isFile() || statfsSync(path).type !== NSFS_MAGIC) {
+    return `not a network namespace (${path}: ${stat.isFile() ? 'a file' : kindOf(stat)})`;
+  }
+  return null;
+}
