@@ -8,7 +8,17 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 
 import { CniError, parsePluginConfig } from '../lib/cni';
@@ -310,4 +320,100 @@ describe('hardening: files that never end or never open, numbers out of range, u
     }
     assert.equal(parsePluginConfig({ budgetMs: 600_000 }).budgetMs, 600_000);
   });
+});
+
+describe('hardening: doctor --fix --root never writes through a symlink out of the root', function () {
+  this.timeout(60_000);
+  const DEFAULT_LINK = '/usr/lib/systemd/network/99-default.link';
+  let ns: Netns;
+  let work: string;
+
+  beforeEach(async function () {
+    ns = await Netns.create('fgt-droot');
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
+    work = mkdtempSync(tempDirPrefix('droot-hostile'));
+    mkdirSync(join(work, 'outside'));
+    writeFileSync(join(work, 'outside', 'victim'), 'precious\n');
+  });
+
+  afterEach(async function () {
+    await ns.destroy();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  /** A root holding Debian's 99-default.link (MACAddressPolicy=persistent): --fix wants to write. */
+  function makeRoot(): string {
+    const root = join(work, 'root');
+    mkdirSync(join(root, '/usr/lib/systemd/network'), { recursive: true });
+    copyFileSync(DEFAULT_LINK, join(root, DEFAULT_LINK));
+    return root;
+  }
+
+  async function fix(root: string): Promise<{ changes: { kind: string; path?: string }[] }> {
+    const result = await runCommand(
+      [process.execPath, CLI_PATH, 'doctor', '--root', root, '--netns', ns.name, '--fix', '--json'],
+      { timeoutMs: 30_000 },
+    );
+    return JSON.parse(result.stdout) as { changes: { kind: string; path?: string }[] };
+  }
+
+  const outside = (): string[] => readdirSync(join(work, 'outside')).sort();
+
+  const layouts: [string, (root: string) => void][] = [
+    [
+      'the .link file a symlink to a file outside',
+      (root) => {
+        mkdirSync(join(root, 'etc/systemd/network'), { recursive: true });
+        symlinkSync(
+          join(work, 'outside', 'victim'),
+          join(root, 'etc/systemd/network/10-flannel.link'),
+        );
+      },
+    ],
+    [
+      'the .link file a relative symlink climbing out',
+      (root) => {
+        mkdirSync(join(root, 'etc/systemd/network'), { recursive: true });
+        symlinkSync(
+          '../../../../outside/victim',
+          join(root, 'etc/systemd/network/10-flannel.link'),
+        );
+      },
+    ],
+    [
+      'the network folder an absolute symlink to a folder outside',
+      (root) => {
+        mkdirSync(join(root, 'etc/systemd'), { recursive: true });
+        symlinkSync(join(work, 'outside'), join(root, 'etc/systemd/network'));
+      },
+    ],
+    [
+      'the network folder a relative symlink climbing out',
+      (root) => {
+        mkdirSync(join(root, 'etc/systemd'), { recursive: true });
+        symlinkSync('../../../outside', join(root, 'etc/systemd/network'));
+      },
+    ],
+    [
+      '/etc itself a symlink to a folder outside',
+      (root) => {
+        symlinkSync(join(work, 'outside'), join(root, 'etc'));
+      },
+    ],
+  ];
+  for (const [what, layout] of layouts) {
+    it(`${what}: the fix lands inside the root, nothing outside changes`, async function () {
+      const root = makeRoot();
+      layout(root);
+      const report = await fix(root);
+      assert.deepEqual(outside(), ['victim'], 'no file added outside');
+      assert.equal(readFileSync(join(work, 'outside', 'victim'), 'utf8'), 'precious\n');
+      const written = report.changes.filter((c) => c.kind === 'write-file');
+      assert.equal(written.length, 1, JSON.stringify(report.changes));
+      const path = written[0]?.path ?? '';
+      assert.ok(path.startsWith(`${root}/`), `${path} is inside ${root}`);
+      assert.equal(lstatSync(path).isFile(), true, 'a regular file, not a link');
+      assert.match(readFileSync(path, 'utf8'), /MACAddressPolicy=none/);
+    });
+  }
 });

@@ -4,7 +4,22 @@
  * priority replaces the others, and a file that is empty or a symlink to /dev/null masks the
  * name altogether.
  */
-import { lstatSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  constants,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { isAbsolute, join, posix } from 'node:path';
 
 /** Directories of systemd .link files, highest priority first (CONF_PATHS("systemd/network")). */
@@ -99,6 +114,87 @@ export class FsRoot {
     }
     const resolved = `/${done.join('/')}`;
     return resolved === '/dev/null' ? resolved : this.real(resolved);
+  }
+
+  /**
+   * Writes `content` to the system path `path` without ever following a link
+   * out of the root: the folder is resolved inside the root (as for reading)
+   * and made one level at a time, each checked to be a real folder; the file
+   * is written to a new temporary name beside it (O_EXCL | O_NOFOLLOW) and
+   * renamed over the target, which replaces a symlink there instead of
+   * writing through it. Returns the real path written.
+   */
+  writeFile(path: string, content: string, mode = 0o644): string {
+    const dir = posix.dirname(path);
+    const name = posix.basename(path);
+    let real = this.resolve(dir);
+    if (real === '/dev/null') throw new Error(`${dir} leads to /dev/null`);
+    if (!this.#contains(real)) {
+      // A resolved folder is always inside the root; this only guards against a race.
+      throw new Error(`${dir} resolves outside ${this.root}`);
+    }
+    real = this.#makeDirs(real);
+    const target = join(real, name);
+    const temporary = join(real, `.${name}.${randomBytes(6).toString('hex')}.tmp`);
+    const fd = openSync(
+      temporary,
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+      mode,
+    );
+    try {
+      const buffer = Buffer.from(content);
+      for (let offset = 0; offset < buffer.length;) {
+        offset += writeSync(fd, buffer, offset);
+      }
+      fsyncSync(fd);
+    } catch (error) {
+      closeSync(fd);
+      unlinkSync(temporary);
+      throw error;
+    }
+    closeSync(fd);
+    try {
+      renameSync(temporary, target);
+    } catch (error) {
+      unlinkSync(temporary);
+      throw error;
+    }
+    return target;
+  }
+
+  /** The root as a prefix of real paths: '' for '/', else without a trailing slash. */
+  get #base(): string {
+    return this.root === '/' ? '' : posix.normalize(this.root).replace(/\/+$/, '');
+  }
+
+  #contains(real: string): boolean {
+    return this.#base === '' || real === this.#base || real.startsWith(`${this.#base}/`);
+  }
+
+  /** Makes the missing folders of `real` (inside the root) one by one; refuses links and files. */
+  #makeDirs(real: string): string {
+    const base = this.#base;
+    const parts = real
+      .slice(base.length)
+      .split('/')
+      .filter((part) => part !== '');
+    let current = base;
+    for (const part of parts) {
+      current = `${current}/${part}`;
+      let stat;
+      try {
+        stat = lstatSync(current);
+      } catch {
+        mkdirSync(current, { mode: 0o755 });
+        stat = lstatSync(current);
+      }
+      if (stat.isSymbolicLink() || !stat.isDirectory()) {
+        throw new Error(
+          `${current} is not a folder (${stat.isSymbolicLink() ? 'a symlink' : 'a file'})`,
+        );
+      }
+    }
+    return current === '' ? '/' : current;
   }
 
   /** Whether the file is masked: a symlink to /dev/null, or empty (size 0). */

@@ -2,9 +2,7 @@
  * flannel-guard doctor: names the cause of "pods on different nodes can't talk, but ping works"
  * in seconds, and with `fix` prevents or repairs what it can, reporting every change it made.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import { execFile } from 'node:child_process';
-import { dirname } from 'node:path';
 
 import { ensureVtep, type EnsureAction } from '../ensure';
 import {
@@ -135,9 +133,18 @@ async function fixLinkFiles(
   }
   const path = `/etc/systemd/network/${name}`;
   const content = flannelLinkFileContent(gathered.globs);
-  const real = gathered.fs.real(path);
-  mkdirSync(dirname(real), { recursive: true });
-  writeFileSync(real, content, { mode: 0o644 });
+  let real: string;
+  try {
+    real = gathered.fs.writeFile(path, content);
+  } catch (error) {
+    changes.push({
+      kind: 'not-fixed',
+      check: 'link-files',
+      device: null,
+      reason: `cannot write ${path}: ${error instanceof Error ? error.message : String(error)}`,
+    });
+    return;
+  }
   changes.push({ kind: 'write-file', path: real, content });
   if (reload) {
     const argv = ['udevadm', 'control', '--reload'];
