@@ -21,12 +21,27 @@
 import { readFileSync, writeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 
-import { ensureVtep, validatePeer, type EnsureVtepResult, type PeerExpectation } from './ensure';
+import {
+  MAX_PEERS,
+  ensureVtep,
+  validatePeer,
+  type EnsureVtepResult,
+  type PeerExpectation,
+} from './ensure';
+import { readRegularFile } from './files';
 import { isSystemError } from './errors';
 import { RANGES, describeRange, parseMac, validateInterfaceName } from './validate';
 
 export const SUPPORTED_VERSIONS = ['1.0.0', '1.1.0'] as const;
 export const DEFAULT_BUDGET_MS = 1000;
+/** A network configuration with MAX_PEERS peers is about 1 MiB. */
+export const MAX_STDIN_BYTES = 8 * 1024 * 1024;
+export const MAX_EXPECT_FILE_BYTES = 8 * 1024 * 1024;
+/**
+ * After the budget the writes stop and the result is reported; should a
+ * system call hang past this much more, the plugin answers and exits anyway.
+ */
+const BACKSTOP_MS = 250;
 
 /** The spec's well-known error codes, and this plugin's own (100+). */
 export const CNI_ERRORS = {
@@ -175,6 +190,9 @@ export function parsePluginConfig(config: Record<string, unknown>): PluginConfig
   if (config.mac !== undefined) plugin.mac = wrap('mac', () => parseMac(config.mac));
   if (config.peers !== undefined) {
     if (!Array.isArray(config.peers)) throw invalidConfig('invalid peers', 'must be an array');
+    if (config.peers.length > MAX_PEERS) {
+      throw invalidConfig('invalid peers', `${config.peers.length} peers: at most ${MAX_PEERS}`);
+    }
     plugin.peers = wrap('peers', () =>
       (config.peers as PeerExpectation[]).map((peer) => validatePeer(peer)),
     );
@@ -283,24 +301,24 @@ export function parseRequest(command: Command, stdin: string): CniRequest {
 }
 
 /** The published state: plugin config, overridden by the expect file's fields. */
-export async function expectations(
-  plugin: PluginConfig,
-): Promise<{ mac?: string; peers: PeerExpectation[] }> {
+export function expectations(plugin: PluginConfig): { mac?: string; peers: PeerExpectation[] } {
   const result: { mac?: string; peers: PeerExpectation[] } = { peers: plugin.peers };
   if (plugin.mac !== undefined) result.mac = plugin.mac;
   if (plugin.expectFile === undefined) return result;
-  let text: string;
+  let text: string | null;
   try {
-    text = await readNonBlocking(plugin.expectFile);
+    text = readRegularFile(plugin.expectFile, MAX_EXPECT_FILE_BYTES, 'expectFile', {
+      missing: 'null',
+    });
   } catch (error) {
-    // Not written yet: nothing is published, so only the configured fields apply.
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return result;
     throw new CniError(
       CNI_ERRORS.IO_FAILURE,
       `cannot read expectFile ${plugin.expectFile}`,
       error instanceof Error ? error.message : String(error),
     );
   }
+  // Not written yet: nothing is published, so only the configured fields apply.
+  if (text === null) return result;
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -311,37 +329,33 @@ export async function expectations(
       error instanceof Error ? error.message : String(error),
     );
   }
-  const file = parsePluginConfig(
-    typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, unknown>) : {},
-  );
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new CniError(
+      CNI_ERRORS.DECODING_FAILURE,
+      `expectFile ${plugin.expectFile} does not hold a JSON object`,
+      `found ${parsed === null ? 'null' : Array.isArray(parsed) ? 'an array' : typeof parsed}; expected { "mac"?: string, "peers"?: [...] }`,
+    );
+  }
+  const file = parsePluginConfig(parsed as Record<string, unknown>);
   const raw = parsed as { mac?: unknown; peers?: unknown };
   if (raw.mac !== undefined && file.mac !== undefined) result.mac = file.mac;
   if (raw.peers !== undefined) result.peers = file.peers;
   return result;
 }
 
-/** Reads a (small) file without ever blocking on a FIFO or device node. */
-async function readNonBlocking(path: string): Promise<string> {
-  const { open } = await import('node:fs/promises');
-  const { constants } = await import('node:fs');
-  const handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  try {
-    const stat = await handle.stat();
-    if (!stat.isFile()) throw new Error(`${path} is not a regular file`);
-    if (stat.size > 1024 * 1024) throw new Error(`${path} is larger than 1 MiB`);
-    return await handle.readFile('utf8');
-  } finally {
-    await handle.close();
-  }
-}
+/** Drifts named in a log line or error; the rest are counted (thousands of peers). */
+const DRIFTS_SHOWN = 5;
 
 function describeDrift(result: EnsureVtepResult): string {
-  return result.drift
+  const shown = result.drift
+    .slice(0, DRIFTS_SHOWN)
     .map(
       (d) =>
         `${d.kind}${d.subject === undefined ? '' : ` ${d.subject}`}: expected ${d.expected}, found ${d.observed}`,
     )
     .join('; ');
+  const more = result.drift.length - DRIFTS_SHOWN;
+  return more > 0 ? `${shown}; and ${more} more` : shown;
 }
 
 function vtepError(code: number, plugin: PluginConfig, error: unknown): CniError {
@@ -364,19 +378,28 @@ export interface CniResponse {
   log: string[];
 }
 
-async function ensure(plugin: PluginConfig, dryRun: boolean): Promise<EnsureVtepResult> {
-  const expected = await expectations(plugin);
+async function ensure(
+  plugin: PluginConfig,
+  dryRun: boolean,
+  signal: AbortSignal | undefined,
+): Promise<EnsureVtepResult> {
+  const expected = expectations(plugin);
   return ensureVtep({
     device: plugin.device,
     ...(expected.mac === undefined ? {} : { mac: expected.mac }),
     peers: expected.peers,
     ...(plugin.offload === undefined ? {} : { offload: plugin.offload }),
     dryRun,
+    ...(signal === undefined ? {} : { signal }),
   });
 }
 
-/** Runs one command; a failure is thrown as a CniError (main prints it as the spec's error object). */
-export async function handle(request: CniRequest): Promise<CniResponse> {
+/**
+ * Runs one command; a failure is thrown as a CniError (main prints it as the
+ * spec's error object). `signal` aborts at the budget: ADD then stops writing
+ * and reports the partial repair.
+ */
+export async function handle(request: CniRequest, signal?: AbortSignal): Promise<CniResponse> {
   const { plugin } = request;
   switch (request.command) {
     case 'VERSION':
@@ -391,7 +414,19 @@ export async function handle(request: CniRequest): Promise<CniResponse> {
     case 'ADD': {
       const log: string[] = [];
       try {
-        const result = await ensure(plugin, false);
+        const result = await ensure(plugin, false, signal);
+        if (result.interrupted) {
+          const message = `flannel-guard-cni: ${plugin.device}: the ${plugin.budgetMs} ms budget ran out with ${result.actions.length} writes made: a partial repair (${describeDrift(result)})`;
+          if (plugin.failOnError) {
+            throw new CniError(
+              CNI_ERRORS.TRY_AGAIN_LATER,
+              `VTEP ${plugin.device} partly repaired`,
+              message,
+            );
+          }
+          log.push(`${message}; pod creation goes on`);
+          return { status: 0, stdout: request.config.prevResult, log };
+        }
         if (result.actions.length > 0) {
           log.push(
             `flannel-guard-cni: ${plugin.device} repaired in ${result.durationMs.toFixed(1)} ms: ${describeDrift(result)}`,
@@ -416,7 +451,7 @@ export async function handle(request: CniRequest): Promise<CniResponse> {
     case 'CHECK': {
       let result: EnsureVtepResult;
       try {
-        result = await ensure(plugin, true);
+        result = await ensure(plugin, true, signal);
       } catch (error) {
         throw vtepError(CNI_ERRORS.VTEP_UNAVAILABLE, plugin, error);
       }
@@ -431,7 +466,7 @@ export async function handle(request: CniRequest): Promise<CniResponse> {
     }
     case 'STATUS': {
       try {
-        await ensure(plugin, true);
+        await ensure(plugin, true, signal);
       } catch (error) {
         throw vtepError(CNI_ERRORS.NOT_AVAILABLE, plugin, error);
       }
@@ -446,16 +481,48 @@ export function errorObject(cniVersion: string, error: CniError): Record<string,
   return object;
 }
 
+/** How long a full stdout or stderr pipe may hold up the answer before it is given up. */
+const WRITE_PATIENCE_MS = 2000;
+
+/** Writes all of `text`; a full non-blocking pipe (EAGAIN) is waited for, within bounds. */
 function write(fd: number, text: string): void {
   const buffer = Buffer.from(text);
-  let offset = 0;
-  while (offset < buffer.length) offset += writeSync(fd, buffer, offset);
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  const deadline = performance.now() + WRITE_PATIENCE_MS;
+  for (let offset = 0; offset < buffer.length;) {
+    try {
+      offset += writeSync(fd, buffer, offset);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EAGAIN' || performance.now() > deadline) {
+        return; // the reader is gone or stuck: nothing more can be said there
+      }
+      Atomics.wait(pause, 0, 0, 1);
+    }
+  }
 }
 
+/** All of stdin up to MAX_STDIN_BYTES; past that it stops reading and rejects. */
 function readStdin(): Promise<string> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
-    process.stdin.on('data', (chunk: Buffer) => chunks.push(chunk));
+    let length = 0;
+    const onData = (chunk: Buffer): void => {
+      length += chunk.length;
+      if (length > MAX_STDIN_BYTES) {
+        process.stdin.off('data', onData);
+        process.stdin.destroy();
+        reject(
+          new CniError(
+            CNI_ERRORS.DECODING_FAILURE,
+            'failed to decode the network configuration',
+            `stdin is larger than ${MAX_STDIN_BYTES} bytes`,
+          ),
+        );
+        return;
+      }
+      chunks.push(chunk);
+    };
+    process.stdin.on('data', onData);
     process.stdin.once('end', () => {
       resolve(Buffer.concat(chunks).toString('utf8'));
     });
@@ -463,14 +530,14 @@ function readStdin(): Promise<string> {
   });
 }
 
-/** The configuration's cniVersion when it is one this plugin speaks (for error objects). */
+/**
+ * The configuration's cniVersion, which an error object repeats (the spec:
+ * the result's version is the configuration's), when it reads as a version.
+ */
 function configVersion(stdin: string): string | undefined {
   try {
-    const version = (JSON.parse(stdin) as { cniVersion?: unknown }).cniVersion;
-    return typeof version === 'string' &&
-      (SUPPORTED_VERSIONS as readonly string[]).includes(version)
-      ? version
-      : undefined;
+    const version = (JSON.parse(stdin) as { cniVersion?: unknown } | null)?.cniVersion;
+    return typeof version === 'string' && /^\d+\.\d+\.\d+$/.test(version) ? version : undefined;
   } catch {
     return undefined;
   }
@@ -517,33 +584,53 @@ export async function main(env: CniEnvironment = process.env): Promise<void> {
         },
         true,
       );
-    } else if (request?.command === 'DEL' || request?.command === 'GC') {
+    } else if (env.CNI_COMMAND === 'DEL' || request?.command === 'GC') {
       finish({ status: 0, log: [note] }, true);
     } else {
       fail(new CniError(CNI_ERRORS.TRY_AGAIN_LATER, note), true);
     }
   };
-  const arm = (budgetMs: number): NodeJS.Timeout =>
-    setTimeout(
-      () => {
+  // At the budget ADD's writes stop (the signal) and it reports the partial
+  // repair; a backstop answers if even that hangs. Every other command
+  // answers at the budget.
+  const controller = new AbortController();
+  const arm = (budgetMs: number): NodeJS.Timeout[] => {
+    const left = Math.max(0, budgetMs - performance.now());
+    return [
+      setTimeout(() => {
+        controller.abort();
+        // Only ADD has a partial result worth waiting for; the rest answer now.
+        if (request?.command !== 'ADD') outOfBudget(budgetMs);
+      }, left),
+      setTimeout(() => {
         outOfBudget(budgetMs);
-      },
-      Math.max(0, budgetMs - performance.now()),
-    );
-  let timer = arm(DEFAULT_BUDGET_MS);
+      }, left + BACKSTOP_MS),
+    ];
+  };
+  let timers = arm(DEFAULT_BUDGET_MS);
   try {
     const stdin = await readStdin();
     cniVersion = configVersion(stdin) ?? cniVersion;
     command = checkEnvironment(env);
     request = parseRequest(command, stdin);
     cniVersion = request.cniVersion;
-    clearTimeout(timer);
-    timer = arm(request.plugin.budgetMs);
-    finish(await handle(request), false);
+    for (const timer of timers) clearTimeout(timer);
+    timers = arm(request.plugin.budgetMs);
+    finish(await handle(request, controller.signal), false);
   } catch (error) {
-    fail(error);
+    // DEL releases nothing of ours: whatever is wrong with the request, it
+    // must not fail, or the runtime stops before the plugins before us.
+    if (env.CNI_COMMAND === 'DEL') {
+      const reason =
+        error instanceof CniError
+          ? `${error.message}${error.details === undefined ? '' : `: ${error.details}`}`
+          : String(error);
+      finish({ status: 0, log: [`flannel-guard-cni: DEL: nothing to release (${reason})`] }, false);
+    } else {
+      fail(error);
+    }
   } finally {
-    clearTimeout(timer);
+    for (const timer of timers) clearTimeout(timer);
   }
 }
 

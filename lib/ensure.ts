@@ -59,6 +59,11 @@ export interface EnsureVtepOptions {
   addrAssignType?: number;
   /** Report what would be done, write nothing. */
   dryRun?: boolean;
+  /**
+   * Stops the writes once aborted (a CNI plugin's time budget): the result
+   * then has `interrupted` set and lists the actions made before.
+   */
+  signal?: AbortSignal;
 }
 
 export type DriftKind = 'mac' | 'addr-assign-type' | 'neighbour' | 'fdb' | 'offload';
@@ -121,6 +126,8 @@ export interface EnsureVtepResult {
   /** True when the device is in the desired state now (for a dry run: already was). */
   ok: boolean;
   dryRun: boolean;
+  /** The signal stopped the writes part way: `actions` is what was done. */
+  interrupted: boolean;
   durationMs: number;
 }
 
@@ -152,6 +159,66 @@ export function ipVersion(address: string): 0 | 4 | 6 {
   return (halves.length === 2 ? groups < 8 : groups === 8) ? 6 : 0;
 }
 
+/** The eight 16-bit groups of an address ipVersion() says is IPv6. */
+function ipv6Groups(address: string): number[] {
+  let body = address;
+  if (body.includes('.')) {
+    // A trailing dotted IPv4 part is the last two groups.
+    const lastColon = body.lastIndexOf(':');
+    const [a = 0, b = 0, c = 0, d = 0] = body
+      .slice(lastColon + 1)
+      .split('.')
+      .map(Number);
+    body = `${body.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const parse = (part: string): number[] =>
+    part === '' ? [] : part.split(':').map((group) => parseInt(group, 16));
+  const [head = '', tail] = body.split('::');
+  if (tail === undefined) return parse(head);
+  const left = parse(head);
+  const right = parse(tail);
+  return [...left, ...new Array<number>(8 - left.length - right.length).fill(0), ...right];
+}
+
+/**
+ * Why an address cannot be a VTEP or an underlay peer, or null: the
+ * unspecified, loopback, multicast, broadcast and reserved (240/4) ranges
+ * would program the device to send to nowhere or to everyone.
+ */
+export function unusablePeerAddress(address: string): string | null {
+  const version = ipVersion(address);
+  if (version === 4) {
+    const first = Number(address.split('.')[0]);
+    if (first === 0) return 'an unspecified ("this network") address';
+    if (first === 127) return 'a loopback address';
+    if (first >= 224 && first <= 239) return 'a multicast address';
+    if (address === '255.255.255.255') return 'the broadcast address';
+    if (first >= 240) return 'a reserved address';
+    return null;
+  }
+  if (version === 6) {
+    const groups = ipv6Groups(address);
+    if (groups.every((g) => g === 0)) return 'the unspecified address';
+    if (groups.slice(0, 7).every((g) => g === 0) && groups[7] === 1) return 'the loopback address';
+    if (((groups[0] ?? 0) & 0xff00) === 0xff00) return 'a multicast address';
+    // IPv4-mapped (::ffff:a.b.c.d): the IPv4 rules.
+    if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) {
+      const v4 = [
+        (groups[6] ?? 0) >> 8,
+        (groups[6] ?? 0) & 0xff,
+        (groups[7] ?? 0) >> 8,
+        (groups[7] ?? 0) & 0xff,
+      ];
+      return unusablePeerAddress(v4.join('.'));
+    }
+    return null;
+  }
+  return 'not an IP address';
+}
+
+/** A 5000-node cluster has 4999 peers; far more is a broken or hostile configuration. */
+export const MAX_PEERS = 10_000;
+
 /** Parses `VTEP_IP=MAC[@UNDERLAY_IP]` (the doctor's --peer flag). */
 export function parsePeerSpec(spec: string): PeerExpectation {
   const equals = spec.indexOf('=');
@@ -175,6 +242,10 @@ export function validatePeer(value: unknown): PeerExpectation {
   if (typeof peer.vtepIp !== 'string' || ipVersion(peer.vtepIp) === 0) {
     throw invalidArgument(`peer vtepIp ${JSON.stringify(peer.vtepIp)} is not an IP address`);
   }
+  const unusableVtep = unusablePeerAddress(peer.vtepIp);
+  if (unusableVtep !== null) {
+    throw invalidArgument(`peer vtepIp ${peer.vtepIp} is ${unusableVtep}`);
+  }
   const valid: PeerExpectation = {
     vtepIp: peer.vtepIp,
     mac: parseMac(peer.mac, `MAC of peer ${peer.vtepIp}`),
@@ -183,6 +254,12 @@ export function validatePeer(value: unknown): PeerExpectation {
     if (typeof peer.underlayIp !== 'string' || ipVersion(peer.underlayIp) === 0) {
       throw invalidArgument(
         `peer ${peer.vtepIp}: underlayIp ${JSON.stringify(peer.underlayIp)} is not an IP address`,
+      );
+    }
+    const unusableUnderlay = unusablePeerAddress(peer.underlayIp);
+    if (unusableUnderlay !== null) {
+      throw invalidArgument(
+        `peer ${peer.vtepIp}: underlayIp ${peer.underlayIp} is ${unusableUnderlay}`,
       );
     }
     valid.underlayIp = peer.underlayIp;
@@ -213,10 +290,14 @@ interface Plan {
   pin: boolean;
   addrAssignType: number | undefined;
   dryRun: boolean;
+  signal: AbortSignal | undefined;
 }
 
 function plan(options: EnsureVtepOptions): Plan {
   const device = validateInterfaceName(options.device ?? 'flannel.1', 'device');
+  if ((options.peers?.length ?? 0) > MAX_PEERS) {
+    throw invalidArgument(`${options.peers?.length} peers: at most ${MAX_PEERS}`);
+  }
   const peers = (options.peers ?? []).map(validatePeer);
   const seen = new Set<string>();
   for (const peer of peers) {
@@ -231,6 +312,7 @@ function plan(options: EnsureVtepOptions): Plan {
     pin: options.pin ?? false,
     addrAssignType: options.addrAssignType,
     dryRun: options.dryRun ?? false,
+    signal: options.signal,
   };
 }
 
@@ -338,9 +420,24 @@ async function ensureWith(
       });
     }
   }
+  // Indexed once: with thousands of peers a search per peer would be quadratic.
+  const neighbourAt = new Map<string, NeighbourInfo>();
+  for (const n of neighbours) {
+    const key = `${n.family}|${n.destination ?? ''}`;
+    if (!neighbourAt.has(key)) neighbourAt.set(key, n);
+  }
+  const fdbAt = new Map<string, NeighbourInfo>();
+  const fdbTo = new Map<string, NeighbourInfo[]>();
+  for (const n of fdb) {
+    const key = `${n.lladdr ?? ''}|${n.destination ?? ''}`;
+    if (!fdbAt.has(key)) fdbAt.set(key, n);
+    const list = fdbTo.get(n.destination ?? '') ?? [];
+    list.push(n);
+    fdbTo.set(n.destination ?? '', list);
+  }
   for (const peer of wanted.peers) {
     const family = ipFamily(peer.vtepIp);
-    const entry = neighbours.find((n) => n.family === family && n.destination === peer.vtepIp);
+    const entry = neighbourAt.get(`${family}|${peer.vtepIp}`);
     const reason =
       entry === undefined || entry.lladdr === null
         ? 'missing'
@@ -370,7 +467,7 @@ async function ensureWith(
       });
     }
     if (peer.underlayIp === undefined) continue;
-    const forward = fdb.find((n) => n.lladdr === peer.mac && n.destination === peer.underlayIp);
+    const forward = fdbAt.get(`${peer.mac}|${peer.underlayIp}`);
     if (forward === undefined || !forward.permanent) {
       drift.push({
         kind: 'fdb',
@@ -378,8 +475,7 @@ async function ensureWith(
         expected: `${peer.mac} dst ${peer.underlayIp} permanent`,
         observed:
           forward === undefined
-            ? fdb
-                .filter((n) => n.destination === peer.underlayIp)
+            ? (fdbTo.get(peer.underlayIp) ?? [])
                 .map((n) => `${n.lladdr ?? 'none'} dst ${peer.underlayIp ?? ''}`)
                 .join('; ') || 'none'
             : `${peer.mac} dst ${peer.underlayIp} ${forward.states.join(',') || 'not permanent'}`,
@@ -428,13 +524,24 @@ async function ensureWith(
     actions: [],
     ok: drift.length === 0,
     dryRun: wanted.dryRun,
+    interrupted: false,
     durationMs: 0,
+  };
+  const stopped = (): boolean => {
+    if (wanted.signal?.aborted !== true) return false;
+    result.interrupted = true;
+    return true;
   };
   if (wanted.dryRun || drift.length === 0) {
     result.durationMs = performance.now() - started;
     return result;
   }
 
+  if (stopped()) {
+    result.ok = false;
+    result.durationMs = performance.now() - started;
+    return result;
+  }
   if (macWrong && wanted.mac !== undefined) {
     await control.setLinkAddress(link.ifindex, macBytes(wanted.mac), device, true);
     result.actions.push({
@@ -449,6 +556,7 @@ async function ensureWith(
     result.actions.push({ action: 'set-mac', device, from: link.mac, to: link.mac, reason: 'pin' });
   }
   for (const write of writes.values()) {
+    if (stopped()) break;
     await control.replaceNeighbour(
       neighbourEntry(link.ifindex, write.family, write.destination, write.lladdr),
       device,
@@ -456,7 +564,7 @@ async function ensureWith(
     );
     result.actions.push(write);
   }
-  if (Object.keys(offloadWanted).length > 0) {
+  if (Object.keys(offloadWanted).length > 0 && !stopped()) {
     const outcome = toFeatureSetResult(
       device,
       await control.setFeatures(device, offloadWanted, true),
@@ -474,6 +582,7 @@ async function ensureWith(
   const after = toLinkInfo(await control.getLink(link.ifindex, true));
   const expectedMac = wanted.mac ?? link.mac;
   result.ok =
+    !result.interrupted &&
     after.mac === expectedMac &&
     drift.every((d) => d.fixable) &&
     result.actions.every((a) => a.action !== 'set-offload' || a.notApplied.length === 0);

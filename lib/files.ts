@@ -32,14 +32,28 @@ function kindOf(stat: Stats): string {
 /**
  * The contents of a regular file of at most `maxBytes`, as UTF-8. Anything
  * else (missing, a FIFO, a device, a directory, too large) is an EINVAL
- * naming `what` and the reason; the open never waits for a writer.
+ * naming `what` and the reason; the open never waits for a writer. With
+ * `missing: 'null'`, a file that does not exist is null instead.
  */
-export function readRegularFile(path: string, maxBytes: number, what: string): string {
+export function readRegularFile(path: string, maxBytes: number, what: string): string;
+export function readRegularFile(
+  path: string,
+  maxBytes: number,
+  what: string,
+  options: { missing: 'null' },
+): string | null;
+export function readRegularFile(
+  path: string,
+  maxBytes: number,
+  what: string,
+  options?: { missing: 'null' },
+): string | null {
   let fd: number;
   try {
     fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
   } catch (error) {
     const code = (error as { code?: unknown }).code;
+    if (code === 'ENOENT' && options?.missing === 'null') return null;
     throw invalidArgument(
       `${what} ${path}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`,
     );

@@ -274,6 +274,13 @@ describe('hardening: files that never end or never open, numbers out of range, u
       await usageError([...command, '--netns', join(dir, 'folder')], /not a network namespace/);
     }
     await usageError(['doctor', '--netns', ns.name, '--peers-file', '/dev/zero'], /not a file/);
+    // The library too: the native open is non-blocking and checks the namespace type.
+    for (const path of [join(dir, 'fifo'), join(dir, 'plain'), '/proc/self/ns/mnt']) {
+      assert.throws(() => new LinkMonitor({ netns: path }), {
+        code: 'EINVAL',
+        syscall: 'ioctl(NS_GET_NSTYPE)',
+      });
+    }
   });
 
   it('every number has a range: past it a usage error naming the range, nothing truncated', async function () {

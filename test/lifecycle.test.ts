@@ -441,7 +441,7 @@ describe('native core lifecycle (real kernel, netns)', function () {
         assert.throws(() => new LinkMonitor({ netns: missing }), { code: 'ENOENT' });
         assert.throws(() => new binding.Control({ netns: notNetns }), {
           code: 'EINVAL',
-          syscall: 'setns',
+          syscall: 'ioctl(NS_GET_NSTYPE)',
         });
         await assert.rejects(getLinks({ netns: notNetns }), { code: 'EINVAL' });
       };

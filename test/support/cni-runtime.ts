@@ -11,7 +11,7 @@
 import { chmodSync, existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 
 import { registerSyncCleanup, tempDirPrefix, trackChild, type Netns } from './netns';
 import type { ChildResult } from './node-child';
@@ -251,4 +251,60 @@ export function errorProblems(error: unknown, cniVersion: string): string[] {
   if (typeof e.msg !== 'string' || e.msg === '') problems.push('msg');
   if (e.details !== undefined && typeof e.details !== 'string') problems.push('details');
   return problems;
+}
+
+// --- libcni itself ----------------------------------------------------------------------------
+
+const root = join(__dirname, '..', '..', '..');
+/** fg-cnitool, built from test/support/cnitool against Debian's libcni (golang-github-appc-cni-dev). */
+export const LIBCNI_TOOL = join(root, 'build', 'fg-cnitool');
+
+/** Builds fg-cnitool once per run (GOPATH mode: Debian's Go sources under /usr/share/gocode). */
+export function buildLibcniTool(): string {
+  const built = spawnSync('go', ['build', '-o', LIBCNI_TOOL, './test/support/cnitool/'], {
+    cwd: root,
+    encoding: 'utf8',
+    env: {
+      ...process.env,
+      GO111MODULE: 'off',
+      GOPATH: '/usr/share/gocode',
+      GOCACHE: join(root, 'build', 'go-cache'),
+      GOFLAGS: '',
+    },
+    timeout: 300_000,
+  });
+  if (built.status !== 0) throw new Error(`building fg-cnitool failed:\n${built.stderr}`);
+  return LIBCNI_TOOL;
+}
+
+/**
+ * libcni's AddNetworkList / CheckNetworkList / DelNetworkList on a conflist
+ * file, in the runtime's namespace (the node), as containerd runs them.
+ */
+export function libcni(
+  runtime: CniRuntime,
+  command: 'ADD' | 'CHECK' | 'DEL',
+  conflist: string,
+  pod: PodAttachment,
+  cacheDir: string,
+): Promise<ChildResult> {
+  return runChild(
+    [
+      'ip',
+      'netns',
+      'exec',
+      runtime.node.name,
+      'env',
+      `CNI_PATH=${runtime.binDir}`,
+      LIBCNI_TOOL,
+      command,
+      conflist,
+      pod.containerId,
+      pod.netns,
+      pod.ifname,
+      cacheDir,
+    ],
+    '',
+    30_000,
+  );
 }
