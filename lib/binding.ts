@@ -166,6 +166,8 @@ export interface RawNeighbourEntry {
 export interface RawControl {
   readonly netnsInode: number;
   readonly ownNetns: boolean;
+  /** SO_NETNS_COOKIE (decimal): unique for the system's uptime; null on kernels before 5.14. */
+  readonly netnsCookie: string | null;
   dumpLinks(async?: false): RawLink[];
   dumpLinks(async: true): Promise<RawLink[]>;
   dumpNeighbours(family: number, async?: false): RawNeighbour[];

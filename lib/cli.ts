@@ -36,6 +36,7 @@ import {
   resolveNetnsPath,
   type NumberRange,
 } from './validate';
+import { DEFAULT_STATE_DIR } from './state-file';
 import { readStatus, type StatusReport } from './status';
 import { detectCluster, type ClusterSettings } from './kubernetes/cluster';
 import { parseListenAddress, type ListenAddress } from './kubernetes/server';
@@ -76,6 +77,7 @@ interface WatchFlags extends CommonFlags {
   sourceTimeout: string;
   onNetnsDeleted: 'close' | 'continue';
   allowUserNamespace?: boolean;
+  stateDir: string;
 }
 
 /** A flag's whole number in its documented range (digits only: no 1e3, 0x10 or 1.0). */
@@ -444,6 +446,12 @@ async function watch(flags: WatchFlags): Promise<number> {
   if (!flags.kernelFilter) options.kernelFilter = false;
   options.onNetnsDeleted = flags.onNetnsDeleted;
   if (flags.allowUserNamespace) options.allowUserNamespace = true;
+  if (flags.stateDir !== 'off') {
+    if (!flags.stateDir.startsWith('/')) {
+      throw new UsageError(`--state-dir ${flags.stateDir}: expected an absolute path or off`);
+    }
+    options.stateDir = flags.stateDir;
+  }
   if (flags.receiveBuffer !== undefined) {
     options.receiveBuffer = integerFlag(
       '--receive-buffer',
@@ -615,6 +623,11 @@ function program(): Command {
       )
         .choices(['close', 'continue'])
         .default('close'),
+    )
+    .option(
+      '--state-dir <dir|off>',
+      "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace)",
+      DEFAULT_STATE_DIR,
     )
     .option(
       '--allow-user-namespace',

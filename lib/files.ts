@@ -4,16 +4,22 @@
  * Nothing here blocks: files are opened non-blocking and checked by type
  * before a byte is read, and reads stop at a cap.
  */
+import { randomBytes } from 'node:crypto';
 import {
   closeSync,
   constants,
   fstatSync,
+  fsyncSync,
   openSync,
   readSync,
+  renameSync,
   statSync,
   statfsSync,
+  unlinkSync,
+  writeSync,
   type Stats,
 } from 'node:fs';
+import { join } from 'node:path';
 
 import { invalidArgument } from './errors';
 
@@ -93,4 +99,40 @@ export function netnsPathProblem(path: string): string | null {
     return `not a network namespace (${path}: ${stat.isFile() ? 'a file' : kindOf(stat)})`;
   }
   return null;
+}
+
+/**
+ * Replaces `dir/name` with `content` atomically: written to a new temporary
+ * name in the same folder (O_EXCL | O_NOFOLLOW: never through a link),
+ * synced, then renamed over the target, which replaces a symlink there
+ * instead of writing through it. Readers see the old file or the new one.
+ * Returns the path written.
+ */
+export function writeFileReplacing(
+  dir: string,
+  name: string,
+  content: string,
+  mode = 0o644,
+): string {
+  const target = join(dir, name);
+  const temporary = join(dir, `.${name}.${randomBytes(6).toString('hex')}.tmp`);
+  const fd = openSync(
+    temporary,
+    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+    mode,
+  );
+  try {
+    try {
+      const buffer = Buffer.from(content);
+      for (let offset = 0; offset < buffer.length;) offset += writeSync(fd, buffer, offset);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(temporary, target);
+  } catch (error) {
+    unlinkSync(temporary);
+    throw error;
+  }
+  return target;
 }

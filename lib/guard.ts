@@ -11,11 +11,11 @@
  * the desired values, so they are recognised by value and never counted.
  */
 import { EventEmitter } from 'node:events';
-import { readFileSync, watch } from 'node:fs';
+import { mkdirSync, readFileSync, watch } from 'node:fs';
 import { dirname } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
-import { binding } from './binding';
+import { binding, type RawControl } from './binding';
 import { invalidArgument, isSystemError, type SystemError } from './errors';
 import { FightTracker, type FightDecision, type FightPolicy } from './fight';
 import type {
@@ -32,6 +32,7 @@ import { LinkMonitor, type LinkFilter, type NativeCorrection } from './monitor';
 import { controlPorts, type GuardPorts } from './ports';
 import { neighbourKey } from './records';
 import { explicitMacSource, type DesiredMacSource } from './sources';
+import { StateFile, liveNetnsInodes, type PersistedDevice } from './state-file';
 import type { FeatureSetResult, LinkInfo, NeighbourInfo } from './types';
 import { compileInterfaceGlob, resolveNetnsPath, type InterfaceGlob } from './validate';
 
@@ -95,6 +96,13 @@ export interface FlannelGuardOptions {
    * owns, so it would be guarding a sandbox, not the node.
    */
   allowUserNamespace?: boolean;
+  /**
+   * Folder for the state that survives a crash (the permanent neighbour
+   * entries and pinned MAC of each device, one file per namespace), read at
+   * start: a flush that happened while the guard was down is restored from
+   * it. Off when omitted; the CLI uses /run/flannel-guard.
+   */
+  stateDir?: string;
 }
 
 export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
@@ -331,6 +339,48 @@ export interface GuardInternals {
   random?: () => number;
   /** Calls `onDeleted` once the namespace is deleted; returns a function that stops watching. */
   watchNetns?: (onDeleted: () => void) => () => void;
+  stateFile?: StateFile;
+  /** Why the state asked for is not kept (reported after `ready`). */
+  stateProblem?: Error;
+}
+
+/** Saves are coalesced over this long: a flush and its restore are one write. */
+const STATE_SAVE_DELAY_MS = 100;
+
+/**
+ * The namespace's state file under `options.stateDir` (made if missing, stale
+ * files pruned), named by the namespace's cookie: an inode is reused once a
+ * namespace is gone, and another namespace's entries must never be restored.
+ */
+function openStateFile(
+  options: FlannelGuardOptions,
+  control: RawControl,
+): { stateFile?: StateFile; stateProblem?: Error } {
+  const dir = options.stateDir;
+  if (dir === undefined) return {};
+  if (control.netnsCookie === null) {
+    return {
+      stateProblem: Object.assign(
+        new Error(
+          `ENOPROTOOPT: the kernel has no SO_NETNS_COOKIE (Linux 5.14+) to tell namespaces apart: no state kept in ${dir}`,
+        ),
+        { code: 'ENOPROTOOPT', errno: -92, syscall: 'getsockopt' },
+      ),
+    };
+  }
+  if (!options.dryRun) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const stateFile = new StateFile(dir, control.netnsCookie, control.netnsInode);
+  if (!options.dryRun) stateFile.pruneStale(liveNetnsInodes());
+  return { stateFile };
+}
+
+function stateError(file: StateFile, what: string, error: unknown): SystemError {
+  return Object.assign(
+    new Error(
+      `state file ${file.path} ${what}: ${error instanceof Error ? error.message : String(error)}`,
+    ),
+    { code: 'EINVAL', errno: -22, path: file.path },
+  );
 }
 
 function globPrefixes(interfaces: readonly string[] | undefined): string[] {
@@ -392,13 +442,13 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
     );
   }
   const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
-  const ports = controlPorts(
-    new binding.Control(
-      netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
-    ),
+  const control = new binding.Control(
+    netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
   );
+  const ports = controlPorts(control);
   try {
     if (!options.dryRun) ports.probeWriteAccess();
+    const state = openStateFile(options, control);
     const monitor = new LinkMonitor({
       ...(options.netns === undefined ? {} : { netns: options.netns }),
       ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
@@ -409,7 +459,7 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
       addrAssignType: false,
     });
     const watchNetns = netnsPath === undefined ? undefined : netnsWatcher(netnsPath);
-    return { monitor, ports, ...(watchNetns ? { watchNetns } : {}) };
+    return { monitor, ports, ...(watchNetns ? { watchNetns } : {}), ...state };
   } catch (error) {
     ports.close();
     throw error;
@@ -450,6 +500,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   };
   #unsubscribeSource: (() => void) | undefined;
   #unwatchNetns: (() => void) | undefined;
+  readonly #stateFile: StateFile | undefined;
+  /** What the state file held at start, by ifindex (consumed by #initialize). */
+  #persisted = new Map<number, PersistedDevice>();
+  #stateProblem: Error | undefined;
+  #cancelSave: (() => void) | undefined;
   #started = false;
   #closed = false;
   /** Event currently being handled: the start of every latency figure. */
@@ -499,6 +554,15 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#ports = internals.ports;
     this.#clock = internals.clock ?? realClock;
     this.#fight = new FightTracker(options.fight, () => this.#clock.now(), internals.random);
+    this.#stateFile = internals.stateFile;
+    this.#stateProblem = internals.stateProblem;
+    if (this.#stateFile) {
+      try {
+        this.#persisted = this.#stateFile.load();
+      } catch (error) {
+        this.#stateProblem = stateError(this.#stateFile, 'ignored', error);
+      }
+    }
 
     const monitor = this.#monitor;
     monitor.on('linkAdded', (event) => this.#handle(() => this.#onLinkAdded(event)));
@@ -556,6 +620,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     if (this.#closed) return;
     this.#closed = true;
     for (const device of this.#devices.values()) this.#cancelTimers(device);
+    if (this.#cancelSave) this.#save();
     this.#unsubscribeSource?.();
     this.#unwatchNetns?.();
     this.#monitor.close();
@@ -601,6 +666,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const managed = links
       .filter((link) => link.kind === 'vxlan' && this.#isManaged(link))
       .map((link) => this.#track(link, 'start'));
+    const recovered = managed.filter((device) => this.#recover(device, links));
+    this.#persisted.clear();
     // One device that cannot be read must not keep the others unguarded.
     for (const device of managed) this.#handle(() => this.#readOffloads(device));
     this.#updateFilter();
@@ -610,13 +677,75 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       devices: this.status(),
       dryRun: this.dryRun,
     });
+    if (this.#stateProblem) this.#fail(this.#stateProblem);
     // After `ready`: the devices the globs match but the guard never touches.
     for (const link of links) if (link.kind !== 'vxlan') this.#isManaged(link);
     for (const device of managed) {
       this.#handle(() => {
         this.#enforce(device, 'start');
+        // A flush while the guard was down, with the MAC already right: the entries back.
+        if (recovered.includes(device) && !this.#isDrifted(device)) this.#restoreMissing(device);
         this.#arm(device);
       });
+    }
+    this.#scheduleSave();
+  }
+
+  /**
+   * Takes back what the state file knew of a device present at start (same
+   * index and name): the pinned MAC, and the permanent entries - but only when
+   * the evidence says they were flushed (none left, or the MAC was changed),
+   * never to undo a single entry someone removed while the guard was down.
+   */
+  #recover(device: ManagedDevice, links: readonly LinkInfo[]): boolean {
+    const saved = this.#persisted.get(device.ifindex);
+    if (saved?.name !== device.name) return false;
+    if (saved.pin !== null && saved.pinKind !== null && device.pinKind !== null) {
+      device.pin = saved.pin;
+      device.pinKind = saved.pinKind;
+    }
+    const link = links.find((l) => l.ifindex === device.ifindex);
+    const desired = this.#desiredMac(device);
+    const flushed = device.neighbours.size === 0 || (desired !== null && link?.mac !== desired.mac);
+    if (!flushed) return false;
+    for (const entry of saved.neighbours) {
+      const key = neighbourKey(entry);
+      if (!device.neighbours.has(key)) device.neighbours.set(key, entry);
+    }
+    return saved.neighbours.length > 0;
+  }
+
+  /** Saves the devices' state soon (coalesced): after the changes of this burst. */
+  #scheduleSave(): void {
+    if (!this.#stateFile || this.dryRun || this.#cancelSave || !this.#started) return;
+    this.#cancelSave = this.#clock.setTimeout(() => {
+      this.#save();
+    }, STATE_SAVE_DELAY_MS);
+  }
+
+  #save(): void {
+    this.#cancelSave?.();
+    this.#cancelSave = undefined;
+    const file = this.#stateFile;
+    if (!file) return;
+    try {
+      file.save(
+        [...this.#devices.values()].map((device) => {
+          // Only a pin in force is worth restoring: one an explicit or source MAC overrides
+          // may be a rewritten MAC pinned at start.
+          const pinned =
+            device.pinKind !== null && this.#desiredMac(device)?.kind === device.pinKind;
+          return {
+            name: device.name,
+            ifindex: device.ifindex,
+            pin: pinned ? device.pin : null,
+            pinKind: pinned ? device.pinKind : null,
+            neighbours: [...device.neighbours.values()],
+          };
+        }),
+      );
+    } catch (error) {
+      this.#fail(stateError(file, 'not written', error));
     }
   }
 
@@ -672,6 +801,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     } else {
       return;
     }
+    this.#scheduleSave();
     this.#arm(device);
   }
 
@@ -685,6 +815,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     // meanwhile), so kept too, and put back at the resync's end.
     if (event.cause === 'flush' || event.cause === 'resync') return;
     device.neighbours.delete(neighbourKey(entry));
+    this.#scheduleSave();
     this.#arm(device);
   }
 
@@ -752,7 +883,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       if (isPermanentIpNeighbour(entry)) device.neighbours.set(neighbourKey(entry), entry);
     }
     this.#devices.set(link.ifindex, device);
-    if (this.#started) this.#updateFilter();
+    if (this.#started) {
+      this.#updateFilter();
+      this.#scheduleSave();
+    }
     return device;
   }
 
@@ -781,6 +915,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#fight.resetPrefix(`${device.ifindex}|`);
     this.#devices.delete(device.ifindex);
     this.#updateFilter();
+    this.#scheduleSave();
     this.emit('released', { device: device.name, ifindex: device.ifindex, reason });
   }
 

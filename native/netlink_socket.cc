@@ -86,6 +86,18 @@ Result<uint64_t> NetnsInode(const NetnsTarget& target) {
   return static_cast<uint64_t>(info.st_ino);
 }
 
+Result<uint64_t> NetnsCookie(int fd) {
+#ifndef SO_NETNS_COOKIE
+  constexpr int SO_NETNS_COOKIE = 71;  // asm-generic/socket.h; older libc headers lack it
+#endif
+  uint64_t cookie = 0;
+  socklen_t length = sizeof(cookie);
+  if (getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &length) != 0) {
+    return SysError(errno, "getsockopt(SO_NETNS_COOKIE)");
+  }
+  return cookie;
+}
+
 NetlinkSocket::NetlinkSocket(int fd, uint32_t portid) : fd_(fd), portid_(portid) {
   // Sequence numbers start away from 0, which the kernel uses for notifications.
   seq_ = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count() &

@@ -26,6 +26,9 @@ struct NetnsTarget {
 
 // Inode number of the network namespace at `path` (own namespace when empty).
 Result<uint64_t> NetnsInode(const NetnsTarget& target);
+// SO_NETNS_COOKIE of the namespace `fd` lives in (Linux 5.14+): unlike an
+// inode, never reused while the system runs.
+Result<uint64_t> NetnsCookie(int fd);
 
 struct SocketOptions {
   std::vector<uint32_t> groups;  // RTNLGRP_* to join before anything is sent

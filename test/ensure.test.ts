@@ -11,12 +11,12 @@ import { performance } from 'node:perf_hooks';
 
 import {
   ensureVtep,
-  ipVersion,
   parsePeerSpec,
   type EnsureVtepResult,
   type PeerExpectation,
 } from '../lib/ensure';
 import { isSystemError } from '../lib/errors';
+import { ipVersion } from '../lib/validate';
 import { Netns } from './support/netns';
 import { runCommand } from './support/node-child';
 

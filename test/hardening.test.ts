@@ -424,3 +424,161 @@ describe('hardening: doctor --fix --root never writes through a symlink out of t
     });
   }
 });
+
+describe('hardening: a crash never loses the neighbour table (state under --state-dir)', function () {
+  this.timeout(60_000);
+  const MAC = '0e:00:00:00:aa:01';
+  let ns: Netns;
+  let stateDir: string;
+  let children: RunningChild[] = [];
+
+  beforeEach(async function () {
+    ns = await Netns.create('fgt-state');
+    stateDir = mkdtempSync(tempDirPrefix('state'));
+    await ns.ipBatch([
+      `link add flannel.1 address ${MAC} type vxlan id 1 dstport 8472 nolearning`,
+      'link set flannel.1 up',
+      'neigh add 198.18.0.1 lladdr 02:00:00:00:01:01 dev flannel.1 nud permanent',
+      'neigh add 198.18.1.1 lladdr 02:00:00:00:01:02 dev flannel.1 nud permanent',
+    ]);
+  });
+
+  afterEach(async function () {
+    await Promise.all(children.map((child) => child.kill()));
+    children = [];
+    await ns.destroy();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  function watch(args: readonly string[]): RunningChild {
+    const child = startCommand(
+      [
+        process.execPath,
+        CLI_PATH,
+        'watch',
+        '--json',
+        '--netns',
+        ns.name,
+        '--offload',
+        'none',
+        '--state-dir',
+        stateDir,
+        ...args,
+      ],
+      { timeoutMs: 60_000 },
+    );
+    children.push(child);
+    return child;
+  }
+
+  async function permanent(): Promise<string[]> {
+    const entries = await ns.ipJson<{ dst: string; lladdr?: string }[]>(
+      '-4 neigh show dev flannel.1 nud permanent',
+    );
+    return entries.map((e) => `${e.dst} ${e.lladdr ?? '-'}`).sort();
+  }
+
+  const BOTH = ['198.18.0.1 02:00:00:00:01:01', '198.18.1.1 02:00:00:00:01:02'];
+
+  async function macOf(): Promise<string | undefined> {
+    return (await ns.ipJson<{ address?: string }[]>('link show flannel.1'))[0]?.address;
+  }
+
+  /** The guard saved both entries; then it is killed, and the MAC rewritten while it is down. */
+  async function crashAndRewrite(args: readonly string[]): Promise<void> {
+    const first = watch(args);
+    await first.waitForJson<CliLine>((l) => l.event === 'ready');
+    const file = await waitFor(
+      () => {
+        const name = readdirSync(stateDir).find((n) => /^net-\d+-\d+\.json$/.test(n));
+        if (name === undefined) return undefined;
+        const text = readFileSync(join(stateDir, name), 'utf8');
+        return text.includes('198.18.1.1') && text.includes('198.18.0.1') ? name : undefined;
+      },
+      { timeoutMs: 5_000, what: 'the state file with both entries' },
+    );
+    assert.ok(file);
+    await first.kill('SIGKILL');
+    await ns.ip('link set flannel.1 address 02:00:00:00:bb:01');
+    assert.deepEqual(await permanent(), [], 'the MAC change flushed them');
+  }
+
+  for (const [what, args] of [
+    ['with --mac', ['--mac', `flannel.1=${MAC}`]],
+    ['with the first-seen pin (no --mac)', []],
+  ] as const) {
+    it(`SIGKILL, a rewrite while down, a restart ${what}: MAC and both entries back`, async function () {
+      await crashAndRewrite(args);
+      const second = watch(args);
+      await second.waitForJson<CliLine>((l) => l.event === 'ready');
+      await waitFor(async () => (await macOf()) === MAC, { timeoutMs: 5_000, what: 'the MAC' });
+      await waitFor(async () => (await permanent()).length === 2, {
+        timeoutMs: 5_000,
+        what: 'both entries back',
+      });
+      assert.deepEqual(await permanent(), BOTH);
+      assert.equal(jsonLines<CliLine>(second.stdout).filter((l) => l.event === 'error').length, 0);
+    });
+  }
+
+  it('one entry deleted on purpose while the guard was down stays deleted', async function () {
+    const first = watch([]);
+    await first.waitForJson<CliLine>((l) => l.event === 'ready');
+    await delay(300); // the state save is coalesced over 100 ms
+    await first.kill('SIGKILL');
+    await ns.ip('neigh del 198.18.1.1 dev flannel.1');
+    const second = watch([]);
+    await second.waitForJson<CliLine>((l) => l.event === 'ready');
+    await roundTripOf(second);
+    assert.deepEqual(await permanent(), ['198.18.0.1 02:00:00:00:01:01']);
+  });
+
+  /** A rewrite of flannel.1 corrected by the running guard: it has handled all before it. */
+  async function roundTripOf(child: RunningChild): Promise<void> {
+    const from = jsonLines<CliLine>(child.stdout).length;
+    await ns.ip('link set flannel.1 address 02:00:00:00:cc:01');
+    await child.waitForJson<CliLine>((l) => l.event === 'restored', 10_000, from);
+  }
+
+  it("a state file that is not this namespace's, broken, or a FIFO is ignored with one error", async function () {
+    await crashAndRewrite([]);
+    const [name] = readdirSync(stateDir).filter((n) => n.endsWith('.json'));
+    assert.ok(name);
+    const path = join(stateDir, name);
+    const saved = JSON.parse(readFileSync(path, 'utf8')) as { netnsCookie: string };
+    const variants: [string, () => void][] = [
+      [
+        'another namespace',
+        () => writeFileSync(path, JSON.stringify({ ...saved, netnsCookie: '999999999' })),
+      ],
+      ['not JSON', () => writeFileSync(path, '{"version": 1, "dev')],
+      [
+        'a hostile entry',
+        () =>
+          writeFileSync(
+            path,
+            readFileSync(path, 'utf8').replace('02:00:00:00:01:01', 'ff:ff:ff:ff:ff:ff'),
+          ),
+      ],
+      [
+        'a FIFO',
+        () => {
+          rmSync(path);
+          execFileSync('mkfifo', [path]);
+        },
+      ],
+    ];
+    const original = readFileSync(path, 'utf8');
+    for (const [what, spoil] of variants) {
+      rmSync(path, { force: true });
+      writeFileSync(path, original);
+      spoil();
+      const child = watch([]);
+      await child.waitForJson<CliLine>((l) => l.event === 'ready');
+      const error = await child.waitForJson<CliLine>((l) => l.event === 'error');
+      assert.match(String(error.message), /state file .* ignored/, what);
+      await child.kill();
+      assert.deepEqual(await permanent(), [], `${what}: nothing restored from it`);
+    }
+  });
+});

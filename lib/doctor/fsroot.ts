@@ -4,23 +4,10 @@
  * priority replaces the others, and a file that is empty or a symlink to /dev/null masks the
  * name altogether.
  */
-import { randomBytes } from 'node:crypto';
-import {
-  closeSync,
-  constants,
-  fsyncSync,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  readdirSync,
-  readlinkSync,
-  renameSync,
-  statSync,
-  unlinkSync,
-  writeSync,
-} from 'node:fs';
+import { lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
 import { isAbsolute, join, posix } from 'node:path';
+
+import { writeFileReplacing } from '../files';
 
 /** Directories of systemd .link files, highest priority first (CONF_PATHS("systemd/network")). */
 export const NETWORK_DIRS = [
@@ -127,39 +114,13 @@ export class FsRoot {
   writeFile(path: string, content: string, mode = 0o644): string {
     const dir = posix.dirname(path);
     const name = posix.basename(path);
-    let real = this.resolve(dir);
+    const real = this.resolve(dir);
     if (real === '/dev/null') throw new Error(`${dir} leads to /dev/null`);
     if (!this.#contains(real)) {
       // A resolved folder is always inside the root; this only guards against a race.
       throw new Error(`${dir} resolves outside ${this.root}`);
     }
-    real = this.#makeDirs(real);
-    const target = join(real, name);
-    const temporary = join(real, `.${name}.${randomBytes(6).toString('hex')}.tmp`);
-    const fd = openSync(
-      temporary,
-      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-      mode,
-    );
-    try {
-      const buffer = Buffer.from(content);
-      for (let offset = 0; offset < buffer.length;) {
-        offset += writeSync(fd, buffer, offset);
-      }
-      fsyncSync(fd);
-    } catch (error) {
-      closeSync(fd);
-      unlinkSync(temporary);
-      throw error;
-    }
-    closeSync(fd);
-    try {
-      renameSync(temporary, target);
-    } catch (error) {
-      unlinkSync(temporary);
-      throw error;
-    }
-    return target;
+    return writeFileReplacing(this.#makeDirs(real), name, content, mode);
   }
 
   /** The root as a prefix of real paths: '' for '/', else without a trailing slash. */

@@ -151,6 +151,7 @@ Napi::Function ControlWrap::Define(Napi::Env env) {
                          InstanceMethod<&ControlWrap::Close>("close"),
                          InstanceAccessor<&ControlWrap::NetnsInodeGetter>("netnsInode"),
                          InstanceAccessor<&ControlWrap::OwnNetnsGetter>("ownNetns"),
+                         InstanceAccessor<&ControlWrap::NetnsCookieGetter>("netnsCookie"),
                      });
 }
 
@@ -175,6 +176,8 @@ ControlWrap::ControlWrap(const Napi::CallbackInfo& info)
   if (inode.ok()) netnsInode_ = inode.value();
   ownNetns_ = inode.ok() && ownInode.ok() && inode.value() == ownInode.value();
   if (netnsLabel_.empty() && inode.ok()) netnsLabel_ = NetnsLabelForInode(inode.value());
+  Result<uint64_t> cookie = NetnsCookie(core_->requester->fd());
+  if (cookie.ok()) netnsCookie_ = std::to_string(cookie.value());
 }
 
 Napi::Value ControlWrap::DumpLinks(const Napi::CallbackInfo& info) {
@@ -339,6 +342,11 @@ Napi::Value ControlWrap::NetnsInodeGetter(const Napi::CallbackInfo& info) {
 
 Napi::Value ControlWrap::OwnNetnsGetter(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), ownNetns_);
+}
+
+Napi::Value ControlWrap::NetnsCookieGetter(const Napi::CallbackInfo& info) {
+  if (netnsCookie_.empty()) return info.Env().Null();
+  return Napi::String::New(info.Env(), netnsCookie_);
 }
 
 }  // namespace fg::addon

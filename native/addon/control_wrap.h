@@ -42,10 +42,12 @@ class ControlWrap : public Napi::ObjectWrap<ControlWrap> {
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value NetnsInodeGetter(const Napi::CallbackInfo& info);
   Napi::Value OwnNetnsGetter(const Napi::CallbackInfo& info);
+  Napi::Value NetnsCookieGetter(const Napi::CallbackInfo& info);
 
   std::shared_ptr<Core> core_;
   std::string netnsLabel_;
   uint64_t netnsInode_ = 0;
+  std::string netnsCookie_;  // decimal; empty when the kernel has none
   bool ownNetns_ = false;
 };
 
