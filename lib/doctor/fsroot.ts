@@ -36,6 +36,14 @@ export interface ConfFile {
   realPath: string;
   /** Empty or a symlink to /dev/null: the name is disabled. */
   masked: boolean;
+  /**
+   * Not a file that can be read (a dangling symlink, a folder): udev 252
+   * lists names without looking at them (conf_files_list() without flags), so
+   * it still replaces the lower files of its name, and is then skipped.
+   */
+  unreadable: boolean;
+  /** Unreadable because nothing is there (a dangling link), which udev's parser shrugs off. */
+  missing: boolean;
   /** Files of the same name in lower-priority directories, which this one replaces. */
   shadows: string[];
 }
@@ -60,7 +68,8 @@ export class FsRoot {
 
   isDirectory(path: string): boolean {
     try {
-      return statSync(this.resolve(path)).isDirectory();
+      const real = this.resolve(path);
+      return real !== null && statSync(real).isDirectory();
     } catch {
       return false;
     }
@@ -69,9 +78,10 @@ export class FsRoot {
   /**
    * The real path of `path`, every symlink on the way resolved inside the root (a tree copied
    * from a node keeps absolute links such as /lib -> usr/lib or foo.link -> /dev/null).
-   * '/dev/null' when it leads there.
+   * '/dev/null' when it leads there; null for a loop of links, which must not be handed to the
+   * system to follow (an absolute link would lead out of the root).
    */
-  resolve(path: string): string {
+  resolve(path: string): string | null {
     const pending = path.split('/').filter((part) => part !== '' && part !== '.');
     const done: string[] = [];
     for (let hops = 0; pending.length > 0;) {
@@ -93,7 +103,7 @@ export class FsRoot {
         continue;
       }
       hops += 1;
-      if (hops > 40) return this.real(current);
+      if (hops > 40) return null; // ELOOP, as the kernel's limit
       if (target === '/dev/null' && pending.length === 0) return '/dev/null';
       const parts = target.split('/').filter((p) => p !== '' && p !== '.');
       if (isAbsolute(target)) done.length = 0;
@@ -115,6 +125,7 @@ export class FsRoot {
     const dir = posix.dirname(path);
     const name = posix.basename(path);
     const real = this.resolve(dir);
+    if (real === null) throw new Error(`${dir}: too many levels of symbolic links`);
     if (real === '/dev/null') throw new Error(`${dir} leads to /dev/null`);
     if (!this.#contains(real)) {
       // A resolved folder is always inside the root; this only guards against a race.
@@ -161,6 +172,7 @@ export class FsRoot {
   /** Whether the file is masked: a symlink to /dev/null, or empty (size 0). */
   isNullOrEmpty(path: string): boolean {
     const resolved = this.resolve(path);
+    if (resolved === null) return false;
     if (resolved === '/dev/null') return true;
     try {
       const stat = statSync(resolved);
@@ -172,7 +184,8 @@ export class FsRoot {
 
   readText(path: string): string | null {
     try {
-      return readFileSync(this.resolve(path), 'utf8');
+      const real = this.resolve(path);
+      return real === null ? null : readFileSync(real, 'utf8');
     } catch {
       return null;
     }
@@ -180,7 +193,8 @@ export class FsRoot {
 
   list(dir: string): string[] {
     try {
-      return readdirSync(this.resolve(dir));
+      const real = this.resolve(dir);
+      return real === null ? [] : readdirSync(real);
     } catch {
       return [];
     }
@@ -196,7 +210,7 @@ export class FsRoot {
     for (const dir of dirs) {
       // /lib may be a symlink to /usr/lib (merged /usr): the same directory twice.
       const realDir = this.resolve(dir);
-      if (seenDirs.has(realDir)) continue;
+      if (realDir === null || seenDirs.has(realDir)) continue;
       seenDirs.add(realDir);
       for (const name of this.list(dir)) {
         if (!name.endsWith(suffix) || name.startsWith('.')) continue;
@@ -208,18 +222,22 @@ export class FsRoot {
         }
         const real = this.resolve(path);
         let regular = real === '/dev/null';
+        let missing = false;
         try {
-          const stat = statSync(real);
-          regular = stat.isFile() || stat.isCharacterDevice();
+          if (real !== null) {
+            const stat = statSync(real);
+            regular = stat.isFile() || stat.isCharacterDevice();
+          }
         } catch {
-          /* a dangling link: systemd skips it */
+          missing = true; // a dangling link
         }
-        if (!regular) continue;
         byName.set(name, {
           name,
           path,
-          realPath: real,
-          masked: this.isNullOrEmpty(path),
+          realPath: real ?? this.real(path),
+          masked: regular && this.isNullOrEmpty(path),
+          unreadable: !regular,
+          missing,
           shadows: [],
         });
       }

@@ -62,6 +62,10 @@ export interface LinkFile {
   /** Same-name files it replaces. */
   shadows: string[];
   masked: boolean;
+  /** A dangling link or a folder: it replaces the lower files of its name, and applies to nothing. */
+  unreadable: boolean;
+  /** udev fails to load the file (a drop-in it cannot read): it applies to nothing. */
+  loadError: string | null;
   dropins: string[];
   match: {
     lists: Record<string, string[]>;
@@ -107,13 +111,15 @@ function canonicalHwAddress(word: string): string | null {
 /** Reads one .link file with its drop-ins into the settings udev would use. */
 export function loadLinkFile(
   fs: FsRoot,
-  file: { name: string; path: string; masked: boolean; shadows: string[] },
+  file: { name: string; path: string; masked: boolean; unreadable: boolean; shadows: string[] },
 ): LinkFile {
   const link: LinkFile = {
     name: file.name,
     path: file.path,
     shadows: file.shadows,
     masked: file.masked,
+    unreadable: file.unreadable,
+    loadError: null,
     dropins: [],
     match: { lists: {}, originalName: [], property: [] },
     conditions: new Map(),
@@ -122,13 +128,20 @@ export function loadLinkFile(
     ignored: false,
     warnings: [],
   };
-  if (file.masked) return link;
-  const dropins = fs
-    .confFiles(
-      NETWORK_DIRS.map((dir) => posix.join(dir, `${file.name}.d`)),
-      '.conf',
-    )
-    .filter((dropin) => !dropin.masked);
+  if (file.masked || file.unreadable) return link;
+  const listed = fs.confFiles(
+    NETWORK_DIRS.map((dir) => posix.join(dir, `${file.name}.d`)),
+    '.conf',
+  );
+  // A drop-in that is not there is skipped; one that cannot be read (a folder, a loop of
+  // links) makes udev's parser fail, and the whole file is dropped.
+  const broken = listed.find((dropin) => dropin.unreadable && !dropin.missing);
+  if (broken) {
+    link.loadError = `drop-in ${broken.path} cannot be read: udev fails to load the whole file`;
+    link.warnings.push(`${file.path}: ${link.loadError}`);
+    return link;
+  }
+  const dropins = listed.filter((dropin) => !dropin.masked && !dropin.unreadable);
   link.dropins = dropins.map((dropin) => dropin.path);
   for (const source of [file.path, ...link.dropins]) {
     const text = fs.readText(source);
@@ -209,14 +222,66 @@ function applyMatch(link: LinkFile, key: string, value: string, where: string): 
     return;
   }
   const invert = value.startsWith('!');
-  const words = splitWords(invert ? value.slice(1) : value, key !== 'Property');
-  for (const word of words) {
-    if (key === 'OriginalName' && (Buffer.byteLength(word) > 15 || /[/:]/.test(word))) {
-      link.warnings.push(`${where}: OriginalName= ${word} is not a valid interface name, ignored`);
-      continue;
+  const rest = invert ? value.slice(1) : value;
+  if (key === 'OriginalName') {
+    const words = splitIfnameWords(rest);
+    if (words === null) {
+      link.warnings.push(`${where}: OriginalName= ends in a lone backslash, ignored`);
+      return;
     }
-    target.push(invert ? `!${word}` : word);
+    for (const word of words) {
+      if (!ifnameValid(word)) {
+        link.warnings.push(
+          `${where}: OriginalName= ${word} is not a valid interface name, ignored by udev`,
+        );
+        continue;
+      }
+      if (/^["']|["']$/.test(word)) {
+        link.warnings.push(
+          `${where}: OriginalName= ${word}: udev keeps the quotes, so it only matches a name with them`,
+        );
+      }
+      target.push(invert ? `!${word}` : word);
+    }
+    return;
   }
+  for (const word of splitWords(rest, key !== 'Property')) target.push(invert ? `!${word}` : word);
+}
+
+/**
+ * OriginalName='s words as udev 252 reads them (extract_first_word() without
+ * flags): split at whitespace, a backslash takes the next character as it
+ * is, and quotes are kept as characters. null when a backslash ends it.
+ */
+function splitIfnameWords(value: string): string[] | null {
+  const words: string[] = [];
+  let word = '';
+  for (let i = 0; i < value.length; i += 1) {
+    const char = value[i] ?? '';
+    if (char === '\\') {
+      if (i + 1 >= value.length) return null;
+      i += 1;
+      word += value[i] ?? '';
+    } else if (/\s/.test(char)) {
+      if (word !== '') words.push(word);
+      word = '';
+    } else {
+      word += char;
+    }
+  }
+  if (word !== '') words.push(word);
+  return words;
+}
+
+/** ifname_valid_full(word, 0): what udev accepts in OriginalName= (globs are names here). */
+function ifnameValid(word: string): boolean {
+  const bytes = Buffer.from(word);
+  if (bytes.length === 0 || bytes.length > 15 || word === '.' || word === '..') return false;
+  // A positive number is an ifindex, not a name.
+  if (/^[0-9]+$/.test(word) && Number(word) > 0 && Number(word) <= 0x7fffffff) return false;
+  return bytes.every(
+    (byte) => byte > 32 && byte < 127 && byte !== 0x3a && byte !== 0x2f && byte !== 0x25,
+  );
 }
 
 function applyLink(link: LinkFile, key: string, value: string, where: string): void {
@@ -328,6 +393,9 @@ export function matchLink(link: LinkFile, device: DeviceFacts, host: HostFacts):
   let unknown = false;
   const fail = (reason: string): MatchOutcome => ({ result: 'no', reasons: [reason] });
   if (link.masked) return fail('masked');
+  if (link.loadError !== null) return fail(link.loadError);
+  if (link.unreadable)
+    return fail('not a readable file (it still hides the lower files of its name)');
   if (link.ignored) return fail('ignored by udev: no valid setting in [Match]');
   const lists = link.match.lists;
   const macs = lists.MACAddress ?? [];

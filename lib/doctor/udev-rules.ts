@@ -75,7 +75,7 @@ export function parseRules(file: string, text: string): UdevRule[] {
 export function loadRules(fs: FsRoot): UdevRule[] {
   const rules: UdevRule[] = [];
   for (const file of fs.confFiles(UDEV_RULES_DIRS, '.rules')) {
-    if (file.masked) continue;
+    if (file.masked || file.unreadable) continue;
     const text = fs.readText(file.path);
     if (text !== null) rules.push(...parseRules(file.path, text));
   }
