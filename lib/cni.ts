@@ -21,13 +21,8 @@
 import { readFileSync, writeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 
-import {
-  MAX_PEERS,
-  ensureVtep,
-  validatePeer,
-  type EnsureVtepResult,
-  type PeerExpectation,
-} from './ensure';
+import type { EnsureVtepResult } from './ensure';
+import { MAX_PEERS, validatePeer, type PeerExpectation } from './peers';
 import { readRegularFile } from './files';
 import { isSystemError } from './errors';
 import { RANGES, describeRange, parseMac, validateInterfaceName } from './validate';
@@ -384,6 +379,8 @@ async function ensure(
   signal: AbortSignal | undefined,
 ): Promise<EnsureVtepResult> {
   const expected = expectations(plugin);
+  // Loaded here, with the addon: VERSION, DEL and GC never need them.
+  const { ensureVtep } = await import('./ensure.js');
   return ensureVtep({
     device: plugin.device,
     ...(expected.mac === undefined ? {} : { mac: expected.mac }),

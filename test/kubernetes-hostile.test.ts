@@ -6,7 +6,7 @@
  * silent. The real client and source, with their default backoff.
  */
 import assert from 'node:assert/strict';
-import { rmSync, mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 
@@ -18,7 +18,8 @@ import {
 import { KubernetesMacSource, type WatchRestartEvent } from '../lib/kubernetes/source';
 import { RepeatLimiter } from '../lib/kubernetes/watch';
 import { FakeApiServer, status } from './support/fake-apiserver';
-import { delay, tempDirPrefix, waitFor } from './support/netns';
+import { Netns, delay, tempDirPrefix, waitFor } from './support/netns';
+import { CLI_PATH, jsonLines, startCommand, type RunningChild } from './support/node-child';
 
 const ANNOTATION = 'flannel.alpha.coreos.com/backend-data';
 const MAC = '5e:89:db:49:c6:a4';
@@ -220,5 +221,110 @@ describe('RepeatLimiter (log lines of a repeating condition)', function () {
     now = 60_000;
     assert.equal(limiter.admit('expired|'), 500);
     assert.equal(limiter.admit('expired|'), null);
+  });
+});
+
+describe('Kubernetes: corrections while the API server abuses the watch (the bin, netns)', function () {
+  this.timeout(60_000);
+  const PUBLISHED = '02:00:00:00:c2:01';
+  let ns: Netns;
+  let fake: FakeApiServer;
+  let dir: string;
+  let guard: RunningChild | undefined;
+
+  before(async function () {
+    ns = await Netns.create('fgt-kabuse');
+    await ns.ipBatch([
+      `link add flannel.1 address ${PUBLISHED} type vxlan id 1 dstport 8472 nolearning`,
+      'link set flannel.1 up',
+      'neigh add 198.18.1.0 lladdr 02:00:00:00:01:01 dev flannel.1 nud permanent',
+    ]);
+    fake = await FakeApiServer.start();
+    fake.addNode({
+      name: 'node1',
+      annotations: { [ANNOTATION]: JSON.stringify({ VNI: 1, VtepMAC: PUBLISHED }) },
+    });
+    dir = mkdtempSync(tempDirPrefix('kube-abuse'));
+  });
+
+  after(async function () {
+    await guard?.kill();
+    await fake.close();
+    await ns.destroy();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('an endless watch line: every rewrite still corrected at once, the guard stays small', async function () {
+    guard = startCommand(
+      [
+        process.execPath,
+        CLI_PATH,
+        'watch',
+        '--json',
+        '--netns',
+        ns.name,
+        '--node',
+        'node1',
+        '--kubeconfig',
+        fake.writeKubeconfig(dir),
+        '--metrics-address',
+        'off',
+        '--offload',
+        'none',
+        '--state-dir',
+        'off',
+      ],
+      { timeoutMs: 60_000 },
+    );
+    const child = guard;
+    await child.waitForJson<{ event: string }>((l) => l.event === 'ready');
+    // Every watch from now on streams one line without end (bounded per connection).
+    let sent = 0;
+    const chunk = Buffer.alloc(256 * 1024, 'a');
+    fake.watchOverride = (res) => {
+      openStream(res);
+      res.write('{"type":"MODIFIED","object":{"metadata":{"name":"node1","x":"');
+      let budget = 16 * MAX_WATCH_LINE_BYTES;
+      const pump = (): void => {
+        while (budget > 0 && !res.destroyed) {
+          budget -= chunk.length;
+          sent += chunk.length;
+          if (!res.write(chunk)) {
+            res.once('drain', pump);
+            return;
+          }
+        }
+        res.end();
+      };
+      pump();
+    };
+    fake.dropWatches();
+    await waitFor(() => sent > 2 * MAX_WATCH_LINE_BYTES, { timeoutMs: 10_000, what: 'the abuse' });
+    const latencies: number[] = [];
+    // Two: the fight policy corrects the first two rewrites of a window at once.
+    for (const mac of ['02:00:00:00:c2:11', '02:00:00:00:c2:12']) {
+      const from = jsonLines(child.stdout).length;
+      const started = Date.now();
+      await ns.ip(`link set flannel.1 address ${mac}`);
+      await child.waitForJson<{ event: string }>((l) => l.event === 'restored', 10_000, from);
+      latencies.push(Date.now() - started);
+      await delay(300);
+    }
+    fake.watchOverride = undefined;
+    const rssKiB = Number(
+      /^VmRSS:\s+(\d+) kB/m.exec(
+        readFileSync(`/proc/${String(child.child.pid)}/status`, 'utf8'),
+      )?.[1],
+    );
+    console.log(
+      `      rewrite -> restored under abuse: ${latencies.join(', ')} ms (seen by the test through the guard's stdout); guard RSS ${(rssKiB / 1024).toFixed(0)} MiB; ${(sent / 2 ** 20).toFixed(0)} MiB sent`,
+    );
+    // Bounds that only a stalled loop breaks (it was over a second, and 555 MiB, before).
+    assert.ok(
+      latencies.every((ms) => ms < 500),
+      `latencies ${latencies.join(', ')} ms`,
+    );
+    assert.ok(rssKiB < 200 * 1024, `guard RSS ${rssKiB} KiB`);
+    assert.equal(child.hasExited, false);
   });
 });
