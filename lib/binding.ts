@@ -52,6 +52,8 @@ export interface RawNeighbour {
 export interface RawCorrection {
   mac: string;
   neighbours: number;
+  /** From the datagram's arrival (noted by a watcher thread) to its reading, in ns. */
+  queuedNs: number;
   /** From reading the datagram to the ACK of the MAC write, in ns. */
   macNs: number;
   /** ... to the ACK of the last neighbour entry. */
@@ -217,7 +219,8 @@ export interface RawParsedMessage {
 export interface RawBinding {
   Monitor: new (
     options: RawMonitorOptions,
-    onBatch: (batch: RawMonitorItem[]) => void,
+    /** `arrivalMs`: when the batch's data reached the socket, in ms of process.hrtime's clock. */
+    onBatch: (batch: RawMonitorItem[], arrivalMs: number) => void,
   ) => RawMonitor;
   Control: new (options?: RawNetnsOptions) => RawControl;
   parseDatagram(bytes: Buffer): {

@@ -154,7 +154,11 @@ export interface RestoredEvent {
   mac: string;
   /** Permanent neighbour entries re-installed. */
   neighbours: number;
-  /** From the rewrite event's arrival to MAC and neighbours being back. */
+  /**
+   * From the rewrite's notification reaching the monitor's socket (noted by a
+   * native thread, so time the event loop was busy counts) to MAC and
+   * neighbours being back.
+   */
   latencyMs: number;
   /** True when this correction waited for backoff. */
   deferred: boolean;
@@ -565,8 +569,12 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     }
 
     const monitor = this.#monitor;
-    monitor.on('linkAdded', (event) => this.#handle(() => this.#onLinkAdded(event)));
-    monitor.on('linkChanged', (event) => this.#handle(() => this.#onLinkChanged(event)));
+    monitor.on('linkAdded', (event) => {
+      this.#handle(() => this.#onLinkAdded(event), event.receivedAt);
+    });
+    monitor.on('linkChanged', (event) => {
+      this.#handle(() => this.#onLinkChanged(event), event.receivedAt);
+    });
     monitor.on('linkRemoved', (event) => this.#handle(() => this.#onLinkRemoved(event)));
     monitor.on('neighbourAdded', (event) => this.#handle(() => this.#onNeighbour(event)));
     monitor.on('neighbourChanged', (event) => this.#handle(() => this.#onNeighbour(event)));
@@ -630,10 +638,14 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   // --- event handling -------------------------------------------------------
 
-  /** Runs one handler; a failure becomes an `error` event, never an exception into the monitor. */
-  #handle(handler: () => void): void {
+  /**
+   * Runs one handler; a failure becomes an `error` event, never an exception
+   * into the monitor. `receivedAt`: when the kernel's notification arrived,
+   * which latencies count from (the event loop may have been busy since).
+   */
+  #handle(handler: () => void, receivedAt?: number): void {
     if (this.#closed) return;
-    this.#eventAt = this.#clock.now();
+    this.#eventAt = receivedAt ?? this.#clock.now();
     try {
       handler();
     } catch (error) {
@@ -1078,7 +1090,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       ifindex: device.ifindex,
       mac: desired,
       neighbours: correction.neighbours,
-      latencyMs: correction.doneMs,
+      latencyMs: correction.queuedMs + correction.doneMs,
       deferred: false,
     });
     if (decision.action === 'contested') {

@@ -5,6 +5,7 @@
  * kernel reports lost notifications, so after a `resync` event it is exact.
  */
 import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 
 import {
   binding,
@@ -63,6 +64,8 @@ export interface NativeCorrection {
   mac: string;
   /** Permanent neighbour entries re-added. */
   neighbours: number;
+  /** From the notification's arrival to its reading (time the event loop was busy). */
+  queuedMs: number;
   /** From reading the notification to the MAC write's acknowledgement. */
   macMs: number;
   /** ... to the last neighbour entry's acknowledgement. */
@@ -73,7 +76,16 @@ export interface NativeCorrection {
   after: { name: string; mac: string | null } | null;
 }
 
-export interface LinkAddedEvent {
+/**
+ * When the kernel's notification reached the monitor's socket, as a
+ * performance.now() time: noted by a native thread, so it holds even when
+ * the event loop was busy. The origin of the guard's latencies.
+ */
+export interface Arrival {
+  receivedAt: number;
+}
+
+export interface LinkAddedEvent extends Partial<Arrival> {
   link: LinkInfo;
   source: ChangeSource;
   /** The kernel announced the device's creation (not just first seen by us). */
@@ -94,7 +106,7 @@ const KERNEL_EVENTS: readonly (LinkKernelEvent | null)[] = [
   'bonding-options',
 ];
 
-export interface LinkChangedEvent {
+export interface LinkChangedEvent extends Partial<Arrival> {
   link: LinkInfo;
   previous: LinkInfo;
   source: ChangeSource;
@@ -201,6 +213,7 @@ function toNativeCorrection(raw: RawCorrection): NativeCorrection {
   return {
     mac: raw.mac,
     neighbours: raw.neighbours,
+    queuedMs: raw.queuedNs / 1e6,
     macMs: raw.macNs / 1e6,
     doneMs: raw.doneNs / 1e6,
     after: raw.afterName === '' ? null : { name: raw.afterName, mac: raw.afterMac },
@@ -236,6 +249,8 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   #seenNeighbours: Set<string> | undefined;
   #ready = false;
   #closed = false;
+  /** The arrival of the batch being handled (see Arrival). */
+  #receivedAt = 0;
   #queueOverruns = 0;
   #closeError: Error | undefined;
 
@@ -258,7 +273,9 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
             }),
         neighbours: options.neighbours ?? true,
       },
-      (batch) => this.#onBatch(batch),
+      (batch, arrivalMs) => {
+        this.#onBatch(batch, arrivalMs);
+      },
     );
     if (options.filter) this.setFilter(options.filter);
     this.#readAddrAssignType = options.addrAssignType ?? true;
@@ -517,7 +534,10 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     return iterator;
   }
 
-  #onBatch(batch: RawMonitorItem[]): void {
+  #onBatch(batch: RawMonitorItem[], arrivalMs: number): void {
+    // From the monotonic clock of the arrival to performance.now()'s timebase.
+    const ageMs = Number(process.hrtime.bigint()) / 1e6 - arrivalMs;
+    this.#receivedAt = performance.now() - Math.max(0, ageMs);
     for (const item of batch) {
       if (this.#closed) return;
       switch (item.kind) {
@@ -594,6 +614,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
         link,
         source: this.#source(fromDump),
         created: !fromDump && raw.changeMask === CHANGE_MASK_NEW_DEVICE,
+        receivedAt: this.#receivedAt,
       });
     } else {
       const kernelEvent = KERNEL_EVENTS[raw.event ?? 0] ?? null;
@@ -603,6 +624,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
           previous,
           source: this.#source(fromDump),
           kernelEvent,
+          receivedAt: this.#receivedAt,
           ...(correction ? { correction: toNativeCorrection(correction) } : {}),
         });
       }

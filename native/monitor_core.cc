@@ -10,6 +10,16 @@
 #include <cstring>
 
 namespace fg {
+namespace {
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& options) {
   SocketOptions socketOptions;
   socketOptions.receiveBuffer = options.receiveBuffer;
@@ -17,8 +27,19 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
   if (options.neighbours) socketOptions.groups.push_back(RTNLGRP_NEIGH);
   Result<NetlinkSocket> socket = NetlinkSocket::Open(options.netns, socketOptions);
   if (!socket.ok()) return socket.error();
-  return std::unique_ptr<MonitorCore>(
+  std::unique_ptr<MonitorCore> core(
       new MonitorCore(std::move(socket.value()), options.neighbours, options.netns));
+  Result<std::unique_ptr<ArrivalWatch>> watch = ArrivalWatch::Start(core->socket_.fd());
+  if (watch.ok()) {
+    core->arrivals_ = std::move(watch.value());
+    core->arrivals_->Arm();
+  }
+  return core;
+}
+
+void MonitorCore::Close() {
+  arrivals_.reset();  // stops its thread before the socket it polls goes away
+  socket_.Close();
 }
 
 Result<Unit> MonitorCore::SetFilter(const std::optional<LinkFilter>& filter) {
@@ -83,6 +104,9 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   const ArmedCorrection target = std::move(armed->second);
   armed_.erase(armed);
   const auto started = std::chrono::steady_clock::now();
+  const int64_t queuedNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count() -
+      batchArrivalNs_;
   const auto since = [&started] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                                 started)
@@ -90,6 +114,7 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   };
   Correction correction;
   correction.mac = target.mac;
+  correction.queuedNs = queuedNs > 0 ? queuedNs : 0;
   Result<Unit> written = writer_->SetLinkAddress(link.ifindex, target.mac);
   correction.macNs = since();
   if (!written.ok()) {
@@ -245,7 +270,11 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
 
 void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out) {
   ++stats_.wakeups;
+  const int64_t now = SteadyNowNs();
+  const int64_t arrival = arrivals_ ? arrivals_->Take() : 0;
+  batchArrivalNs_ = arrival > 0 && arrival <= now ? arrival : now;
   Drain(maxDatagrams, out);
+  if (arrivals_) arrivals_->Arm();
 }
 
 // Reads until the socket is empty or `maxDatagrams` were read. A pending

@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "arrival_watch.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
 #include "result.h"
@@ -31,6 +32,7 @@ struct MonitorOptions {
 struct Correction {
   std::array<uint8_t, 6> mac{};   // written back
   size_t neighbours = 0;          // permanent entries re-added
+  int64_t queuedNs = 0;           // from the datagram's arrival (ArrivalWatch) to reading it
   int64_t macNs = 0;              // from reading the datagram to the MAC write's ACK
   int64_t doneNs = 0;             // ... to the last neighbour's ACK
   std::optional<SysError> error;  // the write that failed, if one did
@@ -136,7 +138,9 @@ class MonitorCore {
   // before anything is made of them. Without a filter, everything is read.
   Result<Unit> SetFilter(const std::optional<LinkFilter>& filter);
 
-  void Close() { socket_.Close(); }
+  void Close();
+  // When the data of the batch being read arrived (steady_clock ns): see ArrivalWatch.
+  int64_t batchArrivalNs() const { return batchArrivalNs_; }
 
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
@@ -180,6 +184,9 @@ class MonitorCore {
   uint32_t dumpSeq_ = 0;
   std::vector<uint8_t> buffer_;
   MonitorStats stats_;
+  int64_t batchArrivalNs_ = 0;
+  // Last: destroyed first, so its thread stops before the socket closes.
+  std::unique_ptr<ArrivalWatch> arrivals_;
 };
 
 }  // namespace fg

@@ -357,7 +357,10 @@ describe('doctor: .link files as the real systemd-udevd applies them', function 
       const actual = { applied: outcome.applied, rewrites: outcome.addrAssignType === 3 };
       assert.deepEqual(actual, { applied: scenario.applied, rewrites: scenario.rewrites }, 'udevd');
       assert.deepEqual(predicted, actual, 'the doctor agrees with udevd');
-      assert.equal(outcome.macAfter !== outcome.macBefore, scenario.rewrites);
+      // addr_assign_type 3 shows a rewrite; without one the MAC must be the kernel's. (The MAC
+      // read right after the creation may already be udev's under load: no before/after
+      // comparison for a rewrite.)
+      if (!scenario.rewrites) assert.equal(outcome.macAfter, outcome.macBefore);
     });
   }
 

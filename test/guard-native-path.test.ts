@@ -54,6 +54,7 @@ class NativeScriptedMonitor extends ScriptedMonitor {
     return {
       mac: target.mac,
       neighbours: target.neighbours.length,
+      queuedMs: 0,
       macMs: 0.05,
       doneMs: 0.2,
       after: { name: link.name, mac: target.mac },
@@ -188,6 +189,7 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
       correction: {
         mac: PINNED,
         neighbours: 0,
+        queuedMs: 0,
         macMs: 0.1,
         doneMs: 0.1,
         after: null,
@@ -207,7 +209,7 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
       previous: { ...current },
       source: 'event',
       kernelEvent: null,
-      correction: { mac: PINNED, neighbours: 2, macMs: 0.1, doneMs: 0.1, after: null },
+      correction: { mac: PINNED, neighbours: 2, queuedMs: 0, macMs: 0.1, doneMs: 0.1, after: null },
     });
     assert.deepEqual(seen, ['EIO']);
     s.guard.close();

@@ -20,9 +20,11 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 
 import { CniError, parsePluginConfig } from '../lib/cni';
 import { FightTracker } from '../lib/fight';
+import { FlannelGuard, type RestoredEvent } from '../lib/guard';
 import { LinkMonitor } from '../lib/monitor';
 import { Netns, delay, tempDirPrefix, trackChild, waitFor } from './support/netns';
 import {
@@ -579,6 +581,60 @@ describe('hardening: a crash never loses the neighbour table (state under --stat
       assert.match(String(error.message), /state file .* ignored/, what);
       await child.kill();
       assert.deepEqual(await permanent(), [], `${what}: nothing restored from it`);
+    }
+  });
+});
+
+describe('hardening: latencies count from the notification reaching the socket', function () {
+  this.timeout(30_000);
+  let ns: Netns;
+
+  before(async function () {
+    ns = await Netns.create('fgt-arrival');
+    await ns.ipBatch([
+      'link add flannel.1 address 0e:00:00:00:dd:01 type vxlan id 1 dstport 8472 nolearning',
+      'link set flannel.1 up',
+      'neigh add 198.18.0.1 lladdr 02:00:00:00:01:01 dev flannel.1 nud permanent',
+    ]);
+  });
+
+  after(async function () {
+    await ns.destroy();
+  });
+
+  it('a busy event loop shows in the restored latency instead of hiding in it', async function () {
+    const guard = await FlannelGuard.start({ netns: ns.name, offload: 'none' });
+    try {
+      for (const busyMs of [0, 300]) {
+        const restored = once(guard, 'restored') as Promise<[RestoredEvent]>;
+        // The rewrite lands while this process (the guard's) is blocked.
+        execFileSync('ip', [
+          '-n',
+          ns.name,
+          'link',
+          'set',
+          'flannel.1',
+          'address',
+          '02:00:00:00:dd:0' + String(busyMs ? 2 : 3),
+        ]);
+        const until = performance.now() + busyMs;
+        while (performance.now() < until) {
+          // busy, as a long JSON.parse or a slow listener would be
+        }
+        const [event] = await restored;
+        assert.equal(event.mac, '0e:00:00:00:dd:01');
+        assert.equal(event.neighbours, 1);
+        if (busyMs > 0) {
+          assert.ok(
+            event.latencyMs >= busyMs - 5,
+            `latency ${event.latencyMs} ms after ${busyMs} ms busy`,
+          );
+        } else {
+          assert.ok(event.latencyMs < 100, `latency ${event.latencyMs} ms with a free loop`);
+        }
+      }
+    } finally {
+      guard.close();
     }
   });
 });

@@ -26,6 +26,7 @@ napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& ne
       napi_value correction = js.Object();
       js.Set(correction, "mac", netlink::FormatMac(done.mac));
       js.Set(correction, "neighbours", static_cast<uint64_t>(done.neighbours));
+      js.Set(correction, "queuedNs", done.queuedNs);
       js.Set(correction, "macNs", done.macNs);
       js.Set(correction, "doneNs", done.doneNs);
       if (done.error) js.Set(correction, "error", SysErrorToJs(js, *done.error, netnsLabel));
@@ -333,7 +334,10 @@ void MonitorWrap::Deliver() {
         napi_get_reference_value(env, onBatch, &callback) == napi_ok) {
       delivering_ = true;
       napi_value result = nullptr;
-      if (napi_make_callback(env, asyncContext_, receiver, callback, 1, &batch, &result) !=
+      // The arrival, in ms of the monotonic clock (process.hrtime's): the origin of latencies.
+      napi_value arguments[2] = {
+          batch, js.Number(static_cast<double>(poll_->core->batchArrivalNs()) / 1e6)};
+      if (napi_make_callback(env, asyncContext_, receiver, callback, 2, arguments, &result) !=
           napi_ok) {
         ReportCallbackFailure(env);
       }

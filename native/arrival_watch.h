@@ -1,0 +1,48 @@
+// When the monitor's socket became readable, noted on a thread of its own:
+// netlink carries no receive timestamps, and the event loop may be busy (a
+// long JSON line, a slow listener) when the kernel's notification arrives. A
+// correction's latency counts from this moment, so a stalled loop shows in
+// the figures instead of hiding in them. The thread only polls; it never
+// reads the socket. No Node dependency.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "result.h"
+
+namespace fg {
+
+class ArrivalWatch {
+ public:
+  // Watches `fd` (which stays owned by the caller) until destroyed.
+  static Result<std::unique_ptr<ArrivalWatch>> Start(int fd);
+  ~ArrivalWatch();
+  ArrivalWatch(const ArrivalWatch&) = delete;
+  ArrivalWatch& operator=(const ArrivalWatch&) = delete;
+
+  // After the socket was read: note the next moment it is readable.
+  void Arm();
+  // steady_clock nanoseconds at which the unread data arrived, or 0 when
+  // none was noted; clears it.
+  int64_t Take();
+
+ private:
+  ArrivalWatch(int fd, int wake) : fd_(fd), wake_(wake) {}
+  void Run();
+  void Wake();
+
+  const int fd_;
+  const int wake_;  // eventfd: stop, or look at `armed_` again
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool armed_ = false;
+  bool stop_ = false;
+  int64_t arrival_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace fg
