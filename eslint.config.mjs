@@ -20,6 +20,7 @@ export default tseslint.config(
   {
     files: ['**/*.cjs'],
     rules: { '@typescript-eslint/no-require-imports': 'off' },
+    languageOptions: { globals: { __dirname: 'readonly' } },
   },
   {
     files: ['**/*.cjs', '**/*.mjs'],

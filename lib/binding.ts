@@ -3,7 +3,9 @@
  * an untyped value from the addon; the public API in the other modules turns
  * these records into friendlier shapes.
  */
-import bindings from 'bindings';
+import { join } from 'node:path';
+
+import nodeGypBuild from 'node-gyp-build';
 
 export interface RawVxlan {
   vni?: number;
@@ -230,4 +232,34 @@ export interface RawBinding {
   netnsInode(path?: string): number;
 }
 
-export const binding = bindings('flannel_guard') as RawBinding;
+/** The package's root: build/ and prebuilds/ are there. */
+const PACKAGE_ROOT = join(__dirname, '..', '..');
+
+let loaded: RawBinding | undefined;
+
+/**
+ * Loads the addon on first use: a build of this checkout (build/Release),
+ * else the prebuilt binary for this platform, architecture and libc from
+ * prebuilds/ (node-gyp-build; `bindings` only looks in build folders). Until
+ * then nothing native is loaded, so --help and --version work without it.
+ */
+function loadBinding(): RawBinding {
+  if (loaded) return loaded;
+  try {
+    loaded = nodeGypBuild(PACKAGE_ROOT) as RawBinding;
+  } catch (error) {
+    const reason = (error instanceof Error ? error.message : String(error)).split('\n')[0];
+    throw Object.assign(
+      new Error(
+        `the native addon cannot be loaded (${reason}): no prebuilt binary matches ${process.platform}-${process.arch} and none was built; with make, g++ and python3 installed, run npm rebuild flannel-guard`,
+        { cause: error },
+      ),
+      { code: 'ERR_ADDON_UNAVAILABLE' },
+    );
+  }
+  return loaded;
+}
+
+export const binding: RawBinding = new Proxy({} as RawBinding, {
+  get: (_target, key) => Reflect.get(loadBinding(), key) as unknown,
+});

@@ -1,7 +1,8 @@
 /**
  * The package as users get it: `npm pack`, then installed from the tarball
- * into an empty project, where the addon builds at install time; then the bin,
- * a strict TypeScript consumer and a plain ESM consumer run against it.
+ * into an empty project, which uses the prebuilt addon the tarball carries (no
+ * compiler); then the bin, a strict TypeScript consumer and a plain ESM
+ * consumer run against it.
  *
  * The install is offline and must not depend on what the npm cache holds
  * beyond what `npm ci` put there: on a fresh machine that is tarballs only,
@@ -12,7 +13,16 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -25,6 +35,8 @@ const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as
 
 interface LockEntry {
   version?: string;
+  resolved?: string;
+  link?: boolean;
   dev?: boolean;
   devOptional?: boolean;
   [key: string]: unknown;
@@ -35,7 +47,7 @@ interface LockEntry {
  * @types/node: the tarball's entry, then every entry of our lockfile that a
  * production install needs (not dev-only) plus @types/node's own closure.
  */
-function writeConsumerProject(dir: string, tarballName: string): void {
+function writeConsumerProject(dir: string, tarballName: string, registry: string): void {
   const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
     packages: Record<string, LockEntry>;
   };
@@ -71,6 +83,13 @@ function writeConsumerProject(dir: string, tarballName: string): void {
     const kept = { ...entry };
     delete kept.dev;
     delete kept.devOptional;
+    // Our lockfile omits registry addresses (omit-lockfile-registry-resolved): spelled out
+    // here, so that npm takes each tarball from the cache by its integrity, with no metadata.
+    if (kept.resolved === undefined && kept.version !== undefined && !kept.link) {
+      const name = path.slice(path.lastIndexOf('node_modules/') + 'node_modules/'.length);
+      const base = name.slice(name.lastIndexOf('/') + 1);
+      kept.resolved = `${registry}/${name}/-/${base}-${kept.version}.tgz`;
+    }
     packages[path] = kept;
   }
   writeFileSync(join(dir, 'package.json'), JSON.stringify(consumerManifest, null, 2));
@@ -84,6 +103,8 @@ function writeConsumerProject(dir: string, tarballName: string): void {
   );
 }
 const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+/** Where the tarball carries this machine's prebuilt addon. */
+const PREBUILD = `prebuilds/${process.platform}-${process.arch}/node.napi.glibc.node`;
 
 function run(
   command: string,
@@ -181,7 +202,9 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     work = mkdtempSync(join(tmpdir(), 'fgt-package-'));
     consumer = join(work, 'consumer');
     mkdirSync(consumer);
-    // --ignore-scripts: dist/ is already built, and `prepare` would rebuild it under running tests.
+    // The prebuilt addon for this machine, from the build the tests use (prepack does this);
+    // --ignore-scripts: `prepare` would rebuild dist/ under running tests.
+    ok(run(process.execPath, [join(root, 'scripts', 'prebuild.mjs')], { cwd: root }), 'prebuild');
     const packed = JSON.parse(
       ok(
         run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], {
@@ -193,7 +216,10 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     const [entry] = packed;
     assert.ok(entry);
     files = entry.files.map((f) => f.path).sort();
-    writeConsumerProject(consumer, entry.filename);
+    const registry = ok(run('npm', ['config', 'get', 'registry'], { cwd: root }), 'npm config')
+      .trim()
+      .replace(/\/$/, '');
+    writeConsumerProject(consumer, entry.filename, registry);
     ok(
       run('npm', ['install', '--offline', '--no-audit', '--no-fund'], {
         cwd: consumer,
@@ -223,6 +249,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       'dist/lib/cli.js',
       'native/netlink_parser.cc',
       'native/addon/addon.cc',
+      PREBUILD,
     ]) {
       assert.ok(files.includes(needed), `${needed} is in the tarball`);
     }
@@ -235,12 +262,18 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     assert.deepEqual(unwanted, []);
   });
 
-  it('installs: the addon was built at install time and the bin reports the version', function () {
+  it('installs without building: the prebuilt addon is used, and the bin reports the version', function () {
     const installed = join(consumer, 'node_modules', 'flannel-guard');
-    assert.ok(
-      readFileSync(join(installed, 'build', 'Release', 'flannel_guard.node')).length > 0,
-      'addon built by the install script',
+    assert.equal(existsSync(join(installed, 'build')), false, 'nothing was compiled');
+    const resolved = ok(
+      run(
+        process.execPath,
+        ['-p', `require('node-gyp-build').resolve(${JSON.stringify(installed)})`],
+        { cwd: consumer },
+      ),
+      'node-gyp-build',
     );
+    assert.equal(resolved.trim(), join(installed, PREBUILD));
     const version = ok(
       run('npm', ['exec', '--offline', '--', 'flannel-guard', '--version'], { cwd: consumer }),
       '--version',
@@ -319,20 +352,43 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     assert.deepEqual(out.classes, ['function', 'function', 'function']);
   });
 
-  it('says in one line what to install when there is no C++ toolchain', function () {
+  it('needs no toolchain with the prebuilt addon; without one it says in one line what to install', function () {
     // A PATH with node only: no make, no compiler, no python3.
     const bare = join(workDir(), 'bare-bin');
     mkdirSync(bare);
     symlinkSync(process.execPath, join(bare, 'node'));
-    const script = join(consumer, 'node_modules', 'flannel-guard', 'scripts', 'install.cjs');
-    const result = run(process.execPath, [script], {
-      cwd: join(consumer, 'node_modules', 'flannel-guard'),
-      env: { PATH: bare },
-    });
-    assert.equal(result.status, 1);
-    const lines = result.stderr.trim().split('\n');
-    assert.equal(lines.length, 1, result.stderr);
-    assert.match(lines[0] ?? '', /make, a C\+\+ compiler \(g\+\+\), python3 not found/);
-    assert.match(lines[0] ?? '', /apt-get install build-essential python3/);
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    const script = join(installed, 'scripts', 'install.cjs');
+    const install = (): SpawnSyncReturns<string> =>
+      run(process.execPath, [script], { cwd: installed, env: { PATH: bare } });
+    const withPrebuild = install();
+    assert.equal(withPrebuild.status, 0, withPrebuild.stderr);
+    assert.equal(withPrebuild.stderr, '');
+    const prebuilds = join(installed, 'prebuilds');
+    renameSync(prebuilds, `${prebuilds}.away`);
+    try {
+      const result = install();
+      assert.equal(result.status, 1);
+      const lines = result.stderr.trim().split('\n');
+      assert.equal(lines.length, 1, result.stderr);
+      assert.match(lines[0] ?? '', /make, a C\+\+ compiler \(g\+\+\), python3 not found/);
+      assert.match(lines[0] ?? '', /apt-get install build-essential python3/);
+      // No addon at all: --help and --version still work; a command says why in one line.
+      const bin = join(installed, 'dist', 'lib', 'cli.js');
+      const version = run(process.execPath, [bin, '--version'], { cwd: consumer });
+      assert.equal(version.status, 0, version.stderr);
+      assert.equal(version.stdout.trim(), manifest.version);
+      assert.equal(run(process.execPath, [bin, '--help'], { cwd: consumer }).status, 0);
+      const status = run(process.execPath, [bin, 'status', '--netns', netns()], { cwd: consumer });
+      assert.equal(status.status, 1);
+      const errors = status.stderr.trim().split('\n');
+      assert.equal(errors.length, 1, status.stderr);
+      assert.match(
+        errors[0] ?? '',
+        /^flannel-guard: the native addon cannot be loaded .*npm rebuild flannel-guard$/,
+      );
+    } finally {
+      renameSync(`${prebuilds}.away`, prebuilds);
+    }
   });
 });
