@@ -8,16 +8,6 @@
 #include <chrono>
 
 namespace fg {
-namespace {
-
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 Result<std::unique_ptr<ArrivalWatch>> ArrivalWatch::Start(int fd) {
   const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) return SysError(errno, "eventfd");

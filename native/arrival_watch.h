@@ -6,6 +6,7 @@
 // reads the socket. No Node dependency.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,13 @@
 #include "result.h"
 
 namespace fg {
+
+// steady_clock (CLOCK_MONOTONIC, as process.hrtime) in nanoseconds.
+inline int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class ArrivalWatch {
  public:

@@ -10,16 +10,6 @@
 #include <cstring>
 
 namespace fg {
-namespace {
-
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& options) {
   SocketOptions socketOptions;
   socketOptions.receiveBuffer = options.receiveBuffer;

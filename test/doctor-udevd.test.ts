@@ -16,21 +16,16 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { arch, hostname, release } from 'node:os';
+import { arch } from 'node:os';
 import { dirname, join } from 'node:path';
 
 import { FsRoot } from '../lib/doctor/fsroot';
-import {
-  evaluateLinkFiles,
-  loadLinkFiles,
-  macEffect,
-  type DeviceFacts,
-  type HostFacts,
-} from '../lib/doctor/link-files';
+import { evaluateLinkFiles, loadLinkFiles, macEffect } from '../lib/doctor/link-files';
 import type { DoctorReport } from '../lib/doctor/index';
 import { Netns, registerSyncCleanup, tempDirPrefix } from './support/netns';
 import { runDoctorCli } from './support/doctor-run';
 import { FlannelTestbed, VTEP } from './support/testbed';
+import { FLANNEL_1, hostFacts } from './support/link-oracle';
 import { UdevdRoot, createVxlanUnderUdev } from './support/udevd-root';
 
 const DEFAULT_LINK = '/usr/lib/systemd/network/99-default.link';
@@ -47,8 +42,6 @@ interface Scenario {
   applied: string | null;
   rewrites: boolean;
 }
-
-const ARCH: Record<string, string> = { x64: 'x86-64', arm64: 'arm64' };
 
 const SCENARIOS: Scenario[] = [
   { title: 'the shipped 99-default.link alone', files: {}, applied: DEFAULT_LINK, rewrites: true },
@@ -175,7 +168,7 @@ const SCENARIOS: Scenario[] = [
     title: 'Host=! another host, KernelVersion=>=3.0 and this Architecture',
     files: {
       '/etc/systemd/network/10-x.link': link(
-        `OriginalName=flannel*\nHost=!no-such-host\nKernelVersion=>=3.0\nArchitecture=${ARCH[arch()] ?? arch()}`,
+        `OriginalName=flannel*\nHost=!no-such-host\nKernelVersion=>=3.0\nArchitecture=${hostFacts().architecture ?? arch()}`,
         'MACAddressPolicy=none',
       ),
     },
@@ -302,25 +295,6 @@ function makeTree(files: Tree): string {
   return root;
 }
 const trees: { root: string; unregister: () => void }[] = [];
-
-function hostFacts(): HostFacts {
-  return {
-    hostname: hostname(),
-    machineId: null,
-    kernelRelease: release(),
-    architecture: ARCH[arch()] ?? null,
-    kernelCommandLine: readFileSync('/proc/cmdline', 'utf8').trim(),
-  };
-}
-
-const FLANNEL_1: DeviceFacts = {
-  name: 'flannel.1',
-  kind: 'vxlan',
-  type: 'vxlan',
-  driver: 'vxlan',
-  path: null,
-  mac: null,
-};
 
 describe('doctor: .link files as the real systemd-udevd applies them', function () {
   this.timeout(180_000);

@@ -26,6 +26,26 @@ const MAC = '5e:89:db:49:c6:a4';
 /** How long each abuse runs. */
 const ABUSE_MS = 4_000;
 
+/**
+ * Answers a watch with the start of an event whose line never ends: chunks
+ * of 'a' while `more(bytes)` allows, then the response ends.
+ */
+function endlessLine(res: ServerResponse, more: (bytes: number) => boolean): void {
+  const chunk = Buffer.alloc(256 * 1024, 'a');
+  openStream(res);
+  res.write('{"type":"MODIFIED","object":{"metadata":{"name":"node1","x":"');
+  const pump = (): void => {
+    while (!res.destroyed && more(chunk.length)) {
+      if (!res.write(chunk)) {
+        res.once('drain', pump);
+        return;
+      }
+    }
+    res.end();
+  };
+  pump();
+}
+
 function openStream(res: ServerResponse): void {
   res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache' });
   res.flushHeaders();
@@ -131,23 +151,14 @@ describe('Kubernetes: a hostile API server (fake API server, real client and sou
   it('a watch line that never ends is dropped at the cap; memory and the event loop stay free', async function () {
     const restarts = await start();
     let sent = 0;
-    const chunk = Buffer.alloc(256 * 1024, 'a');
-    // Bounded: at most 8 times the cap, whatever the client does.
+    // Bounded: at most 8 times the cap in all, whatever the client does.
     const budget = 8 * MAX_WATCH_LINE_BYTES;
     fake.watchOverride = (res) => {
-      openStream(res);
-      res.write('{"type":"MODIFIED","object":{"metadata":{"name":"node1","x":"');
-      const pump = (): void => {
-        while (sent < budget && !res.destroyed) {
-          sent += chunk.length;
-          if (!res.write(chunk)) {
-            res.once('drain', pump);
-            return;
-          }
-        }
-        res.end();
-      };
-      pump();
+      endlessLine(res, (bytes) => {
+        if (sent >= budget) return false;
+        sent += bytes;
+        return true;
+      });
     };
     const loop = monitorEventLoopDelay({ resolution: 10 });
     loop.enable();
@@ -280,23 +291,14 @@ describe('Kubernetes: corrections while the API server abuses the watch (the bin
     await child.waitForJson<{ event: string }>((l) => l.event === 'ready');
     // Every watch from now on streams one line without end (bounded per connection).
     let sent = 0;
-    const chunk = Buffer.alloc(256 * 1024, 'a');
     fake.watchOverride = (res) => {
-      openStream(res);
-      res.write('{"type":"MODIFIED","object":{"metadata":{"name":"node1","x":"');
       let budget = 16 * MAX_WATCH_LINE_BYTES;
-      const pump = (): void => {
-        while (budget > 0 && !res.destroyed) {
-          budget -= chunk.length;
-          sent += chunk.length;
-          if (!res.write(chunk)) {
-            res.once('drain', pump);
-            return;
-          }
-        }
-        res.end();
-      };
-      pump();
+      endlessLine(res, (bytes) => {
+        if (budget <= 0) return false;
+        budget -= bytes;
+        sent += bytes;
+        return true;
+      });
     };
     fake.dropWatches();
     await waitFor(() => sent > 2 * MAX_WATCH_LINE_BYTES, { timeoutMs: 10_000, what: 'the abuse' });

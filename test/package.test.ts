@@ -222,6 +222,8 @@ describe('the npm package (pack, install from the tarball, use)', function () {
   this.timeout(600_000);
   let work: string | undefined;
   let consumer: string;
+  /** The consumer's project as written before the install: the tarball's name, the registry. */
+  let project: { tarball: string; registry: string } | undefined;
   let files: string[];
   let ns: Netns | undefined;
   const netns = (): string => {
@@ -263,6 +265,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       .trim()
       .replace(/\/$/, '');
     writeConsumerProject(consumer, entry.filename, registry);
+    project = { tarball: entry.filename, registry };
     ok(
       run('npm', ['install', '--offline', '--no-audit', '--no-fund'], {
         cwd: consumer,
@@ -375,6 +378,50 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     assert.equal(result.event, 'flannel.1 02:00:00:00:a6:01');
     // qemu-user does not translate the SIOCETHTOOL ioctl: on real arm64 hardware it works.
     assert.match(result.features, /^(ok|ENOSYS ioctl\(ETHTOOL_GSSET_INFO\))$/);
+  });
+
+  it("installs with npm 12's defaults (install scripts not allowed): the prebuilt addon serves", function () {
+    assert.ok(project, 'the consumer project was written in before()');
+    const twelve = join(workDir(), 'consumer-npm12');
+    mkdirSync(twelve);
+    writeConsumerProject(twelve, project.tarball, project.registry);
+    // npm 12 wants Node >= 22.22; on Node 20 it runs with an engine warning, which is enough
+    // for its script policy. Fetched from the registry (it is not a dependency of ours).
+    const install = run(
+      'npm',
+      [
+        'exec',
+        '--yes',
+        '--package=npm@12',
+        '--',
+        'npm',
+        'install',
+        '--offline',
+        '--no-audit',
+        '--no-fund',
+      ],
+      { cwd: twelve, timeoutMs: 300_000 },
+    );
+    assert.equal(install.status, 0, `${install.stdout}${install.stderr}`);
+    assert.match(
+      install.stderr,
+      /install scripts blocked because they are not covered by allowScripts/,
+    );
+    const installed = join(twelve, 'node_modules', 'flannel-guard');
+    assert.equal(existsSync(join(installed, 'build')), false, 'no install script ran');
+    const bin = join(installed, 'dist', 'lib', 'cli.js');
+    const version = ok(run(process.execPath, [bin, '--version'], { cwd: twelve }), '--version');
+    assert.equal(version.trim(), manifest.version);
+    const report = JSON.parse(
+      ok(
+        run(process.execPath, [bin, 'status', '--json', '--netns', netns()], { cwd: twelve }),
+        'status --json',
+      ),
+    ) as { devices: { name: string }[] };
+    assert.deepEqual(
+      report.devices.map((d) => d.name),
+      ['flannel.1'],
+    );
   });
 
   it('runs `flannel-guard status --json` from the installed package', function () {

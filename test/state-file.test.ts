@@ -10,7 +10,7 @@ import { join } from 'node:path';
 
 import { MAX_STATE_BYTES, StateFile, parseState, type PersistedDevice } from '../lib/state-file';
 import { ipVersion, parseMac } from '../lib/validate';
-import { prng } from './support/link-oracle';
+import { prng } from './support/prng';
 import { tempDirPrefix } from './support/netns';
 
 const DEVICE: PersistedDevice = {

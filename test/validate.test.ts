@@ -13,6 +13,7 @@ import {
   resolveNetnsPath,
   validateInterfaceName,
 } from '../lib/validate';
+import { prng } from './support/prng';
 
 /** Asserts that `operation` throws the EINVAL-shaped argument error; returns its message. */
 function einval(operation: () => unknown, what: string): string {
@@ -30,18 +31,6 @@ function einval(operation: () => unknown, what: string): string {
   assert.equal(caught.syscall, undefined, `${what}: rejected before any system call`);
   assert.match(caught.message, /^EINVAL: /, what);
   return caught.message;
-}
-
-/** mulberry32: a small seeded PRNG, so every run fuzzes the same inputs. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 describe('validation before any system call (pure)', function () {

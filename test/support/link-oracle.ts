@@ -30,6 +30,7 @@ import {
 } from '../../lib/doctor/link-files';
 
 import { registerSyncCleanup, tempDirPrefix, type Netns } from './netns';
+import { prng } from './prng';
 import { randomMachineId } from './udevd';
 
 export const DEFAULT_LINK = '/usr/lib/systemd/network/99-default.link';
@@ -46,18 +47,6 @@ export type TreeEntry =
   { kind: 'file'; content: string } | { kind: 'symlink'; target: string } | { kind: 'dir' };
 
 export type Tree = Record<string, TreeEntry>;
-
-/** mulberry32: small, seeded, good enough to pick cases. */
-export function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const ORIGINAL_NAMES = [
   'flannel*',
@@ -283,7 +272,8 @@ export async function udevVerdict(ns: Netns, root: string): Promise<UdevVerdict>
 
 const ARCH: Record<string, string> = { x64: 'x86-64', arm64: 'arm64' };
 
-function hostFacts(): HostFacts {
+/** This machine as [Match] conditions see it. */
+export function hostFacts(): HostFacts {
   return {
     hostname: hostname(),
     machineId: null,
@@ -293,7 +283,8 @@ function hostFacts(): HostFacts {
   };
 }
 
-const FLANNEL_1: DeviceFacts = {
+/** A new flannel.1 as udev sees it at its add event. */
+export const FLANNEL_1: DeviceFacts = {
   name: 'flannel.1',
   kind: 'vxlan',
   type: 'vxlan',
