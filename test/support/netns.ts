@@ -10,6 +10,8 @@ import { existsSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import { DEFAULT_STATE_DIR, StateFile, liveNetnsInodes } from '../../lib/state-file';
+
 /** Options for running a command. */
 export interface RunOptions {
   /** Written to the child's stdin (then stdin is closed). */
@@ -536,9 +538,17 @@ export async function reapStale(prefix = 'fgt'): Promise<ReapResult> {
   return result;
 }
 
-/** Mocha root-hook plugin: `mocha --require dist/test/support/netns.js` cleans up after all. */
+/**
+ * Mocha root-hook plugin: `mocha --require dist/test/support/netns.js` cleans up after all: our
+ * namespaces, then the crash-state files the guards under test left in the default state folder
+ * for them (every namespace that is gone now; a live one, the host's included, keeps its file).
+ */
 export const mochaHooks = {
   async afterAll(): Promise<void> {
     await destroyAll();
+    new StateFile(DEFAULT_STATE_DIR, '0', 0).pruneStale(
+      liveNetnsInodes(),
+      Number.POSITIVE_INFINITY,
+    );
   },
 };
