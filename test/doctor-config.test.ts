@@ -23,21 +23,14 @@ import {
   evaluateLinkFiles,
   loadLinkFiles,
   testPatterns,
-  type DeviceFacts,
   type HostFacts,
 } from '../lib/doctor/link-files';
 import { loadNetworkManager, matchDeviceSpecs } from '../lib/doctor/networkmanager';
 import { loadRules, rulesTouching } from '../lib/doctor/udev-rules';
+import { FLANNEL_1 } from './support/link-oracle';
 import { registerSyncCleanup, tempDirPrefix } from './support/netns';
 
-const FLANNEL: DeviceFacts = {
-  name: 'flannel.1',
-  kind: 'vxlan',
-  type: 'vxlan',
-  driver: 'vxlan',
-  path: null,
-  mac: null,
-};
+const FLANNEL = FLANNEL_1;
 const HOST: HostFacts = {
   hostname: 'node-a',
   machineId: '0123456789abcdef0123456789abcdef',
