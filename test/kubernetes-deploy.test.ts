@@ -16,8 +16,8 @@
  *   (revert) and adopted (adopt), and every request it made is allowed by
  *   deploy/rbac.yaml, evaluated as the API server's authorizer sees requests.
  *
- * Not covered: building the image (no container runtime here; the Dockerfile's
- * steps were checked by hand), admission (Pod Security), real kubelet probes.
+ * Not covered here: the image (test/image.test.ts builds it with buildah and runs it with
+ * podman), admission (Pod Security), real kubelet probes.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
