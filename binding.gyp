@@ -6,6 +6,7 @@
         "native/netlink_parser.cc",
         "native/netlink_builder.cc",
         "native/netlink_socket.cc",
+        "native/neighbour_batch.cc",
         "native/monitor_core.cc",
         "native/arrival_watch.cc",
         "native/socket_filter.cc",

@@ -87,6 +87,8 @@ export interface RawMonitorStats {
   truncatedDrops: number;
   malformed: number;
   staleReplies: number;
+  /** Neighbour notifications of a native correction (its flush, its re-adds), not passed on. */
+  correctionEchoes: number;
   receiveBuffer: number;
 }
 
@@ -113,7 +115,8 @@ export interface RawMonitor {
   setFilter(filter: RawLinkFilter | null): void;
   arm(
     ifindex: number,
-    target: { name: string; mac: Buffer; neighbours: RawNeighbourEntry[] },
+    /** Without neighbours, the native layer keeps the restore set it was given before. */
+    target: { name: string; mac: Buffer; neighbours?: RawNeighbourEntry[] },
   ): void;
   disarm(ifindex: number): void;
   ref(): void;

@@ -304,13 +304,42 @@ interface ManagedDevice {
   /** Set on ENODEV: the device is going away; nothing is written until its DELLINK. */
   vanishing: boolean;
   /** Permanent neighbour entries by key, as they were before any flush. */
-  neighbours: Map<string, NeighbourInfo>;
+  neighbours: RestoreSet;
   /** Cancels a deferred correction, by fight key. */
   deferred: Map<string, () => void>;
   /** Cancels the check that ends a contested state, by fight key. */
   resumeChecks: Map<string, () => void>;
   /** Last known active state of each policy feature. */
   offloads: Record<string, boolean | null>;
+}
+
+/**
+ * A device's permanent neighbour entries by key. `list()` gives the same array
+ * while they are unchanged: the monitor then does not send them to the native
+ * layer again when the guard re-arms (with thousands of peers, every event).
+ */
+class RestoreSet extends Map<string, NeighbourInfo> {
+  #list: readonly NeighbourInfo[] | undefined;
+
+  override set(key: string, entry: NeighbourInfo): this {
+    this.#list = undefined;
+    return super.set(key, entry);
+  }
+
+  override delete(key: string): boolean {
+    this.#list = undefined;
+    return super.delete(key);
+  }
+
+  override clear(): void {
+    this.#list = undefined;
+    super.clear();
+  }
+
+  list(): readonly NeighbourInfo[] {
+    this.#list ??= Object.freeze([...this.values()]);
+    return this.#list;
+  }
 }
 
 interface DesiredMac {
@@ -752,7 +781,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
             ifindex: device.ifindex,
             pin: pinned ? device.pin : null,
             pinKind: pinned ? device.pinKind : null,
-            neighbours: [...device.neighbours.values()],
+            neighbours: device.neighbours.list(),
           };
         }),
       );
@@ -886,7 +915,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       rewrites: 0,
       driftSince: null,
       vanishing: false,
-      neighbours: new Map(),
+      neighbours: new RestoreSet(),
       deferred: new Map(),
       resumeChecks: new Map(),
       offloads: {},
@@ -980,7 +1009,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     monitor.arm(device.ifindex, {
       name: device.name,
       mac: desired.mac,
-      neighbours: [...device.neighbours.values()],
+      neighbours: device.neighbours.list(),
     });
   }
 
@@ -1318,11 +1347,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   /** Re-installs every kept permanent entry (replace is idempotent). Returns how many. */
   #restoreNeighbours(device: ManagedDevice): number {
-    let restored = 0;
-    for (const entry of device.neighbours.values()) {
-      this.#ports.replaceNeighbour(entry, device.name);
-      restored += 1;
-    }
+    const restored =
+      device.neighbours.size === 0
+        ? 0
+        : this.#ports.replaceNeighbours(device.neighbours.list(), device.name);
     this.#counters.writes += restored;
     this.#counters.neighboursRestored += restored;
     return restored;

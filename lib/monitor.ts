@@ -238,12 +238,19 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   /** Devices whose last change flushes their neighbour entries: the DELNEIGHs that follow it. */
   #flushing = new Set<number>();
   /**
-   * What each device is armed with in the native layer, as a key: the guard
-   * re-arms after every event that may change it, and most of those (the
-   * echoes of a correction) change nothing, so an unchanged target is not
-   * sent again. Dropped whenever the native layer drops its own copy.
+   * What each device is armed with in the native layer (name and MAC, as a
+   * key): the guard re-arms after every event that may change it, and most of
+   * those (the echoes of a correction) change nothing, so an unchanged target
+   * is not sent again. Dropped whenever the native layer drops its arming.
    */
   #armed = new Map<number, string>();
+  /**
+   * The restore set last sent for each device: the native layer keeps it across
+   * corrections until the device is deleted, so an unchanged list is not sent again.
+   */
+  #restoreSets = new Map<number, readonly NeighbourInfo[]>();
+  /** The MAC a native correction wrote, whose RTM_NEWLINK echo has not been read yet. */
+  #correctedMac = new Map<number, string>();
   /** Keys reported since the current resync began; undefined outside a resync. */
   #seenLinks: Set<number> | undefined;
   #seenNeighbours: Set<string> | undefined;
@@ -401,20 +408,24 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     ifindex: number,
     target: { name: string; mac: string; neighbours: readonly NeighbourInfo[] },
   ): void {
-    const restorable = target.neighbours.filter(
-      (entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null,
-    );
-    let key = `${target.name}|${target.mac}`;
-    for (const entry of restorable) {
-      key += `|${neighbourKey(entry)}=${entry.lladdr}/${entry.state}/${entry.flags}`;
-    }
-    if (this.#armed.get(ifindex) === key) return;
+    const key = `${target.name}|${target.mac}`;
+    // The list is compared by identity: a caller that keeps one array while its
+    // entries are unchanged (FlannelGuard does) never has them converted again.
+    const sendNeighbours = this.#restoreSets.get(ifindex) !== target.neighbours;
+    if (this.#armed.get(ifindex) === key && !sendNeighbours) return;
     this.#native.arm(ifindex, {
       name: target.name,
       mac: macBytes(target.mac),
-      neighbours: restorable.map((entry) => toRawNeighbourEntry(entry)),
+      ...(sendNeighbours
+        ? {
+            neighbours: target.neighbours
+              .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
+              .map((entry) => toRawNeighbourEntry(entry)),
+          }
+        : {}),
     });
     this.#armed.set(ifindex, key);
+    this.#restoreSets.set(ifindex, target.neighbours);
   }
 
   disarm(ifindex: number): void {
@@ -590,6 +601,8 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     }
     if (raw.deleted) {
       this.#flushing.delete(raw.ifindex);
+      this.#restoreSets.delete(raw.ifindex);
+      this.#correctedMac.delete(raw.ifindex);
       this.#seenLinks?.delete(raw.ifindex);
       if (!previous) return;
       this.#links.delete(raw.ifindex);
@@ -605,8 +618,18 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     if (!fromDump) {
       // The DELNEIGHs a MAC change or a down causes follow its RTM_NEWLINK directly.
       const wentDown = previous !== undefined && previous.up && (raw.flags & IFF_UP) === 0;
-      if ((previous && previous.mac !== link.mac) || wentDown) this.#flushing.add(raw.ifindex);
-      else this.#flushing.delete(raw.ifindex);
+      // The echo of a native correction's own write flushed nothing (the rewrite
+      // had), and the entries it put back were not passed on (native IsCorrectionEcho).
+      const echo = this.#correctedMac.get(raw.ifindex) === link.mac && !wentDown;
+      this.#correctedMac.delete(raw.ifindex);
+      if (correction && correction.error === undefined && correction.afterMac !== null) {
+        this.#correctedMac.set(raw.ifindex, correction.afterMac);
+      }
+      if (!echo && ((previous && previous.mac !== link.mac) || wentDown)) {
+        this.#flushing.add(raw.ifindex);
+      } else {
+        this.#flushing.delete(raw.ifindex);
+      }
     }
     if (!this.#ready) return;
     if (!previous) {

@@ -14,8 +14,11 @@ export interface GuardPorts {
   /** The device's current state, or null when no device has this index. */
   getLink(ifindex: number): LinkInfo | null;
   setLinkMac(ifindex: number, mac: string, name: string): void;
-  /** Adds or replaces a neighbour entry exactly as given. */
-  replaceNeighbour(entry: NeighbourInfo, name: string): void;
+  /**
+   * Adds or replaces neighbour entries exactly as given, in as few requests as
+   * the socket allows; how many were written (throws the first failure).
+   */
+  replaceNeighbours(entries: readonly NeighbourInfo[], name: string): number;
   getFeatures(name: string): FeatureState[];
   setFeatures(name: string, wanted: Record<string, boolean>): FeatureSetResult;
   /** /sys addr_assign_type when the device is in this process's namespace, else null. */
@@ -38,9 +41,11 @@ export function controlPorts(control: RawControl): GuardPorts {
     setLinkMac(ifindex, mac, name) {
       control.setLinkAddress(ifindex, macBytes(mac), name);
     },
-    replaceNeighbour(entry, name) {
-      if (entry.lladdr === null) return;
-      control.replaceNeighbour(toRawNeighbourEntry({ ...entry, lladdr: entry.lladdr }), name);
+    replaceNeighbours(entries, name) {
+      const raw = entries
+        .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
+        .map((entry) => toRawNeighbourEntry(entry));
+      return raw.length === 0 ? 0 : control.replaceNeighbours(raw, name);
     },
     getFeatures(name) {
       return control.getFeatures(name).features;

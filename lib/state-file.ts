@@ -31,7 +31,7 @@ export interface PersistedDevice {
   pin: string | null;
   /** How it was pinned: seen at the device's creation, or current when the guard started. */
   pinKind: 'first-seen' | 'pinned-at-start' | null;
-  neighbours: NeighbourInfo[];
+  neighbours: readonly NeighbourInfo[];
 }
 
 interface StateDocument {

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "neighbour_batch.h"
+
 namespace fg {
 Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& options) {
   SocketOptions socketOptions;
@@ -17,8 +19,8 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
   if (options.neighbours) socketOptions.groups.push_back(RTNLGRP_NEIGH);
   Result<NetlinkSocket> socket = NetlinkSocket::Open(options.netns, socketOptions);
   if (!socket.ok()) return socket.error();
-  std::unique_ptr<MonitorCore> core(
-      new MonitorCore(std::move(socket.value()), options.neighbours, options.netns));
+  std::unique_ptr<MonitorCore> core(new MonitorCore(std::move(socket.value()), options.neighbours,
+                                                    options.netns, options.receiveBuffer > 0));
   Result<std::unique_ptr<ArrivalWatch>> watch = ArrivalWatch::Start(core->socket_.fd());
   if (watch.ok()) {
     core->arrivals_ = std::move(watch.value());
@@ -69,14 +71,63 @@ bool MonitorCore::Keep(const netlink::NeighRecord& neigh) const {
   return !filter_ || kept_.count(neigh.ifindex) > 0;
 }
 
-Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction) {
+Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction,
+                              std::optional<std::vector<netlink::NeighbourEntry>> neighbours) {
   if (!writer_) {
     Result<NetlinkRequester> writer = NetlinkRequester::Open(netns_);
     if (!writer.ok()) return writer.error();
     writer_.emplace(std::move(writer.value()));
   }
+  if (neighbours) {
+    SizeReceiveBufferFor(neighbours->size());
+    restoreSets_[ifindex] = std::move(*neighbours);
+  }
   armed_[ifindex] = std::move(correction);
   return Unit{};
+}
+
+namespace {
+// Caps the receive buffer grown for a neighbour table (~32 000 entries).
+constexpr size_t kMaxAutoReceiveBuffer = size_t{64} << 20;
+// Room beyond the flush and re-adds, for whatever else arrives meanwhile.
+constexpr size_t kSpareNotifications = 512;
+
+std::string EchoKey(uint8_t family, const std::vector<uint8_t>& destination) {
+  std::string key(1, static_cast<char>(family));
+  key.append(destination.begin(), destination.end());
+  return key;
+}
+}  // namespace
+
+void MonitorCore::SizeReceiveBufferFor(size_t entries) {
+  if (explicitReceiveBuffer_) return;
+  // A MAC change flushes every entry (one RTM_DELNEIGH each) and the
+  // correction re-adds them (one RTM_NEWNEIGH each), all queued before the
+  // monitor reads again; sd-netlink and NetworkManager size theirs likewise.
+  const size_t bytes =
+      std::min((2 * entries + kSpareNotifications) * netlink::kReplyCharge, kMaxAutoReceiveBuffer);
+  if (bytes > static_cast<size_t>(socket_.receiveBuffer())) {
+    socket_.EnsureReceiveBuffer(static_cast<int>(bytes));  // best effort: overruns stay handled
+  }
+}
+
+bool MonitorCore::IsCorrectionEcho(const netlink::NeighRecord& neigh) {
+  auto device = echoes_.find(neigh.ifindex);
+  if (device == echoes_.end()) return false;
+  auto entry = device->second.find(EchoKey(neigh.family, neigh.destination));
+  if (entry == device->second.end()) return false;
+  bool echo = false;
+  if (neigh.deleted) {
+    echo = true;  // the rewrite's flush of an entry already put back: its re-add follows
+  } else {
+    echo = (neigh.state & NUD_PERMANENT) != 0 &&
+           neigh.lladdr.state == netlink::MacField::State::kValid &&
+           neigh.lladdr.bytes == entry->second;
+    device->second.erase(entry);  // re-added, or changed by someone else: passed on from now
+  }
+  if (device->second.empty()) echoes_.erase(device);
+  if (echo) ++stats_.correctionEchoes;
+  return echo;
 }
 
 std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord& link) {
@@ -107,14 +158,19 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   correction.queuedNs = queuedNs > 0 ? queuedNs : 0;
   Result<Unit> written = writer_->SetLinkAddress(link.ifindex, target.mac);
   correction.macNs = since();
+  echoes_.erase(link.ifindex);
   if (!written.ok()) {
     correction.error = written.error();
-  } else {
-    Result<size_t> restored = writer_->ReplaceNeighbours(target.neighbours);
-    if (restored.ok()) {
-      correction.neighbours = restored.value();
-    } else {
-      correction.error = restored.error();
+  } else if (auto set = restoreSets_.find(link.ifindex); set != restoreSets_.end()) {
+    NeighbourWrites restored = writer_->ReplaceNeighbours(set->second);
+    correction.neighbours = restored.written;
+    correction.error = std::move(restored.error);
+    if (!correction.error) {
+      // Every entry is back: the notifications of its flush and re-add say nothing new.
+      auto& echoes = echoes_[link.ifindex];
+      for (const netlink::NeighbourEntry& entry : set->second) {
+        echoes.emplace(EchoKey(entry.family, entry.destination), entry.lladdr);
+      }
     }
   }
   correction.doneNs = since();
@@ -155,6 +211,9 @@ void MonitorCore::BeginResync(std::vector<MonitorItem>* out) {
   begin.reason = pendingReason_;
   out->push_back(std::move(begin));
   resyncConsistent_ = true;
+  // The dumps report the table as it is; a correction's echoes are part of it.
+  echoes_.clear();
+  dumpedNeighbours_ = 0;
   phase_ = Phase::kLinks;
   dumpAttempt_ = 1;
   SendDump(out);
@@ -219,6 +278,7 @@ void MonitorCore::FinishDump(int32_t error, std::vector<MonitorItem>* out) {
   ResyncItem end;
   end.consistent = resyncConsistent_;
   out->push_back(std::move(end));
+  SizeReceiveBufferFor(dumpedNeighbours_);
   // A resync requested meanwhile begins once the socket is drained (Drain).
 }
 
@@ -231,7 +291,10 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
       std::optional<Correction> correction = CorrectIfArmed(*link);
       if (Keep(*link)) out->push_back(LinkItem{std::move(*link), true, std::move(correction)});
     } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
-      if (Keep(*neigh)) out->push_back(NeighItem{std::move(*neigh), true, 0});
+      if (Keep(*neigh)) {
+        ++dumpedNeighbours_;
+        out->push_back(NeighItem{std::move(*neigh), true, 0});
+      }
     } else if (auto* done = std::get_if<netlink::DoneRecord>(&message.body)) {
       FinishDump(done->error, out);
     } else if (auto* ack = std::get_if<netlink::AckRecord>(&message.body)) {
@@ -249,8 +312,13 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
   }
   if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
     std::optional<Correction> correction = CorrectIfArmed(*link);
+    if (link->deleted) {
+      restoreSets_.erase(link->ifindex);
+      echoes_.erase(link->ifindex);
+    }
     if (Keep(*link)) out->push_back(LinkItem{std::move(*link), false, std::move(correction)});
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
+    if (IsCorrectionEcho(*neigh)) return;
     if (Keep(*neigh)) out->push_back(NeighItem{std::move(*neigh), false, message.portid});
   } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
     ++stats_.malformed;
@@ -282,6 +350,9 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
     }
     switch (received.value()) {
       case NetlinkSocket::Received::kWouldBlock:
+        // A correction's echoes were queued while its writes ran (rtnetlink
+        // notifies inside sendmsg): read by now, or lost to an overrun.
+        echoes_.clear();
         if (resyncPending_ && phase_ == Phase::kIdle) BeginResync(out);
         return;
       case NetlinkSocket::Received::kOverrun:

@@ -49,11 +49,11 @@ struct LinkItem {
 };
 
 // What to write back, without waiting for JS, when the armed device is seen
-// with another MAC: one correction, then the arming is spent.
+// with another MAC: one correction, then the arming is spent. The neighbour
+// entries put back are the device's restore set (see MonitorCore::Arm).
 struct ArmedCorrection {
   std::string name;  // the device must still be called this
   std::array<uint8_t, 6> mac{};
-  std::vector<netlink::NeighbourEntry> neighbours;
 };
 
 struct NeighItem {
@@ -103,6 +103,7 @@ struct MonitorStats {
   uint64_t truncatedDrops = 0;
   uint64_t malformed = 0;
   uint64_t staleReplies = 0;
+  uint64_t correctionEchoes = 0;  // neighbour notifications of a correction, not passed on
 };
 
 class MonitorCore {
@@ -126,11 +127,16 @@ class MonitorCore {
   // Arms a one-shot correction for `ifindex` (replacing any armed one): the
   // first notification or dump reply showing the device, still under that
   // name, with a MAC other than `mac` is answered right there - the MAC set
-  // back, the neighbour entries re-added - before anything is handed to JS.
-  // Policy (whether a correction is due now) stays with the caller, which
-  // re-arms after each one. Opens the write socket on first use.
-  Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction);
+  // back, the device's restore set re-added - before anything is handed to JS.
+  // `neighbours`, when given, replaces the restore set, which is kept across
+  // corrections until the device is deleted (the caller sends it only when it
+  // changed). Policy (whether a correction is due now) stays with the caller,
+  // which re-arms after each one. Opens the write socket on first use.
+  Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction,
+                   std::optional<std::vector<netlink::NeighbourEntry>> neighbours);
   void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
+  // Whether a restore set is kept for the device.
+  bool HasRestoreSet(int32_t ifindex) const { return restoreSets_.count(ifindex) > 0; }
 
   // Narrows the monitor to the devices `filter` lets through: the kernel keeps
   // unrelated link notifications out of the socket (see socket_filter.h), and
@@ -145,8 +151,11 @@ class MonitorCore {
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
 
-  MonitorCore(NetlinkSocket socket, bool neighbours, NetnsTarget netns)
-      : socket_(std::move(socket)), neighbours_(neighbours), netns_(std::move(netns)) {}
+  MonitorCore(NetlinkSocket socket, bool neighbours, NetnsTarget netns, bool explicitBuffer)
+      : socket_(std::move(socket)),
+        neighbours_(neighbours),
+        netns_(std::move(netns)),
+        explicitReceiveBuffer_(explicitBuffer) {}
 
   bool Matches(const netlink::LinkRecord& link) const;
   // Whether a record reaches the consumer under the filter.
@@ -155,6 +164,12 @@ class MonitorCore {
 
   // Answers a link record for an armed device whose MAC drifted.
   std::optional<Correction> CorrectIfArmed(const netlink::LinkRecord& link);
+  // Whether a neighbour notification is the echo of a correction: the flush of
+  // an entry it put back (the rewrite's, still queued) or its own re-add.
+  bool IsCorrectionEcho(const netlink::NeighRecord& neigh);
+  // Grows the receive buffer (unless it was set explicitly) to hold a flush of
+  // `entries` neighbour entries and their re-adds, with room to spare.
+  void SizeReceiveBufferFor(size_t entries);
 
   // Datagrams read when a resync is requested outside a poll wake.
   static constexpr size_t kDatagramsPerDrain = 256;
@@ -172,6 +187,13 @@ class MonitorCore {
   NetnsTarget netns_;
   std::optional<NetlinkRequester> writer_;
   std::unordered_map<int32_t, ArmedCorrection> armed_;
+  std::unordered_map<int32_t, std::vector<netlink::NeighbourEntry>> restoreSets_;
+  // Per device, the entries a correction put back whose flush and re-add
+  // notifications have not been read yet: key (family, destination) -> lladdr.
+  // Emptied once the socket is drained: every echo was queued by then.
+  std::unordered_map<int32_t, std::unordered_map<std::string, std::array<uint8_t, 6>>> echoes_;
+  bool explicitReceiveBuffer_ = false;
+  size_t dumpedNeighbours_ = 0;  // neighbour records of the resync under way
   std::optional<LinkFilter> filter_;
   std::unordered_set<int32_t> kept_;  // devices inside the filter's view
   Phase phase_ = Phase::kIdle;

@@ -41,4 +41,9 @@ struct NeighbourEntry {
 // RTM_NEWNEIGH with NLM_F_CREATE|NLM_F_REPLACE, ACK requested.
 std::vector<uint8_t> BuildNeighbourReplaceRequest(const NeighbourEntry& entry, uint32_t seq);
 
+// The same request appended to `out` (a datagram of several), with or without
+// NLM_F_ACK: the kernel answers a request without it only when it fails.
+void AppendNeighbourReplaceRequest(std::vector<uint8_t>* out, const NeighbourEntry& entry,
+                                   uint32_t seq, bool ack);
+
 }  // namespace fg::netlink

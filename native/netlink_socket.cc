@@ -15,6 +15,8 @@
 #include <chrono>
 #include <thread>
 
+#include "neighbour_batch.h"
+
 namespace fg {
 namespace {
 
@@ -114,6 +116,7 @@ NetlinkSocket& NetlinkSocket::operator=(NetlinkSocket&& other) noexcept {
     portid_ = other.portid_;
     seq_ = other.seq_;
     receiveBuffer_ = other.receiveBuffer_;
+    sendBuffer_ = other.sendBuffer_;
     extendedAck_ = other.extendedAck_;
     warnings_ = std::move(other.warnings_);
     other.fd_ = -1;
@@ -161,12 +164,7 @@ Result<NetlinkSocket> NetlinkSocket::Open(const NetnsTarget& target, const Socke
                                  "): receive buffer capped by net.core.rmem_max");
     }
   }
-  int effective = 0;
-  socklen_t effectiveLength = sizeof(effective);
-  if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &effective, &effectiveLength) != 0) {
-    return Errno("getsockopt");
-  }
-  socket.receiveBuffer_ = effective;
+  if (Result<Unit> read = socket.ReadBuffers(); !read.ok()) return read.error();
 
   // Joined before any dump is sent, so no change falls between dump and events.
   for (uint32_t group : options.groups) {
@@ -178,6 +176,35 @@ Result<NetlinkSocket> NetlinkSocket::Open(const NetnsTarget& target, const Socke
 uint32_t NetlinkSocket::NextSeq() {
   if (++seq_ == 0) seq_ = 1;
   return seq_;
+}
+
+uint32_t NetlinkSocket::ReserveSeqs(uint32_t count) {
+  const uint32_t first = NextSeq();
+  seq_ += count - 1;  // may pass 0: only notifications use it, and replies match by port too
+  return first;
+}
+
+Result<Unit> NetlinkSocket::EnsureReceiveBuffer(int bytes) {
+  if (receiveBuffer_ >= bytes) return Unit{};
+  // The kernel doubles what it is given (for its bookkeeping) and reports that.
+  const int asked = bytes / 2;
+  if (!SetOption(fd_, SOL_SOCKET, SO_RCVBUFFORCE, asked) &&
+      !SetOption(fd_, SOL_SOCKET, SO_RCVBUF, asked)) {
+    return Errno("setsockopt");
+  }
+  return ReadBuffers();
+}
+
+Result<Unit> NetlinkSocket::ReadBuffers() {
+  int receive = 0;
+  int send = 0;
+  socklen_t length = sizeof(receive);
+  if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive, &length) != 0) return Errno("getsockopt");
+  length = sizeof(send);
+  if (getsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &send, &length) != 0) return Errno("getsockopt");
+  receiveBuffer_ = receive;
+  sendBuffer_ = send;
+  return Unit{};
 }
 
 Result<Unit> NetlinkSocket::Send(const std::vector<uint8_t>& request) {
@@ -212,19 +239,11 @@ Result<Unit> NetlinkSocket::SetFilter(const std::vector<sock_filter>& program) {
 
 Result<NetlinkSocket::Received> NetlinkSocket::Receive(std::vector<uint8_t>* buffer,
                                                        size_t* length) {
-  ssize_t size;
-  do {
-    size = recv(fd_, nullptr, 0, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
-  } while (size < 0 && errno == EINTR);
-  if (size < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Received::kWouldBlock;
-    if (errno == ENOBUFS) return Received::kOverrun;
-    return Errno("recvmsg");
-  }
-  if (buffer->size() < static_cast<size_t>(size) || buffer->empty()) {
-    buffer->resize(std::max<size_t>(static_cast<size_t>(size), 4096));
-  }
-
+  // One syscall per datagram: the buffer is larger than any dump datagram
+  // (the kernel caps those at 32 KiB), and MSG_TRUNC makes recvmsg report a
+  // datagram's full size. A notification larger still is reported truncated
+  // (the caller recovers the state it held) and the buffer grows to take it.
+  if (buffer->size() < kReceiveBytes) buffer->resize(kReceiveBytes);
   sockaddr_nl sender{};
   iovec vector{buffer->data(), buffer->size()};
   msghdr header{};
@@ -234,7 +253,7 @@ Result<NetlinkSocket::Received> NetlinkSocket::Receive(std::vector<uint8_t>* buf
   header.msg_iovlen = 1;
   ssize_t received;
   do {
-    received = recvmsg(fd_, &header, MSG_DONTWAIT);
+    received = recvmsg(fd_, &header, MSG_DONTWAIT | MSG_TRUNC);
   } while (received < 0 && errno == EINTR);
   if (received < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Received::kWouldBlock;
@@ -245,6 +264,9 @@ Result<NetlinkSocket::Received> NetlinkSocket::Receive(std::vector<uint8_t>* buf
     case netlink::Admission::kForeignSender:
       return Received::kForeignSender;
     case netlink::Admission::kTruncated:
+      if (static_cast<size_t>(received) <= kMaxReceiveBytes) {
+        buffer->resize(static_cast<size_t>(received));
+      }
       return Received::kTruncated;
     case netlink::Admission::kAccept:
       break;
@@ -268,7 +290,11 @@ Result<bool> NetlinkSocket::WaitReadable(int timeoutMs) {
 }
 
 Result<NetlinkRequester> NetlinkRequester::Open(const NetnsTarget& target) {
-  Result<NetlinkSocket> socket = NetlinkSocket::Open(target, SocketOptions{});
+  // Room for the error replies of large neighbour batches (see neighbour_batch.h);
+  // without CAP_NET_ADMIN the plain option's cap applies, and batches are smaller.
+  SocketOptions options;
+  options.receiveBuffer = kRequesterReceiveBuffer;
+  Result<NetlinkSocket> socket = NetlinkSocket::Open(target, options);
   if (!socket.ok()) return socket.error();
   return NetlinkRequester(std::move(socket.value()));
 }
@@ -433,30 +459,63 @@ Result<Unit> NetlinkRequester::ReplaceNeighbour(const netlink::NeighbourEntry& e
                       entry.ifindex);
 }
 
-Result<size_t> NetlinkRequester::ReplaceNeighbours(
+NeighbourWrites NetlinkRequester::ReplaceNeighbours(
     const std::vector<netlink::NeighbourEntry>& entries) {
-  if (entries.empty()) return size_t{0};
-  // One datagram carries every request; the kernel answers each with an ACK.
-  std::vector<uint8_t> requests;
-  const uint32_t first = socket_.NextSeq();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const uint32_t seq = i == 0 ? first : socket_.NextSeq();
-    const std::vector<uint8_t> request = netlink::BuildNeighbourReplaceRequest(entries[i], seq);
-    requests.insert(requests.end(), request.begin(), request.end());
+  NeighbourWrites result;
+  if (entries.empty()) return result;
+  const uint32_t first = socket_.ReserveSeqs(static_cast<uint32_t>(entries.size()));
+  netlink::NeighbourBatch batch(
+      entries, first, netlink::BatchLimitsFor(socket_.sendBuffer(), socket_.receiveBuffer()));
+  const auto fail = [&](SysError error) {
+    batch.Abandon();
+    result.error = std::move(error);
+  };
+  while (!batch.done() && !result.error) {
+    if (Result<Unit> sent = socket_.Send(batch.NextDatagram()); !sent.ok()) {
+      fail(sent.error());
+      break;
+    }
+    while (batch.inFlight() && !result.error) {
+      size_t length = 0;
+      Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
+      if (!received.ok()) {
+        fail(received.error());
+        break;
+      }
+      if (received.value() == NetlinkSocket::Received::kWouldBlock) {
+        Result<bool> readable = socket_.WaitReadable(kReplyTimeoutMs);
+        if (!readable.ok()) fail(readable.error());
+        if (readable.ok() && !readable.value()) {
+          fail(SysError(ETIMEDOUT, "recvmsg", "no reply from the kernel"));
+        }
+        continue;
+      }
+      if (received.value() == NetlinkSocket::Received::kOverrun) {
+        // Error replies were dropped: which requests failed is unknown.
+        fail(SysError(ENOBUFS, "recvmsg", "replies to neighbour writes lost"));
+        break;
+      }
+      if (received.value() != NetlinkSocket::Received::kDatagram) continue;
+      netlink::ParsedDatagram parsed = netlink::ParseDatagram(buffer_.data(), length);
+      for (const Message& message : parsed.messages) {
+        if (message.portid == socket_.portid()) batch.Accept(message);
+      }
+    }
   }
-  bool interrupted = false;
-  Result<std::vector<Message>> replies =
-      Exchange(requests, first, &interrupted, static_cast<uint32_t>(entries.size()));
-  if (!replies.ok()) return replies.error();
-  for (const Message& reply : replies.value()) {
-    const auto* ack = std::get_if<AckRecord>(&reply.body);
-    if (!ack || ack->error == 0) continue;
-    SysError failure(-ack->error, "setneigh");
-    failure.ifindex = entries[reply.seq - first].ifindex;
-    failure.extack = ack->extackMessage;
-    return failure;
+  result.written = batch.written();
+  result.datagrams = batch.datagrams();
+  const size_t unwritten = entries.size() - batch.written();
+  if (!result.error && batch.firstFailure()) {
+    const netlink::BatchFailure& failure = *batch.firstFailure();
+    result.error = SysError(-failure.error, "setneigh");
+    result.error->ifindex = entries[failure.index].ifindex;
+    result.error->extack = failure.extack;
   }
-  return entries.size();
+  if (result.error && unwritten > 0) {
+    result.error->detail += (result.error->detail.empty() ? "" : "; ") + std::to_string(unwritten) +
+                            " of " + std::to_string(entries.size()) + " entries not written";
+  }
+  return result;
 }
 
 Result<Unit> NetlinkRequester::ProbeWriteAccess() {

@@ -1,11 +1,12 @@
 // NETLINK_ROUTE sockets: opened in a chosen network namespace without moving
-// the calling thread, non-blocking and close-on-exec, with size-peeking reads
-// that never parse a truncated or foreign datagram. No Node dependency.
+// the calling thread, non-blocking and close-on-exec, with bounded reads that
+// never parse a truncated or foreign datagram. No Node dependency.
 #pragma once
 
 #include <linux/filter.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ class NetlinkSocket {
   int fd() const { return fd_; }
   uint32_t portid() const { return portid_; }
   int receiveBuffer() const { return receiveBuffer_; }  // effective, as read back
+  int sendBuffer() const { return sendBuffer_; }        // effective, as read back
   // Degradations accepted while opening (a smaller receive buffer, no extended ACKs).
   const std::vector<std::string>& warnings() const { return warnings_; }
   bool extendedAck() const { return extendedAck_; }
@@ -70,25 +72,48 @@ class NetlinkSocket {
     kTruncated,      // a datagram was cut short and discarded
   };
 
-  // Reads one datagram without blocking. The buffer grows to the datagram's
-  // size, learned by peeking (MSG_PEEK|MSG_TRUNC), so nothing is ever cut.
+  // Reads one datagram without blocking, in one syscall, into a buffer of at
+  // least kReceiveBytes. A datagram cut short is discarded (kTruncated) and
+  // the buffer grown to its size (up to kMaxReceiveBytes) for the next one.
   Result<Received> Receive(std::vector<uint8_t>* buffer, size_t* length);
+  static constexpr size_t kReceiveBytes = 64 * 1024;
+  static constexpr size_t kMaxReceiveBytes = 1024 * 1024;
 
   // Waits up to `timeoutMs` for the socket to become readable.
   Result<bool> WaitReadable(int timeoutMs);
 
   uint32_t NextSeq();
+  // `count` consecutive sequence numbers; the first of them.
+  uint32_t ReserveSeqs(uint32_t count);
+
+  // Grows the receive buffer to at least `bytes` (SO_RCVBUFFORCE with
+  // CAP_NET_ADMIN, else as far as net.core.rmem_max allows); never shrinks it.
+  Result<Unit> EnsureReceiveBuffer(int bytes);
 
  private:
   NetlinkSocket(int fd, uint32_t portid);
+  Result<Unit> ReadBuffers();
 
   int fd_ = -1;
   uint32_t portid_ = 0;
   uint32_t seq_ = 0;
   int receiveBuffer_ = 0;
+  int sendBuffer_ = 0;
   bool extendedAck_ = false;
   std::vector<std::string> warnings_;
 };
+
+// The outcome of a batch of neighbour writes: how many the kernel took, and the
+// first failure (a write it refused, or a socket error after which the rest is
+// unknown); `error` is empty only when every entry was written.
+struct NeighbourWrites {
+  size_t written = 0;
+  size_t datagrams = 0;
+  std::optional<SysError> error;
+};
+
+// A requester's receive buffer, asked for at open: error replies for 1024 requests.
+inline constexpr int kRequesterReceiveBuffer = 1 << 20;
 
 // Request/response over a dedicated, unsubscribed socket: every call sends one
 // request and reads until the reply with its sequence number; anything else
@@ -107,8 +132,9 @@ class NetlinkRequester {
   Result<netlink::LinkRecord> GetLinkByName(const std::string& name);
   Result<Unit> SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac);
   Result<Unit> ReplaceNeighbour(const netlink::NeighbourEntry& entry);
-  // All of them in one datagram; the count written, or the first failure.
-  Result<size_t> ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries);
+  // All of them, in as few datagrams as the socket's buffers allow, each
+  // accounted for (see neighbour_batch.h).
+  NeighbourWrites ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries);
   // A write that changes nothing (RTM_NEWLINK on lo without attributes): the
   // kernel checks CAP_NET_ADMIN before looking at it.
   Result<Unit> ProbeWriteAccess();

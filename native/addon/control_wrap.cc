@@ -241,14 +241,17 @@ Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
 }
 
 // replaceNeighbours([{ family, ifindex, destination, lladdr, state, flags }, ...],
-//                   interfaceForErrors?, async?): all in one datagram; returns the count.
+//                   interfaceForErrors?, async?): in batches (neighbour_batch.h); returns the
+//                   count, or throws the first failure (its detail says how many were not written).
 Napi::Value ControlWrap::ReplaceNeighbours(const Napi::CallbackInfo& info) {
   const std::vector<netlink::NeighbourEntry> entries = NeighbourEntriesFromJs(info[0]);
   const std::string interface = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
   return Run<size_t>(
       info, 2, core_, netnsLabel_,
-      [entries, interface](NetlinkRequester& requester) {
-        return Named(requester.ReplaceNeighbours(entries), interface);
+      [entries, interface](NetlinkRequester& requester) -> Result<size_t> {
+        NeighbourWrites writes = requester.ReplaceNeighbours(entries);
+        if (writes.error) return Named(Result<size_t>(std::move(*writes.error)), interface);
+        return writes.written;
       },
       [](JsWriter& js, const size_t& count) { return js.Number(static_cast<double>(count)); });
 }

@@ -92,6 +92,7 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuff
   set("truncatedDrops", stats.truncatedDrops);
   set("malformed", stats.malformed);
   set("staleReplies", stats.staleReplies);
+  set("correctionEchoes", stats.correctionEchoes);
   object.Set("receiveBuffer", receiveBuffer);
   return object;
 }
@@ -223,20 +224,27 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// arm(ifindex, { name, mac: Buffer(6), neighbours: [...] })
+// arm(ifindex, { name, mac: Buffer(6), neighbours?: [...] }): without neighbours, the
+// restore set given before is kept; there must be one.
 Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() || !info[1].IsObject()) {
-    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, neighbours })");
+    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, neighbours? })");
   }
   const int32_t ifindex = info[0].As<Napi::Number>().Int32Value();
   const Napi::Object target = info[1].As<Napi::Object>();
   ArmedCorrection correction;
   correction.name = target.Get("name").ToString().Utf8Value();
   correction.mac = MacFromJs(target.Get("mac"), "mac");
-  correction.neighbours = NeighbourEntriesFromJs(target.Get("neighbours"));
+  std::optional<std::vector<netlink::NeighbourEntry>> neighbours;
+  if (!target.Get("neighbours").IsUndefined()) {
+    neighbours = NeighbourEntriesFromJs(target.Get("neighbours"));
+  }
   if (!poll_) throw Napi::Error::New(env, "monitor is closed");
-  Result<Unit> armed = poll_->core->Arm(ifindex, std::move(correction));
+  if (!neighbours && !poll_->core->HasRestoreSet(ifindex)) {
+    throw Napi::TypeError::New(env, "arm: no neighbour entries kept for this device yet");
+  }
+  Result<Unit> armed = poll_->core->Arm(ifindex, std::move(correction), std::move(neighbours));
   if (!armed.ok()) ThrowSysError(env, armed.error(), netnsLabel_);
   return env.Undefined();
 }

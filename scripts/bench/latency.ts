@@ -78,7 +78,7 @@ const PINNED = '0e:f1:a2:00:00:01';
 
 // --- options ------------------------------------------------------------------
 
-interface Options {
+export interface Options {
   rewrites: number;
   warmup: number;
   intervalMs: number;
@@ -99,7 +99,7 @@ const USAGE =
   '                  [--idle-seconds S] [--startups N] [--timeout-ms MS] [--b2b-gap-us US]\n' +
   '                  [--breakdown] [--realtime] [--rewriter-sleeps] [--no-pin]';
 
-function parseOptions(argv: string[]): Options {
+export function parseOptions(argv: string[]): Options {
   const options: Options = {
     rewrites: 2000,
     warmup: 200,
@@ -119,7 +119,7 @@ function parseOptions(argv: string[]): Options {
     '--rewrites': ['rewrites', 1, 100_000],
     '--warmup': ['warmup', 0, 100_000],
     '--interval-ms': ['intervalMs', 1, 1000],
-    '--neighbours': ['neighbours', 0, 500],
+    '--neighbours': ['neighbours', 0, 10_000],
     '--links': ['links', 0, 10_000],
     '--idle-seconds': ['idleSeconds', 0, 3600],
     '--startups': ['startups', 0, 100],
@@ -169,7 +169,7 @@ function percentile(sorted: readonly number[], fraction: number): number {
   );
 }
 
-interface Distribution {
+export interface Distribution {
   n: number;
   p50: number;
   p90: number;
@@ -177,7 +177,7 @@ interface Distribution {
   max: number;
 }
 
-function distribution(values: readonly number[]): Distribution {
+export function distribution(values: readonly number[]): Distribution {
   const sorted = [...values].sort((a, b) => a - b);
   return {
     n: sorted.length,
@@ -188,16 +188,16 @@ function distribution(values: readonly number[]): Distribution {
   };
 }
 
-function fmt(value: number, digits = 1): string {
+export function fmt(value: number, digits = 1): string {
   if (!Number.isFinite(value)) return '-';
   return value.toFixed(digits);
 }
 
-function ratio(a: number, b: number): string {
+export function ratio(a: number, b: number): string {
   return Number.isFinite(a) && Number.isFinite(b) && b > 0 ? `${(a / b).toFixed(2)}x` : '-';
 }
 
-function table(rows: string[][], rightAlignFrom = 1): string {
+export function table(rows: string[][], rightAlignFrom = 1): string {
   const widths: number[] = [];
   for (const row of rows) {
     row.forEach((cell, i) => {
@@ -302,12 +302,12 @@ function loadAverage(): string {
   return readText('/proc/loadavg').split(' ').slice(0, 3).join(' ');
 }
 
-function memory(pid: number): { hwmKiB: number; rssKiB: number } {
+export function memory(pid: number): { hwmKiB: number; rssKiB: number } {
   const status = readText(`/proc/${pid}/status`);
   return { hwmKiB: statusField(status, 'VmHWM'), rssKiB: statusField(status, 'VmRSS') };
 }
 
-interface CpuDelta {
+export interface CpuDelta {
   ticks: number;
   /** From utime + stime (clock-tick resolution). */
   cpuMs: number;
@@ -345,7 +345,7 @@ function cpuDelta(before: ProcSample, after: ProcSample): CpuDelta {
 
 // --- processes ------------------------------------------------------------------
 
-interface GuardSpec {
+export interface GuardSpec {
   label: string;
   command: string;
   args: string[];
@@ -361,7 +361,7 @@ let outputFiles = 0;
  * with inotify (fs.watch) and timed from spawn; the other lines are counted
  * when `refresh()` reads the file, between runs.
  */
-class GuardRun {
+export class GuardRun {
   readonly spawnedAt: number;
   readyMs = NaN;
   restored = 0;
@@ -508,12 +508,12 @@ class GuardRun {
 
 // --- the namespace ----------------------------------------------------------------
 
-interface Neighbour {
+export interface Neighbour {
   ip: string;
   mac: string;
 }
 
-interface Bench {
+export interface Bench {
   options: Options;
   ns: Netns;
   ifindex: number;
@@ -529,14 +529,15 @@ function hex(byte: number): string {
 function neighbourTable(count: number): Neighbour[] {
   return Array.from({ length: count }, (_, index) => {
     const i = index + 1;
+    // Inside the test bed's pod network, 198.18.0.0/15, for up to 131 071 entries.
     return {
-      ip: `198.${18 + (i >> 8)}.${i & 0xff}.0`,
-      mac: `0e:00:00:00:${hex(i >> 8)}:${hex(i & 0xff)}`,
+      ip: `198.${18 + (i >> 16)}.${(i >> 8) & 0xff}.${i & 0xff}`,
+      mac: `0e:00:00:${hex(i >> 16)}:${hex((i >> 8) & 0xff)}:${hex(i & 0xff)}`,
     };
   });
 }
 
-async function setUp(options: Options): Promise<Bench> {
+export async function setUp(options: Options): Promise<Bench> {
   const ns = await Netns.create('fgb');
   const neighbours = neighbourTable(options.neighbours);
   await ns.ipBatch([
@@ -576,7 +577,7 @@ async function ensureState(bench: Bench): Promise<string | null> {
   return `state repaired (mac ${link?.address ?? '?'}, ${entries.length} entries)`;
 }
 
-async function addLinks(bench: Bench, count: number): Promise<number> {
+export async function addLinks(bench: Bench, count: number): Promise<number> {
   const started = performance.now();
   for (let first = 0; first < count; first += 500) {
     const lines: string[] = [];
@@ -618,7 +619,7 @@ function scheduled(
   return ['taskset', ['-c', role === 'guard' ? '0' : '1', program, ...programArgs]];
 }
 
-function referenceSpec(bench: Bench, trace = false): GuardSpec {
+export function referenceSpec(bench: Bench, trace = false): GuardSpec {
   const [command, args] = scheduled(bench, REFERENCE, [
     ...(trace ? ['-t'] : []),
     '-n',
@@ -630,7 +631,7 @@ function referenceSpec(bench: Bench, trace = false): GuardSpec {
   return { label: 'C reference', command, args };
 }
 
-function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
+export function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
   // The node options of the bin's interpreter line, as `npx flannel-guard` runs it.
   const [command, args] = scheduled(bench, process.execPath, [
     '--no-memory-reducer',
@@ -767,7 +768,7 @@ function microseconds(samples: readonly Sample[], field: 'mac' | 'full'): number
 
 type ModeName = 'paced' | 'back-to-back';
 
-interface ModeFigures {
+export interface ModeFigures {
   mode: ModeName;
   mac: Distribution;
   full: Distribution;
@@ -785,7 +786,7 @@ interface ModeFigures {
   samples: Sample[];
 }
 
-interface GuardFigures {
+export interface GuardFigures {
   label: string;
   startupMs: number;
   cold: Sample | undefined;
@@ -832,7 +833,7 @@ async function runMode(bench: Bench, guard: GuardRun, mode: ModeName): Promise<M
 }
 
 /** Starts a guard, times its first (cold) correction, warms it up, runs both modes. */
-async function measureGuard(
+export async function measureGuard(
   bench: Bench,
   spec: GuardSpec,
   keep = false,
@@ -867,7 +868,11 @@ async function measureGuard(
   }
 }
 
-async function measureStartups(bench: Bench, spec: GuardSpec, count: number): Promise<number[]> {
+export async function measureStartups(
+  bench: Bench,
+  spec: GuardSpec,
+  count: number,
+): Promise<number[]> {
   const times: number[] = [];
   for (let i = 0; i < count; i += 1) {
     const guard = await GuardRun.start(spec);
@@ -1504,7 +1509,10 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  console.error(error instanceof Error ? error.message : error);
-  process.exitCode = 1;
-});
+// Run as a script; imported (scripts/bench/scale.ts), it only lends its parts.
+if (require.main === module) {
+  main().catch((error: unknown) => {
+    console.error(error instanceof Error ? error.message : error);
+    process.exitCode = 1;
+  });
+}

@@ -37,7 +37,7 @@
 
 #include "bench-util.h"
 
-#define MAX_NEIGHBOURS 4096
+#define MAX_NEIGHBOURS 16384
 #define MAX_TRACES 1000000
 
 struct neighbour {

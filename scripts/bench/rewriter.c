@@ -53,15 +53,32 @@
 
 #include "bench-util.h"
 
-#define MAX_NEIGHBOURS 4096
+#define MAX_NEIGHBOURS 16384
 #define MAX_COUNT 1000000
+/* Open addressing over destinations seen in a round; a power of two > 2 * MAX_NEIGHBOURS. */
+#define SEEN_SLOTS 32768
 
 struct sample {
   int64_t t0, mac, full;
 };
 
 static _Alignas(8) uint8_t buffer[1 << 17];
-static uint32_t seen[MAX_NEIGHBOURS];
+/* A destination is in the set when its slot's round is the current one: no clearing per round. */
+static uint32_t seenDestination[SEEN_SLOTS];
+static int seenRound[SEEN_SLOTS];
+
+/* Adds `destination` to round `round`'s set; 0 if it was in it already. */
+static int addSeen(uint32_t destination, int round) {
+  for (uint32_t slot = (destination * 2654435761u) & (SEEN_SLOTS - 1);;
+       slot = (slot + 1) & (SEEN_SLOTS - 1)) {
+    if (seenRound[slot] != round) {
+      seenRound[slot] = round;
+      seenDestination[slot] = destination;
+      return 1;
+    }
+    if (seenDestination[slot] == destination) return 0;
+  }
+}
 
 static __attribute__((noreturn)) void die(const char* what) {
   fprintf(stderr, "rewriter: %s: %s\n", what, strerror(errno));
@@ -181,7 +198,8 @@ int main(int argc, char** argv) {
     close(fd);
   }
   const unsigned int groups[] = {RTNLGRP_LINK, RTNLGRP_NEIGH};
-  const int watchFd = openSocket(groups, 2, 8 << 20);
+  /* The flush of N entries and their re-adds: 2N notifications of ~832 bytes each. */
+  const int watchFd = openSocket(groups, 2, 32 << 20);
   const int writeFd = openSocket(NULL, 0, 0);
   struct sample* samples = calloc((size_t)count, sizeof(struct sample));
   if (!samples) die("calloc");
@@ -310,11 +328,8 @@ int main(int argc, char** argv) {
               if (attribute->rta_type != NDA_DST || RTA_PAYLOAD(attribute) != 4) continue;
               uint32_t destination;
               memcpy(&destination, RTA_DATA(attribute), 4);
-              int known = 0;
-              for (int i = 0; i < neighboursSeen; i++) known |= seen[i] == destination;
-              if (known) continue;
-              seen[neighboursSeen++] = destination;
-              if (neighboursSeen >= neighbours) {
+              if (!addSeen(destination, k + 1)) continue;
+              if (++neighboursSeen >= neighbours) {
                 sample->full = at - sample->t0;
                 state = DONE;
               }

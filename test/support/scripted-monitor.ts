@@ -731,9 +731,13 @@ export class FakePorts implements GuardPorts {
     this.kernel.setMac(ifindex, mac);
   }
 
-  replaceNeighbour(entry: NeighbourInfo, name: string): void {
-    this.#enter({ method: 'replaceNeighbour', entry: cloneNeighbour(entry), name });
-    this.kernel.replaceNeighbour(entry, GUARD_PORTID);
+  /** Recorded as one `replaceNeighbour` call per entry, each of which may fail. */
+  replaceNeighbours(entries: readonly NeighbourInfo[], name: string): number {
+    for (const entry of entries) {
+      this.#enter({ method: 'replaceNeighbour', entry: cloneNeighbour(entry), name });
+      this.kernel.replaceNeighbour(entry, GUARD_PORTID);
+    }
+    return entries.length;
   }
 
   getFeatures(name: string): FeatureState[] {
