@@ -14,7 +14,6 @@ import { existsSync, readFileSync, write } from 'node:fs';
 import { join } from 'node:path';
 
 import { Command, CommanderError, Option } from 'commander';
-import pino from 'pino';
 
 import { isSystemError } from './errors';
 import {
@@ -231,7 +230,7 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
 };
 
 /**
- * Where `watch` writes its lines (pino's destination with --json): lines
+ * Where `watch` writes its lines: lines
  * logged within one turn of the event loop (a rewrite and its correction are
  * two) go out in one write, so that each event costs the guard one write, not
  * one per line. Asynchronous: a full stdout pipe must never stall the guard's
@@ -291,39 +290,17 @@ class LineSink {
 }
 
 /**
- * Where `watch` writes: with --json one JSON object per line through pino,
- * field `event` first, then `time` (ISO 8601) and `level`; otherwise
- * readable lines. Lines other than guard events wait until `ready` has been
- * written, so that `ready` stays the first line.
+ * Where `watch` writes: with --json one JSON object per line, field `event`
+ * first, then `time` (ISO 8601) and `level`, then the event's fields;
+ * otherwise readable lines. Lines other than guard events wait until `ready`
+ * has been written, so that `ready` stays the first line.
  */
 class Output {
   readonly #sink = new LineSink(1);
-  readonly #logger: pino.Logger | undefined;
   readonly #held: (() => void)[] = [];
   #readySeen = false;
 
-  constructor(json: boolean) {
-    this.#logger = json
-      ? pino(
-          {
-            base: undefined,
-            timestamp: false,
-            // No level in front: the mixin's keys (event, time, level) come first.
-            formatters: { level: () => ({}) },
-            mixin: (object: { event?: unknown }, level: number, logger: pino.Logger) => ({
-              event: object.event,
-              time: new Date().toISOString(),
-              level: logger.levels.labels[level],
-            }),
-            // An empty level object leaves pino's line starting with "{,": drop the comma.
-            hooks: {
-              streamWrite: (line: string) => (line.startsWith('{,') ? `{${line.slice(2)}` : line),
-            },
-          },
-          this.#sink,
-        )
-      : undefined;
-  }
+  constructor(readonly json: boolean) {}
 
   guard<Name extends GuardEventName>(
     event: Name,
@@ -348,8 +325,10 @@ class Output {
   }
 
   #write(event: string, level: Level, fields: object, text: string): void {
-    if (this.#logger) this.#logger[level]({ event, ...fields });
-    else this.#sink.write(`${new Date().toISOString()} ${text}\n`);
+    const time = new Date().toISOString();
+    this.#sink.write(
+      this.json ? `${JSON.stringify({ event, time, level, ...fields })}\n` : `${time} ${text}\n`,
+    );
   }
 }
 

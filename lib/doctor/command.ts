@@ -7,7 +7,7 @@
 
 import { Command, Option } from 'commander';
 
-import { parsePeerSpec, validatePeer, type PeerExpectation } from '../ensure';
+import { parsePeerSpec, validatePeer, type PeerExpectation } from '../peers';
 import { invalidArgument, isSystemError } from '../errors';
 import { netnsPathProblem, readRegularFile } from '../files';
 import { DEFAULT_INTERFACES } from '../guard';
@@ -18,8 +18,7 @@ import {
   resolveNetnsPath,
   validateInterfaceName,
 } from '../validate';
-import { formatReport } from './format';
-import { runDoctor, type DoctorOptions } from './index';
+import type { DoctorOptions } from './index';
 
 export interface DoctorCommandDeps {
   /** The published MACs when the node is in a cluster (e.g. the Kubernetes node annotation). */
@@ -123,6 +122,11 @@ function options(flags: DoctorFlags, deps: DoctorCommandDeps): DoctorOptions {
 
 async function doctor(flags: DoctorFlags, deps: DoctorCommandDeps): Promise<number> {
   try {
+    // Loaded when the doctor runs: `watch` and `status` never need its checks.
+    const [{ runDoctor }, { formatReport }] = await Promise.all([
+      import('./index.js'),
+      import('./format.js'),
+    ]);
     const report = await runDoctor(options(flags, deps));
     process.stdout.write(
       flags.json ? `${JSON.stringify(report)}\n` : formatReport(report, flags.verbose ?? false),
