@@ -101,7 +101,8 @@ export interface RawNetnsOptions {
 
 export interface RawMonitorOptions extends RawNetnsOptions {
   receiveBuffer?: number;
-  neighbours?: boolean;
+  /** 'ip': ARP and NDP entries only, no FDB. */
+  neighbours?: boolean | 'ip';
 }
 
 export interface RawLinkFilter {

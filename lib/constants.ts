@@ -53,6 +53,14 @@ const NUD_NAMES: readonly [number, string][] = [
 ];
 
 /** The names of the NUD_* bits set in `state`, as `ip neigh` prints them. */
-export function neighbourStateNames(state: number): string[] {
-  return NUD_NAMES.filter(([bit]) => (state & bit) !== 0).map(([, name]) => name);
+const stateNames = new Map<number, readonly string[]>();
+
+/** The names of the NUD_* bits; one shared, frozen list per state value (there are few). */
+export function neighbourStateNames(state: number): readonly string[] {
+  let names = stateNames.get(state);
+  if (names === undefined) {
+    names = Object.freeze(NUD_NAMES.filter(([bit]) => (state & bit) !== 0).map(([, name]) => name));
+    if (stateNames.size < 256) stateNames.set(state, names);
+  }
+  return names;
 }

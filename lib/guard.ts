@@ -490,6 +490,8 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
         ? { filter: { ifindexes: [], namePrefixes: globPrefixes(options.interfaces) } }
         : {}),
       addrAssignType: false,
+      // The guard keeps and restores ARP/NDP entries; FDB entries survive a MAC change.
+      neighbours: 'ip',
     });
     const watchNetns = netnsPath === undefined ? undefined : netnsWatcher(netnsPath);
     return { monitor, ports, ...(watchNetns ? { watchNetns } : {}), ...state };

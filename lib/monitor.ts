@@ -43,8 +43,11 @@ export interface LinkMonitorOptions {
   netns?: string;
   /** Socket receive buffer in bytes (the kernel doubles it); the kernel default when omitted. */
   receiveBuffer?: number;
-  /** Also follow ARP/NDP neighbours and FDB entries (default true). */
-  neighbours?: boolean;
+  /**
+   * Also follow ARP/NDP neighbours and FDB entries (default true); 'ip' follows ARP/NDP only
+   * (the FDB's entries, one per peer on a VTEP, are then neither dumped nor kept).
+   */
+  neighbours?: boolean | 'ip';
   /** Read addr_assign_type from sysfs for new devices and MAC changes (default true; own namespace only). */
   addrAssignType?: boolean;
   /** Events buffered for an async iterator before it counts as an overrun (default 10 000). */

@@ -51,7 +51,7 @@ export interface NeighbourInfo {
   /** NUD_* bits. */
   state: number;
   /** Names of the NUD_* bits: 'permanent', 'reachable', 'noarp', ... */
-  states: string[];
+  states: readonly string[];
   permanent: boolean;
   /** NTF_* bits. */
   flags: number;

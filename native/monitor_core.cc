@@ -16,7 +16,7 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
   SocketOptions socketOptions;
   socketOptions.receiveBuffer = options.receiveBuffer;
   socketOptions.groups.push_back(RTNLGRP_LINK);
-  if (options.neighbours) socketOptions.groups.push_back(RTNLGRP_NEIGH);
+  if (options.neighbours != NeighbourScope::kNone) socketOptions.groups.push_back(RTNLGRP_NEIGH);
   Result<NetlinkSocket> socket = NetlinkSocket::Open(options.netns, socketOptions);
   if (!socket.ok()) return socket.error();
   std::unique_ptr<MonitorCore> core(new MonitorCore(std::move(socket.value()), options.neighbours,
@@ -68,6 +68,7 @@ bool MonitorCore::Keep(const netlink::LinkRecord& link) {
 }
 
 bool MonitorCore::Keep(const netlink::NeighRecord& neigh) const {
+  if (neigh.family == AF_BRIDGE && neighbours_ != NeighbourScope::kAll) return false;
   return !filter_ || kept_.count(neigh.ifindex) > 0;
 }
 
@@ -260,10 +261,10 @@ void MonitorCore::FinishDump(int32_t error, std::vector<MonitorItem>* out) {
 
   switch (phase_) {
     case Phase::kLinks:
-      phase_ = neighbours_ ? Phase::kNeighbours : Phase::kIdle;
+      phase_ = neighbours_ != NeighbourScope::kNone ? Phase::kNeighbours : Phase::kIdle;
       break;
     case Phase::kNeighbours:
-      phase_ = Phase::kFdb;
+      phase_ = neighbours_ == NeighbourScope::kAll ? Phase::kFdb : Phase::kIdle;
       break;
     case Phase::kFdb:
     case Phase::kIdle:
@@ -340,7 +341,10 @@ void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* o
 // before the notifications still queued, and those predate the dump, so
 // reading them after the dump had begun would count stale events as current.
 void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
-  for (size_t count = 0; count < maxDatagrams && !failed_; ++count) {
+  // Bounded in items too: a dump datagram holds hundreds of entries, and each
+  // item is held (and converted for JS) until the batch is handed over.
+  for (size_t count = 0; count < maxDatagrams && out->size() < kItemsPerBatch && !failed_;
+       ++count) {
     size_t length = 0;
     Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
     if (!received.ok()) {
@@ -380,6 +384,15 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
       if (phase_ != Phase::kIdle) dumpInterrupted_ = true;
       out->push_back(WarningItem{
           "EBADMSG", parsed.error->reason + " at offset " + std::to_string(parsed.error->offset)});
+    }
+  }
+  // Stopped at a bound, not at an empty socket: a pending resync still begins
+  // now if nothing is left (no wake would come for it), else at the next wake.
+  if (resyncPending_ && phase_ == Phase::kIdle && !failed_) {
+    Result<bool> readable = socket_.WaitReadable(0);
+    if (readable.ok() && !readable.value()) {
+      echoes_.clear();
+      BeginResync(out);
     }
   }
 }

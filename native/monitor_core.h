@@ -22,10 +22,17 @@
 
 namespace fg {
 
+// Which neighbour tables the monitor follows.
+enum class NeighbourScope : uint8_t {
+  kNone,  // links only
+  kIp,    // ARP and NDP (RTNLGRP_NEIGH; FDB notifications dropped before anything is made of them)
+  kAll,   // ARP, NDP and FDB
+};
+
 struct MonitorOptions {
   NetnsTarget netns;
-  int receiveBuffer = 0;   // 0: kernel default
-  bool neighbours = true;  // RTNLGRP_NEIGH plus neighbour and FDB dumps
+  int receiveBuffer = 0;  // 0: kernel default
+  NeighbourScope neighbours = NeighbourScope::kAll;
 };
 
 // A correction made in the read that saw the drift (see MonitorCore::Arm).
@@ -121,7 +128,12 @@ class MonitorCore {
   // everything already queued has been read; this call reads what it can now.
   void RequestResync(const char* reason, std::vector<MonitorItem>* out);
 
-  // One wake of the poll: reads until the socket is empty or `maxDatagrams` were read.
+  // Items a read stops at (more can follow in the datagram it was reading);
+  // the rest waits for the next wake.
+  static constexpr size_t kItemsPerBatch = 512;
+
+  // One wake of the poll: reads until the socket is empty, `maxDatagrams`
+  // were read or the batch holds kItemsPerBatch items.
   void ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out);
 
   // Arms a one-shot correction for `ifindex` (replacing any armed one): the
@@ -151,7 +163,8 @@ class MonitorCore {
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
 
-  MonitorCore(NetlinkSocket socket, bool neighbours, NetnsTarget netns, bool explicitBuffer)
+  MonitorCore(NetlinkSocket socket, NeighbourScope neighbours, NetnsTarget netns,
+              bool explicitBuffer)
       : socket_(std::move(socket)),
         neighbours_(neighbours),
         netns_(std::move(netns)),
@@ -183,7 +196,7 @@ class MonitorCore {
   void HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out);
 
   NetlinkSocket socket_;
-  bool neighbours_;
+  NeighbourScope neighbours_;
   NetnsTarget netns_;
   std::optional<NetlinkRequester> writer_;
   std::unordered_map<int32_t, ArmedCorrection> armed_;

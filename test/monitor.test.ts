@@ -43,7 +43,9 @@ describe('LinkMonitor (real kernel, netns)', function () {
     await ns.destroy();
   });
 
-  async function open(options: { receiveBuffer?: number } = {}): Promise<LinkMonitor> {
+  async function open(
+    options: { receiveBuffer?: number; neighbours?: boolean | 'ip' } = {},
+  ): Promise<LinkMonitor> {
     monitor = await LinkMonitor.open({ netns: ns.name, ...options });
     return monitor;
   }
@@ -161,6 +163,72 @@ describe('LinkMonitor (real kernel, netns)', function () {
     await ns.ip('link set vx1 address 0e:00:00:00:00:04');
     const [last] = await unanswered;
     assert.equal(last.correction, undefined);
+  });
+
+  it("a native correction's echoes stay native; a delete after it is a delete, not a flush", async function () {
+    const pinned = '0e:00:00:00:00:01';
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip(`link set vx1 address ${pinned} up`);
+    const ips = ['198.18.0.1', '198.18.0.2', '198.18.0.3'];
+    await ns.ipBatch(
+      ips.map((ip, i) => `neigh replace ${ip} lladdr 0e:00:00:00:00:a${i} dev vx1 nud permanent`),
+    );
+    const m = await open();
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    const neighbours = m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet');
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours });
+    const removed = collectEvents(m, 'neighbourRemoved');
+    const added = collectEvents(m, 'neighbourAdded');
+    const changed = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
+    const back = nextEvent(m, 'linkChanged', (e) => e.link.mac === pinned);
+    await ns.ip('link set vx1 address 0e:00:00:00:00:02');
+    const [event] = await changed;
+    assert.equal(event.correction?.neighbours, 3);
+    await back;
+    await settled(m);
+    // Only the restored entries' echoes stay native (IPv6 NOARP entries are flushed too).
+    const restored = (e: { neighbour: { destination: string | null } }): boolean =>
+      ips.includes(e.neighbour.destination ?? '');
+    assert.deepEqual(removed.events.filter(restored), [], 'their flush is not passed on');
+    assert.deepEqual(added.events.filter(restored), [], 'nor their re-adds');
+    assert.equal(m.stats().correctionEchoes, 6);
+    assert.equal(
+      m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet').length,
+      3,
+    );
+    // The flush was answered: a delete now is someone's delete.
+    const deleted = nextEvent(m, 'neighbourRemoved', (e) => e.neighbour.destination === ips[1]);
+    await ns.ip(`neigh del ${ips[1]} dev vx1`);
+    assert.equal((await deleted)[0].cause, 'deleted');
+    removed.stop();
+    added.stop();
+  });
+
+  it("with neighbours 'ip', ARP entries are followed and the FDB is neither dumped nor reported", async function () {
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip('link set flannel.1 up');
+    await ns.ip('neigh add 198.18.2.0 lladdr 0e:00:00:00:00:02 dev flannel.1 nud permanent');
+    await ns.bridge('fdb append 0e:00:00:00:00:02 dev flannel.1 dst 192.0.2.12 self permanent');
+    const m = await open({ neighbours: 'ip' });
+    // (NDP entries may come and go on their own: an IPv6 link-local address is being set up.)
+    assert.deepEqual(
+      m
+        .neighbours()
+        .filter((n) => n.family !== 'inet6')
+        .map((n) => [n.family, n.destination]),
+      [['inet', '198.18.2.0']],
+    );
+    const events = collectEvents(m, 'neighbourAdded');
+    await ns.bridge('fdb append 0e:00:00:00:00:03 dev flannel.1 dst 192.0.2.13 self permanent');
+    const arp = nextEvent(m, 'neighbourAdded', (e) => e.neighbour.destination === '198.18.3.0');
+    await ns.ip('neigh add 198.18.3.0 lladdr 0e:00:00:00:00:03 dev flannel.1 nud permanent');
+    await arp;
+    events.stop();
+    assert.deepEqual(
+      events.events.filter((e) => e.neighbour.family !== 'inet6').map((e) => e.neighbour.family),
+      ['inet'],
+    );
   });
 
   it('treats a device deleted and re-created under the same index as a new device', async function () {

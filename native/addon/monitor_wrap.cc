@@ -114,7 +114,7 @@ Napi::Function MonitorWrap::Define(Napi::Env env) {
                      });
 }
 
-// new Monitor({ netns?, netnsLabel?, receiveBuffer?, neighbours? }, onBatch)
+// new Monitor({ netns?, netnsLabel?, receiveBuffer?, neighbours?: boolean | "ip" }, onBatch)
 MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MonitorWrap>(info) {
   Napi::Env env = info.Env();
   if (!info[0].IsObject() || !info[1].IsFunction()) {
@@ -132,8 +132,13 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   if (options.Get("receiveBuffer").IsNumber()) {
     monitorOptions.receiveBuffer = options.Get("receiveBuffer").As<Napi::Number>().Int32Value();
   }
-  monitorOptions.neighbours = !options.Get("neighbours").IsBoolean() ||
-                              options.Get("neighbours").As<Napi::Boolean>().Value();
+  // neighbours: true (the default), false, or "ip" (ARP and NDP, no FDB).
+  const Napi::Value neighbours = options.Get("neighbours");
+  if (neighbours.IsBoolean() && !neighbours.As<Napi::Boolean>().Value()) {
+    monitorOptions.neighbours = NeighbourScope::kNone;
+  } else if (neighbours.IsString() && neighbours.As<Napi::String>().Utf8Value() == "ip") {
+    monitorOptions.neighbours = NeighbourScope::kIp;
+  }
 
   Result<std::unique_ptr<MonitorCore>> core = MonitorCore::Open(monitorOptions);
   if (!core.ok()) ThrowSysError(env, core.error(), netnsLabel_);
