@@ -322,13 +322,14 @@ class RestoreSet extends Map<string, NeighbourInfo> {
   #list: readonly NeighbourInfo[] | undefined;
 
   override set(key: string, entry: NeighbourInfo): this {
-    this.#list = undefined;
+    if (super.get(key) !== entry) this.#list = undefined;
     return super.set(key, entry);
   }
 
   override delete(key: string): boolean {
-    this.#list = undefined;
-    return super.delete(key);
+    const had = super.delete(key);
+    if (had) this.#list = undefined;
+    return had;
   }
 
   override clear(): void {

@@ -66,15 +66,7 @@ async function vtepWithPeers(count: number): Promise<Netns> {
 
 /** The device's permanent ARP entries, destination -> lladdr. */
 async function permanentArp(ns: Netns): Promise<Map<string, string>> {
-  const rows = await ns.ipJson<NeighbourRow[]>([
-    '-4',
-    'neigh',
-    'show',
-    'dev',
-    VTEP,
-    'nud',
-    'permanent',
-  ]);
+  const rows = await ns.ipJson<NeighbourRow[]>(`-4 neigh show dev ${VTEP} nud permanent`);
   return new Map(rows.map((row) => [row.dst, row.lladdr ?? '']));
 }
 
