@@ -7,6 +7,7 @@
         "native/netlink_builder.cc",
         "native/netlink_socket.cc",
         "native/neighbour_batch.cc",
+        "native/restore_set.cc",
         "native/monitor_core.cc",
         "native/arrival_watch.cc",
         "native/socket_filter.cc",

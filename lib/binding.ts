@@ -116,8 +116,17 @@ export interface RawMonitor {
   setFilter(filter: RawLinkFilter | null): void;
   arm(
     ifindex: number,
-    /** Without neighbours, the native layer keeps the restore set it was given before. */
-    target: { name: string; mac: Buffer; neighbours?: RawNeighbourEntry[] },
+    /**
+     * `neighbours` replaces the device's restore set; without it the native layer keeps the
+     * one it has, changed by `remove` (by family and destination) and then `upsert`.
+     */
+    target: {
+      name: string;
+      mac: Buffer;
+      neighbours?: RawNeighbourEntry[];
+      remove?: RawNeighbourEntry[];
+      upsert?: RawNeighbourEntry[];
+    },
   ): void;
   disarm(ifindex: number): void;
   ref(): void;

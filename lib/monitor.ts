@@ -15,6 +15,7 @@ import {
   type RawMonitorItem,
   type RawMonitorStats,
   type RawNeighbour,
+  type RawNeighbourEntry,
   type RawCorrection,
 } from './binding';
 import { CHANGE_MASK_NEW_DEVICE, IFF_UP } from './constants';
@@ -224,6 +225,33 @@ function toNativeCorrection(raw: RawCorrection): NativeCorrection {
   };
 }
 
+function restorable(entries: readonly NeighbourInfo[]): RawNeighbourEntry[] {
+  return entries
+    .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
+    .map((entry) => toRawNeighbourEntry(entry));
+}
+
+/**
+ * What the native layer is sent for a restore set: nothing when it is the list sent last (the
+ * caller keeps one array while its entries are unchanged: compared by identity), else the
+ * entries that came and went (by object identity, so a replaced entry is both), or the whole
+ * list when that is shorter. With thousands of peers, a node joining costs one entry, not all.
+ * (Exported for the tests; not part of the package's API.)
+ */
+export function restoreSetChange(
+  previous: readonly NeighbourInfo[] | undefined,
+  next: readonly NeighbourInfo[],
+): Pick<Parameters<RawMonitor['arm']>[1], 'neighbours' | 'remove' | 'upsert'> {
+  if (previous === next) return {};
+  if (previous === undefined) return { neighbours: restorable(next) };
+  const before = new Set(previous);
+  const after = new Set(next);
+  const upsert = next.filter((entry) => !before.has(entry));
+  const remove = previous.filter((entry) => !after.has(entry));
+  if (upsert.length + remove.length > next.length) return { neighbours: restorable(next) };
+  return { remove: restorable(remove), upsert: restorable(upsert) };
+}
+
 function abortError(signal: AbortSignal): Error {
   const error = new Error('The operation was aborted', { cause: signal.reason });
   error.name = 'AbortError';
@@ -412,20 +440,12 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     target: { name: string; mac: string; neighbours: readonly NeighbourInfo[] },
   ): void {
     const key = `${target.name}|${target.mac}`;
-    // The list is compared by identity: a caller that keeps one array while its
-    // entries are unchanged (FlannelGuard does) never has them converted again.
-    const sendNeighbours = this.#restoreSets.get(ifindex) !== target.neighbours;
-    if (this.#armed.get(ifindex) === key && !sendNeighbours) return;
+    const previous = this.#restoreSets.get(ifindex);
+    if (this.#armed.get(ifindex) === key && previous === target.neighbours) return;
     this.#native.arm(ifindex, {
       name: target.name,
       mac: macBytes(target.mac),
-      ...(sendNeighbours
-        ? {
-            neighbours: target.neighbours
-              .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
-              .map((entry) => toRawNeighbourEntry(entry)),
-          }
-        : {}),
+      ...restoreSetChange(previous, target.neighbours),
     });
     this.#armed.set(ifindex, key);
     this.#restoreSets.set(ifindex, target.neighbours);

@@ -73,16 +73,17 @@ bool MonitorCore::Keep(const netlink::NeighRecord& neigh) const {
 }
 
 Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction,
-                              std::optional<std::vector<netlink::NeighbourEntry>> neighbours) {
+                              RestoreSetChange change) {
   if (!writer_) {
     Result<NetlinkRequester> writer = NetlinkRequester::Open(netns_);
     if (!writer.ok()) return writer.error();
     writer_.emplace(std::move(writer.value()));
   }
-  if (neighbours) {
-    SizeReceiveBufferFor(neighbours->size());
-    restoreSets_[ifindex] = std::move(*neighbours);
-  }
+  RestoreSet& set = restoreSets_[ifindex];
+  if (change.assign) set.Assign(std::move(*change.assign));
+  for (const netlink::NeighbourEntry& entry : change.remove) set.Remove(entry);
+  for (netlink::NeighbourEntry& entry : change.upsert) set.Upsert(std::move(entry));
+  SizeReceiveBufferFor(set.size());
   armed_[ifindex] = std::move(correction);
   return Unit{};
 }
@@ -92,12 +93,6 @@ namespace {
 constexpr size_t kMaxAutoReceiveBuffer = size_t{64} << 20;
 // Room beyond the flush and re-adds, for whatever else arrives meanwhile.
 constexpr size_t kSpareNotifications = 512;
-
-std::string EchoKey(uint8_t family, const std::vector<uint8_t>& destination) {
-  std::string key(1, static_cast<char>(family));
-  key.append(destination.begin(), destination.end());
-  return key;
-}
 }  // namespace
 
 void MonitorCore::SizeReceiveBufferFor(size_t entries) {
@@ -115,7 +110,7 @@ void MonitorCore::SizeReceiveBufferFor(size_t entries) {
 bool MonitorCore::IsCorrectionEcho(const netlink::NeighRecord& neigh) {
   auto device = echoes_.find(neigh.ifindex);
   if (device == echoes_.end()) return false;
-  auto entry = device->second.find(EchoKey(neigh.family, neigh.destination));
+  auto entry = device->second.find(NeighbourKey(neigh.family, neigh.destination));
   if (entry == device->second.end()) return false;
   bool echo = false;
   if (neigh.deleted) {
@@ -163,14 +158,14 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   if (!written.ok()) {
     correction.error = written.error();
   } else if (auto set = restoreSets_.find(link.ifindex); set != restoreSets_.end()) {
-    NeighbourWrites restored = writer_->ReplaceNeighbours(set->second);
+    NeighbourWrites restored = writer_->ReplaceNeighbours(set->second.entries());
     correction.neighbours = restored.written;
     correction.error = std::move(restored.error);
     if (!correction.error) {
       // Every entry is back: the notifications of its flush and re-add say nothing new.
       auto& echoes = echoes_[link.ifindex];
-      for (const netlink::NeighbourEntry& entry : set->second) {
-        echoes.emplace(EchoKey(entry.family, entry.destination), entry.lladdr);
+      for (const netlink::NeighbourEntry& entry : set->second.entries()) {
+        echoes.emplace(NeighbourKey(entry.family, entry.destination), entry.lladdr);
       }
     }
   }

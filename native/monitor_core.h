@@ -17,6 +17,7 @@
 #include "arrival_watch.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
+#include "restore_set.h"
 #include "result.h"
 #include "socket_filter.h"
 
@@ -61,6 +62,14 @@ struct LinkItem {
 struct ArmedCorrection {
   std::string name;  // the device must still be called this
   std::array<uint8_t, 6> mac{};
+};
+
+// How an arming changes the device's restore set: replaced when `assign` is
+// given, then `remove`d (by family and destination) and `upsert`ed.
+struct RestoreSetChange {
+  std::optional<std::vector<netlink::NeighbourEntry>> assign;
+  std::vector<netlink::NeighbourEntry> remove;
+  std::vector<netlink::NeighbourEntry> upsert;
 };
 
 struct NeighItem {
@@ -140,12 +149,11 @@ class MonitorCore {
   // first notification or dump reply showing the device, still under that
   // name, with a MAC other than `mac` is answered right there - the MAC set
   // back, the device's restore set re-added - before anything is handed to JS.
-  // `neighbours`, when given, replaces the restore set, which is kept across
-  // corrections until the device is deleted (the caller sends it only when it
-  // changed). Policy (whether a correction is due now) stays with the caller,
-  // which re-arms after each one. Opens the write socket on first use.
-  Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction,
-                   std::optional<std::vector<netlink::NeighbourEntry>> neighbours);
+  // The restore set is kept across corrections until the device is deleted;
+  // `change` says what changed in it since the last arming (the caller sends
+  // only that). Policy (whether a correction is due now) stays with the
+  // caller, which re-arms after each one. Opens the write socket on first use.
+  Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction, RestoreSetChange change);
   void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
   // Whether a restore set is kept for the device.
   bool HasRestoreSet(int32_t ifindex) const { return restoreSets_.count(ifindex) > 0; }
@@ -200,7 +208,7 @@ class MonitorCore {
   NetnsTarget netns_;
   std::optional<NetlinkRequester> writer_;
   std::unordered_map<int32_t, ArmedCorrection> armed_;
-  std::unordered_map<int32_t, std::vector<netlink::NeighbourEntry>> restoreSets_;
+  std::unordered_map<int32_t, RestoreSet> restoreSets_;
   // Per device, the entries a correction put back whose flush and re-add
   // notifications have not been read yet: key (family, destination) -> lladdr.
   // Emptied once the socket is drained: every echo was queued by then.

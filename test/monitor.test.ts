@@ -6,11 +6,12 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 
-import { LinkMonitor } from '../lib/monitor';
+import { LinkMonitor, restoreSetChange } from '../lib/monitor';
 import { isSystemError } from '../lib/errors';
 import { getLinks } from '../lib/oneshot';
 import { binding } from '../lib/binding';
-import { Netns } from './support/netns';
+import type { NeighbourInfo } from '../lib/types';
+import { Netns, waitFor } from './support/netns';
 import { collectEvents, nextEvent } from './support/events';
 
 /** Waits until no resync is running or pending (a pending one starts right after an end). */
@@ -203,6 +204,59 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal((await deleted)[0].cause, 'deleted');
     removed.stop();
     added.stop();
+  });
+
+  it('a restore set changed by a few entries is sent as the change; the correction puts back the new set', async function () {
+    const pinned = '0e:00:00:00:00:01';
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip(`link set vx1 address ${pinned} up`);
+    await ns.ipBatch(
+      [1, 2, 3, 4].map(
+        (i) => `neigh replace 198.18.0.${i} lladdr 0e:00:00:00:00:a${i} dev vx1 nud permanent`,
+      ),
+    );
+    const m = await open();
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    const inet = (): NeighbourInfo[] =>
+      m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet');
+    const previousList = inet();
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: previousList });
+    // The table changes as a node leaves, one joins and one moves: 198.18.0.2 deleted,
+    // 198.18.0.5 added, 198.18.0.3 at another MAC.
+    await ns.ipBatch([
+      'neigh del 198.18.0.2 dev vx1',
+      'neigh replace 198.18.0.5 lladdr 0e:00:00:00:00:a5 dev vx1 nud permanent',
+      'neigh replace 198.18.0.3 lladdr 0e:00:00:00:00:b3 dev vx1 nud permanent',
+    ]);
+    await waitFor(
+      async () => inet().length === 4 && inet().some((n) => n.destination === '198.18.0.5'),
+      {
+        timeoutMs: 5000,
+        what: 'the monitor saw the changes',
+      },
+    );
+    const next = inet();
+    // Sent as the change: one out, two in (a moved entry is a new object for the same key).
+    const change = restoreSetChange(previousList, next);
+    assert.deepEqual(
+      [change.neighbours, change.remove?.length, change.upsert?.length],
+      [undefined, 2, 2],
+    );
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: next });
+    const corrected = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
+    await ns.ip('link set vx1 address 0e:00:00:00:00:02');
+    const [event] = await corrected;
+    assert.equal(event.correction?.neighbours, 4);
+    const table = await ns.ipJson<{ dst: string; lladdr: string }[]>(
+      '-4 neigh show dev vx1 nud permanent',
+    );
+    assert.deepEqual(table.map((row) => `${row.dst}=${row.lladdr}`).sort(), [
+      '198.18.0.1=0e:00:00:00:00:a1',
+      '198.18.0.3=0e:00:00:00:00:b3',
+      '198.18.0.4=0e:00:00:00:00:a4',
+      '198.18.0.5=0e:00:00:00:00:a5',
+    ]);
   });
 
   it("with neighbours 'ip', ARP entries are followed and the FDB is neither dumped nor reported", async function () {

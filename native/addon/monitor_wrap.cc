@@ -229,27 +229,32 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// arm(ifindex, { name, mac: Buffer(6), neighbours?: [...] }): without neighbours, the
-// restore set given before is kept; there must be one.
+// arm(ifindex, { name, mac: Buffer(6), neighbours?: [...], remove?: [...], upsert?: [...] }):
+// `neighbours` replaces the device's restore set; `remove` and `upsert` change the one kept
+// (there must be one).
 Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() || !info[1].IsObject()) {
-    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, neighbours? })");
+    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, neighbours?, remove?, upsert? })");
   }
   const int32_t ifindex = info[0].As<Napi::Number>().Int32Value();
   const Napi::Object target = info[1].As<Napi::Object>();
   ArmedCorrection correction;
   correction.name = target.Get("name").ToString().Utf8Value();
   correction.mac = MacFromJs(target.Get("mac"), "mac");
-  std::optional<std::vector<netlink::NeighbourEntry>> neighbours;
+  RestoreSetChange change;
   if (!target.Get("neighbours").IsUndefined()) {
-    neighbours = NeighbourEntriesFromJs(target.Get("neighbours"));
+    change.assign = NeighbourEntriesFromJs(target.Get("neighbours"));
   }
+  if (!target.Get("remove").IsUndefined())
+    change.remove = NeighbourEntriesFromJs(target.Get("remove"));
+  if (!target.Get("upsert").IsUndefined())
+    change.upsert = NeighbourEntriesFromJs(target.Get("upsert"));
   if (!poll_) throw Napi::Error::New(env, "monitor is closed");
-  if (!neighbours && !poll_->core->HasRestoreSet(ifindex)) {
+  if (!change.assign && !poll_->core->HasRestoreSet(ifindex)) {
     throw Napi::TypeError::New(env, "arm: no neighbour entries kept for this device yet");
   }
-  Result<Unit> armed = poll_->core->Arm(ifindex, std::move(correction), std::move(neighbours));
+  Result<Unit> armed = poll_->core->Arm(ifindex, std::move(correction), std::move(change));
   if (!armed.ok()) ThrowSysError(env, armed.error(), netnsLabel_);
   return env.Undefined();
 }

@@ -1005,7 +1005,7 @@ TEST_CASE("parser: S12 MonitorCore drops a spoofed RTM_NEWLINK: no item, counted
   // A privileged user-space process unicasts a fake "MAC changed" notification to the
   // monitor's socket. It must not become a LinkItem (which could trigger a MAC write).
   fg::MonitorOptions options;
-  options.neighbours = false;
+  options.neighbours = fg::NeighbourScope::kNone;
   fg::Result<std::unique_ptr<fg::MonitorCore>> opened = fg::MonitorCore::Open(options);
   EXPECT_TRUE(opened.ok());
   fg::MonitorCore& monitor = *opened.value();

@@ -1,0 +1,45 @@
+#include "restore_set.h"
+
+#include <utility>
+
+namespace fg {
+
+std::string NeighbourKey(uint8_t family, const std::vector<uint8_t>& destination) {
+  std::string key(1, static_cast<char>(family));
+  key.append(destination.begin(), destination.end());
+  return key;
+}
+
+void RestoreSet::Assign(std::vector<netlink::NeighbourEntry> entries) {
+  entries_.clear();
+  index_.clear();
+  entries_.reserve(entries.size());
+  for (netlink::NeighbourEntry& entry : entries) Upsert(std::move(entry));
+}
+
+void RestoreSet::Upsert(netlink::NeighbourEntry entry) {
+  std::string key = NeighbourKey(entry.family, entry.destination);
+  auto found = index_.find(key);
+  if (found != index_.end()) {
+    entries_[found->second] = std::move(entry);
+    return;
+  }
+  index_.emplace(std::move(key), entries_.size());
+  entries_.push_back(std::move(entry));
+}
+
+bool RestoreSet::Remove(const netlink::NeighbourEntry& entry) {
+  auto found = index_.find(NeighbourKey(entry.family, entry.destination));
+  if (found == index_.end()) return false;
+  const size_t position = found->second;
+  index_.erase(found);
+  // The last entry takes the removed one's place.
+  if (position + 1 != entries_.size()) {
+    entries_[position] = std::move(entries_.back());
+    index_[NeighbourKey(entries_[position].family, entries_[position].destination)] = position;
+  }
+  entries_.pop_back();
+  return true;
+}
+
+}  // namespace fg

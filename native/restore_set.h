@@ -1,0 +1,35 @@
+// A device's permanent neighbour entries, as the native layer keeps them to put
+// back after a MAC change: a list (what ReplaceNeighbours writes) indexed by
+// identity (family, destination), so that a change of one entry costs O(1)
+// rather than a new list of thousands. Pure: no sockets, no Node.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "netlink_builder.h"
+
+namespace fg {
+
+// The identity of an ARP/NDP entry: family, then destination bytes.
+std::string NeighbourKey(uint8_t family, const std::vector<uint8_t>& destination);
+
+class RestoreSet {
+ public:
+  // Everything replaced (a later entry with the key of an earlier one wins).
+  void Assign(std::vector<netlink::NeighbourEntry> entries);
+  // Adds the entry, or replaces the one with its key.
+  void Upsert(netlink::NeighbourEntry entry);
+  // Removes the entry with this one's key; false when there was none.
+  bool Remove(const netlink::NeighbourEntry& entry);
+
+  const std::vector<netlink::NeighbourEntry>& entries() const { return entries_; }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::vector<netlink::NeighbourEntry> entries_;
+  std::unordered_map<std::string, size_t> index_;  // key -> position in entries_
+};
+
+}  // namespace fg
