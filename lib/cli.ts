@@ -10,7 +10,7 @@
  * of resident memory the guard never needs).
  */
 import type { EventEmitter } from 'node:events';
-import { existsSync, readFileSync, write } from 'node:fs';
+import { existsSync, fstatSync, readFileSync, write, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { Command, CommanderError, Option } from 'commander';
@@ -234,16 +234,27 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
  * logged within one turn of the event loop (a rewrite and its correction are
  * two) go out in one write, so that each event costs the guard one write, not
  * one per line. Asynchronous: a full stdout pipe must never stall the guard's
- * event loop; pending lines keep the process alive until written. A closed
- * stdout (`watch | head -1`) ends the output, never the guarding.
+ * event loop; pending lines keep the process alive until written. A regular
+ * file (a log file, kubelet's redirect) is written directly: it has no reader
+ * to wait for, and the thread pool's round trip would cost more than the write.
+ * A closed stdout (`watch | head -1`) ends the output, never the guarding.
  */
 class LineSink {
   #pending: string[] = [];
   #scheduled = false;
   #writing = false;
   #broken = false;
+  readonly #direct: boolean;
 
-  constructor(readonly fd: number) {}
+  constructor(readonly fd: number) {
+    let regularFile = false;
+    try {
+      regularFile = fstatSync(fd).isFile();
+    } catch {
+      // Not open: the first write finds out.
+    }
+    this.#direct = regularFile;
+  }
 
   write(line: string): boolean {
     if (this.#broken) return false;
@@ -262,6 +273,15 @@ class LineSink {
     if (this.#writing || this.#pending.length === 0) return;
     const chunk = this.#pending.join('');
     this.#pending = [];
+    if (this.#direct) {
+      const buffer = Buffer.from(chunk);
+      try {
+        for (let done = 0; done < buffer.length;) done += writeSync(this.fd, buffer, done);
+      } catch {
+        this.#broken = true; // the file is gone (EBADF) or the disk full: nothing more to say there
+      }
+      return;
+    }
     this.#writing = true;
     this.#writeFrom(Buffer.from(chunk));
   }

@@ -9,10 +9,12 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import {
+  closeSync,
   copyFileSync,
   lstatSync,
   mkdirSync,
   mkdtempSync,
+  openSync,
   readFileSync,
   readdirSync,
   rmSync,
@@ -213,6 +215,48 @@ describe('hardening: never write to a device that is not VXLAN (real kernel, net
     const [code] = await exited;
     assert.equal(code, 0, stderr);
     assert.doesNotMatch(stderr, /EPIPE|Error/);
+  });
+
+  it('--json into a regular file (a log file): written directly, every line, in order', async function () {
+    const dir = mkdtempSync(tempDirPrefix('log'));
+    const file = join(dir, 'watch.jsonl');
+    const fd = openSync(file, 'w');
+    const child = trackChild(
+      spawn(
+        process.execPath,
+        [CLI_PATH, 'watch', '--json', '--netns', ns.name, '--offload', 'none'],
+        {
+          stdio: ['ignore', fd, 'pipe'],
+        },
+      ),
+    );
+    closeSync(fd);
+    const events = (): string[] =>
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => (JSON.parse(line) as { event: string }).event);
+    try {
+      await waitFor(async () => events()[0] === 'ready', { timeoutMs: 10_000, what: 'ready' });
+      for (const mac of ['02:00:00:00:12:07', '02:00:00:00:12:08']) {
+        const before = events().length;
+        await ns.ip(`link set flannel.1 address ${mac}`);
+        await waitFor(async () => events().slice(before).includes('restored'), {
+          timeoutMs: 5_000,
+          what: `restored after ${mac}`,
+        });
+        assert.deepEqual(
+          events()
+            .slice(before)
+            .filter((event) => event === 'rewrite' || event === 'restored'),
+          ['rewrite', 'restored'],
+        );
+      }
+    } finally {
+      child.kill('SIGTERM');
+      await once(child, 'close');
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
