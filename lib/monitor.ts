@@ -15,7 +15,6 @@ import {
   type RawMonitorItem,
   type RawMonitorStats,
   type RawNeighbour,
-  type RawNeighbourEntry,
   type RawCorrection,
 } from './binding';
 import { CHANGE_MASK_NEW_DEVICE, IFF_UP } from './constants';
@@ -26,7 +25,7 @@ import {
   sameNeighbour,
   toLinkInfo,
   toNeighbourInfo,
-  toRawNeighbourEntry,
+  toRawNeighbourEntries,
 } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
 import { RANGES, integerInRange, macBytes, resolveNetnsPath } from './validate';
@@ -225,12 +224,6 @@ function toNativeCorrection(raw: RawCorrection): NativeCorrection {
   };
 }
 
-function restorable(entries: readonly NeighbourInfo[]): RawNeighbourEntry[] {
-  return entries
-    .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
-    .map((entry) => toRawNeighbourEntry(entry));
-}
-
 /**
  * What the native layer is sent for a restore set: nothing when it is the list sent last (the
  * caller keeps one array while its entries are unchanged: compared by identity), else the
@@ -243,13 +236,14 @@ export function restoreSetChange(
   next: readonly NeighbourInfo[],
 ): Pick<Parameters<RawMonitor['arm']>[1], 'neighbours' | 'remove' | 'upsert'> {
   if (previous === next) return {};
-  if (previous === undefined) return { neighbours: restorable(next) };
+  if (previous === undefined) return { neighbours: toRawNeighbourEntries(next) };
   const before = new Set(previous);
   const after = new Set(next);
   const upsert = next.filter((entry) => !before.has(entry));
   const remove = previous.filter((entry) => !after.has(entry));
-  if (upsert.length + remove.length > next.length) return { neighbours: restorable(next) };
-  return { remove: restorable(remove), upsert: restorable(upsert) };
+  if (upsert.length + remove.length > next.length)
+    return { neighbours: toRawNeighbourEntries(next) };
+  return { remove: toRawNeighbourEntries(remove), upsert: toRawNeighbourEntries(upsert) };
 }
 
 function abortError(signal: AbortSignal): Error {

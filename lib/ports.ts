@@ -5,7 +5,7 @@
  */
 import type { RawControl } from './binding';
 import { isSystemError } from './errors';
-import { toLinkInfo, toRawNeighbourEntry } from './records';
+import { toLinkInfo, toRawNeighbourEntries } from './records';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from './types';
 import { toFeatureSetResult } from './oneshot';
 import { macBytes } from './validate';
@@ -42,9 +42,7 @@ export function controlPorts(control: RawControl): GuardPorts {
       control.setLinkAddress(ifindex, macBytes(mac), name);
     },
     replaceNeighbours(entries, name) {
-      const raw = entries
-        .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
-        .map((entry) => toRawNeighbourEntry(entry));
+      const raw = toRawNeighbourEntries(entries);
       return raw.length === 0 ? 0 : control.replaceNeighbours(raw, name);
     },
     getFeatures(name) {

@@ -77,6 +77,13 @@ export function neighbourKey(entry: {
   return `${entry.family}|${entry.ifindex}|${entry.destination ?? ''}`;
 }
 
+/** The entries that can be written back (those with an lladdr), as the addon takes them. */
+export function toRawNeighbourEntries(entries: readonly NeighbourInfo[]): RawNeighbourEntry[] {
+  return entries
+    .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
+    .map((entry) => toRawNeighbourEntry(entry));
+}
+
 /** A kept entry as the addon writes it back (the caller checked lladdr is set). */
 export function toRawNeighbourEntry(entry: NeighbourInfo & { lladdr: string }): RawNeighbourEntry {
   return {

@@ -86,9 +86,9 @@ function run(command, argv, { input, timeoutMs = STEP_TIMEOUT_MS, cwd } = {}) {
 /** Soft = hard limits below this machine's hard ones (crun cannot raise a limit: no CAP_SYS_RESOURCE). */
 function ulimitArgs() {
   const limits = readFileSync('/proc/self/limits', 'utf8');
+  // "Max open files            20000                20000                files"
   const hard = (name) => {
-    const line = limits.split('\n').find((l) => l.startsWith(name));
-    const value = line?.slice(26).trim().split(/\s+/)[1];
+    const value = new RegExp(`^${name}\\s+\\S+\\s+(\\S+)`, 'm').exec(limits)?.[1];
     return value === undefined || value === 'unlimited' ? Infinity : Number(value);
   };
   const nofile = Math.min(hard('Max open files'), 16384);
