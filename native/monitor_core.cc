@@ -95,6 +95,23 @@ constexpr size_t kMaxAutoReceiveBuffer = size_t{64} << 20;
 constexpr size_t kSpareNotifications = 512;
 }  // namespace
 
+void MonitorCore::FollowRestoreSet(const netlink::NeighRecord& neigh) {
+  if (neigh.deleted || neigh.family == AF_BRIDGE || (neigh.state & NUD_PERMANENT) == 0 ||
+      neigh.lladdr.state != netlink::MacField::State::kValid) {
+    return;
+  }
+  auto set = restoreSets_.find(neigh.ifindex);
+  if (set == restoreSets_.end()) return;
+  netlink::NeighbourEntry entry;
+  entry.family = neigh.family;
+  entry.ifindex = neigh.ifindex;
+  entry.destination = neigh.destination;
+  entry.lladdr = neigh.lladdr.bytes;
+  entry.state = neigh.state;
+  entry.flags = neigh.flags;
+  set->second.Upsert(std::move(entry));
+}
+
 void MonitorCore::SizeReceiveBufferFor(size_t entries) {
   if (explicitReceiveBuffer_) return;
   // A MAC change flushes every entry (one RTM_DELNEIGH each) and the
@@ -315,6 +332,7 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     if (Keep(*link)) out->push_back(LinkItem{std::move(*link), false, std::move(correction)});
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
     if (IsCorrectionEcho(*neigh)) return;
+    FollowRestoreSet(*neigh);
     if (Keep(*neigh)) out->push_back(NeighItem{std::move(*neigh), false, message.portid});
   } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
     ++stats_.malformed;
