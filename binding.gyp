@@ -8,6 +8,8 @@
         "native/netlink_socket.cc",
         "native/neighbour_batch.cc",
         "native/restore_set.cc",
+        "native/state_mirror.cc",
+        "native/sysfs.cc",
         "native/monitor_core.cc",
         "native/arrival_watch.cc",
         "native/socket_filter.cc",
@@ -16,6 +18,8 @@
         "native/addon/control_wrap.cc",
         "native/addon/convert.cc",
         "native/addon/errors.cc",
+        "native/addon/items.cc",
+        "native/addon/mirror_wrap.cc",
         "native/addon/monitor_wrap.cc"
       ],
       "include_dirs": ["native"],

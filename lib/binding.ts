@@ -66,9 +66,47 @@ export interface RawCorrection {
   afterMac: string | null;
 }
 
+/** A link as the native mirror keeps it: the record and its addr_assign_type (null: unknown). */
+export interface RawMirroredLink extends RawLink {
+  addrAssignType: number | null;
+}
+
+export type RawChange = 'added' | 'changed' | 'removed';
+
+/**
+ * What one message changed in the native mirror, or (without `change`) only that it disarmed
+ * the device: its correction was made, or the device is no longer the one armed.
+ */
+export interface RawLinkItem {
+  kind: 'link';
+  ifindex: number;
+  change?: RawChange;
+  fromDump?: boolean;
+  record?: RawMirroredLink;
+  /** changed only. */
+  previous?: RawMirroredLink;
+  /** added only: the kernel announced the device's creation. */
+  created?: true;
+  correction?: RawCorrection;
+  disarmed?: true;
+}
+
+export interface RawNeighbourItem {
+  kind: 'neigh';
+  change: RawChange;
+  fromDump: boolean;
+  portid: number;
+  record: RawNeighbour;
+  /** changed only. */
+  previous?: RawNeighbour;
+  /** removed only. */
+  cause?: 'deleted' | 'flush' | 'device-removed' | 'resync';
+}
+
 export type RawMonitorItem =
-  | { kind: 'link'; fromDump: boolean; record: RawLink; correction?: RawCorrection }
-  | { kind: 'neigh'; fromDump: boolean; portid: number; record: RawNeighbour }
+  | RawLinkItem
+  | RawNeighbourItem
+  | { kind: 'ready' }
   | { kind: 'resync'; phase: 'begin'; reason: 'initial' | 'overrun' | 'requested' }
   | { kind: 'resync'; phase: 'end'; consistent: boolean }
   | { kind: 'overrun'; cause: 'ENOBUFS' | 'truncated' }
@@ -90,6 +128,9 @@ export interface RawMonitorStats {
   /** Neighbour notifications of a native correction (its flush, its re-adds), not passed on. */
   correctionEchoes: number;
   receiveBuffer: number;
+  /** Links and neighbour/FDB entries in the native mirror. */
+  links: number;
+  neighbours: number;
 }
 
 export interface RawNetnsOptions {
@@ -103,6 +144,10 @@ export interface RawMonitorOptions extends RawNetnsOptions {
   receiveBuffer?: number;
   /** 'ip': ARP and NDP entries only, no FDB. */
   neighbours?: boolean | 'ip';
+  /** 'permanent': only changes with a permanent entry on either side, or asked for by a process. */
+  neighbourEvents?: 'all' | 'permanent';
+  /** Read addr_assign_type from sysfs (own namespace only). */
+  addrAssignType?: boolean;
 }
 
 export interface RawLinkFilter {
@@ -132,6 +177,10 @@ export interface RawMonitor {
   ref(): void;
   unref(): void;
   stats(): RawMonitorStats;
+  links(): RawMirroredLink[];
+  getLink(key: number | string): RawMirroredLink | undefined;
+  neighbours(ifindex?: number): RawNeighbour[];
+  resyncing(): boolean;
   close(): void;
 }
 
@@ -231,6 +280,22 @@ export interface RawParsedMessage {
   malformed?: string;
 }
 
+/**
+ * The monitor's state mirror on its own, fed datagrams instead of a socket: the guard's policy
+ * tests drive it with a scripted kernel's messages (not part of the package's API).
+ */
+export interface RawMirror {
+  /** The changes the datagram's link and neighbour messages make (none before ready). */
+  apply(datagram: Buffer, fromDump: boolean): (RawLinkItem | RawNeighbourItem)[];
+  beginResync(): void;
+  /** A consistent end's removals; `{ kind: 'ready' }` after the first. */
+  endResync(consistent: boolean): (RawLinkItem | RawNeighbourItem | { kind: 'ready' })[];
+  noteCorrection(ifindex: number, mac: Buffer): void;
+  links(): RawMirroredLink[];
+  getLink(key: number | string): RawMirroredLink | undefined;
+  neighbours(ifindex?: number): RawNeighbour[];
+}
+
 export interface RawBinding {
   Monitor: new (
     options: RawMonitorOptions,
@@ -238,6 +303,7 @@ export interface RawBinding {
     onBatch: (batch: RawMonitorItem[], arrivalMs: number) => void,
   ) => RawMonitor;
   Control: new (options?: RawNetnsOptions) => RawControl;
+  Mirror: new () => RawMirror;
   parseDatagram(bytes: Buffer): {
     messages: RawParsedMessage[];
     error?: { offset: number; reason: string };

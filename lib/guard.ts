@@ -493,6 +493,9 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
       addrAssignType: false,
       // The guard keeps and restores ARP/NDP entries; FDB entries survive a MAC change.
       neighbours: 'ip',
+      // It acts on permanent entries and on what a process changed (#onNeighbour): the
+      // kernel's own entries (NOARP multicast, resolving) stay in the mirror, without events.
+      neighbourEvents: 'permanent',
     });
     const watchNetns = netnsPath === undefined ? undefined : netnsWatcher(netnsPath);
     return { monitor, ports, ...(watchNetns ? { watchNetns } : {}), ...state };

@@ -9,24 +9,16 @@ import { performance } from 'node:perf_hooks';
 
 import {
   binding,
-  type RawControl,
-  type RawLink,
+  type RawCorrection,
+  type RawLinkItem,
+  type RawMirroredLink,
   type RawMonitor,
   type RawMonitorItem,
   type RawMonitorStats,
-  type RawNeighbour,
-  type RawCorrection,
+  type RawNeighbourItem,
 } from './binding';
-import { CHANGE_MASK_NEW_DEVICE, IFF_UP } from './constants';
 import type { SystemError } from './errors';
-import {
-  neighbourKey,
-  sameLink,
-  sameNeighbour,
-  toLinkInfo,
-  toNeighbourInfo,
-  toRawNeighbourEntries,
-} from './records';
+import { toLinkInfo, toNeighbourInfo, toRawNeighbourEntries } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
 import { RANGES, integerInRange, macBytes, resolveNetnsPath } from './validate';
 
@@ -48,6 +40,12 @@ export interface LinkMonitorOptions {
    * (the FDB's entries, one per peer on a VTEP, are then neither dumped nor kept).
    */
   neighbours?: boolean | 'ip';
+  /**
+   * Which neighbour changes become events (default 'all'): 'permanent' reports only those with a
+   * permanent entry before or after, or asked for by a process (port id set); the kernel's own
+   * resolving, failed and NOARP entries are still in `neighbours()`, without events.
+   */
+  neighbourEvents?: 'all' | 'permanent';
   /** Read addr_assign_type from sysfs for new devices and MAC changes (default true; own namespace only). */
   addrAssignType?: boolean;
   /** Events buffered for an async iterator before it counts as an overrun (default 10 000). */
@@ -192,8 +190,6 @@ export type LinkMonitorEvent = {
 }[Exclude<keyof LinkMonitorEvents, 'close'>];
 
 export interface LinkMonitorStats extends RawMonitorStats {
-  links: number;
-  neighbours: number;
   queueOverruns: number;
 }
 
@@ -254,14 +250,9 @@ function abortError(signal: AbortSignal): Error {
 
 export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   readonly netns: string | undefined;
+  /** The socket, the corrections and the mirror of the namespace's links and entries. */
   #native: RawMonitor;
-  #control: RawControl | undefined;
-  #readAddrAssignType: boolean;
   #queueLimit: number;
-  #links = new Map<number, LinkInfo>();
-  #neighbours = new Map<string, NeighbourInfo>();
-  /** Devices whose last change flushes their neighbour entries: the DELNEIGHs that follow it. */
-  #flushing = new Set<number>();
   /**
    * What each device is armed with in the native layer (name and MAC, as a
    * key): the guard re-arms after every event that may change it, and most of
@@ -274,11 +265,6 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
    * corrections until the device is deleted, so an unchanged list is not sent again.
    */
   #restoreSets = new Map<number, readonly NeighbourInfo[]>();
-  /** The MAC a native correction wrote, whose RTM_NEWLINK echo has not been read yet. */
-  #correctedMac = new Map<number, string>();
-  /** Keys reported since the current resync began; undefined outside a resync. */
-  #seenLinks: Set<number> | undefined;
-  #seenNeighbours: Set<string> | undefined;
   #ready = false;
   #closed = false;
   /** The arrival of the batch being handled (see Arrival). */
@@ -304,23 +290,14 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
               ),
             }),
         neighbours: options.neighbours ?? true,
+        neighbourEvents: options.neighbourEvents ?? 'all',
+        addrAssignType: options.addrAssignType ?? true,
       },
       (batch, arrivalMs) => {
         this.#onBatch(batch, arrivalMs);
       },
     );
     if (options.filter) this.setFilter(options.filter);
-    this.#readAddrAssignType = options.addrAssignType ?? true;
-    if (this.#readAddrAssignType) {
-      this.#control = new binding.Control(
-        netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
-      );
-      // /sys only describes this process's namespace.
-      if (!this.#control.ownNetns) {
-        this.#control.close();
-        this.#control = undefined;
-      }
-    }
     this.#native.start();
   }
 
@@ -341,7 +318,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
 
   /** True between a resync's begin and end: the snapshot is being re-read. */
   get resyncing(): boolean {
-    return this.#seenLinks !== undefined;
+    return this.#native.resyncing();
   }
 
   /** Resolves when the first snapshot is loaded; rejects if the monitor closes first. */
@@ -362,28 +339,23 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     });
   }
 
+  /** The namespace's links, as the mirror holds them now (read from the native layer). */
   links(): LinkInfo[] {
-    return [...this.#links.values()];
+    return this.#native.links().map(linkInfo);
   }
 
   getLink(key: number | string): LinkInfo | undefined {
-    if (typeof key === 'number') return this.#links.get(key);
-    for (const link of this.#links.values()) if (link.name === key) return link;
-    return undefined;
+    const raw = this.#native.getLink(key);
+    return raw === undefined ? undefined : linkInfo(raw);
   }
 
+  /** The mirror's neighbour and FDB entries, of one device when `ifindex` is given. */
   neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
-    const all = [...this.#neighbours.values()];
-    return filter.ifindex === undefined ? all : all.filter((n) => n.ifindex === filter.ifindex);
+    return this.#native.neighbours(filter.ifindex).map(toNeighbourInfo);
   }
 
   stats(): LinkMonitorStats {
-    return {
-      ...this.#native.stats(),
-      links: this.#links.size,
-      neighbours: this.#neighbours.size,
-      queueOverruns: this.#queueOverruns,
-    };
+    return { ...this.#native.stats(), queueOverruns: this.#queueOverruns };
   }
 
   /**
@@ -403,23 +375,11 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       this.#native.resync();
       return;
     }
+    // The mirror drops what the view no longer covers.
     this.#native.setFilter({
       ifindexes: [...filter.ifindexes],
       namePrefixes: [...filter.namePrefixes],
     });
-    const listed = new Set(filter.ifindexes);
-    for (const [ifindex, link] of this.#links) {
-      if (
-        listed.has(ifindex) ||
-        filter.namePrefixes.some((prefix) => link.name.startsWith(prefix))
-      ) {
-        continue;
-      }
-      this.#links.delete(ifindex);
-      for (const [key, neighbour] of this.#neighbours) {
-        if (neighbour.ifindex === ifindex) this.#neighbours.delete(key);
-      }
-    }
   }
 
   /**
@@ -472,7 +432,6 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     if (this.#closed) return;
     this.#closed = true;
     this.#native.close();
-    this.#control?.close();
     this.emit('close');
   }
 
@@ -570,14 +529,18 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       if (this.#closed) return;
       switch (item.kind) {
         case 'link':
-          this.#onLink(item.record, item.fromDump, item.correction);
+          this.#onLink(item);
           break;
         case 'neigh':
-          this.#onNeighbour(item.record, item.fromDump, item.portid);
+          emitChange(this, item);
+          break;
+        case 'ready':
+          this.#ready = true;
+          this.emit('ready');
           break;
         case 'resync':
-          if (item.phase === 'begin') this.#beginResync(item.reason);
-          else this.#endResync(item.consistent);
+          if (item.phase === 'begin') this.emit('resync', { phase: 'begin', reason: item.reason });
+          else this.emit('resync', { phase: 'end', consistent: item.consistent });
           break;
         case 'overrun':
           this.emit('overrun', { cause: item.cause });
@@ -597,161 +560,74 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     }
   }
 
-  #source(fromDump: boolean): ChangeSource {
-    return fromDump ? 'resync' : 'event';
+  #onLink(item: RawLinkItem): void {
+    // The native arming is one-shot, and void for a device gone or renamed:
+    // forget its key with it, so that the next arm() is sent.
+    if (item.disarmed) this.#armed.delete(item.ifindex);
+    if (item.change === 'removed') {
+      this.#armed.delete(item.ifindex);
+      this.#restoreSets.delete(item.ifindex);
+    }
+    emitChange(this, item, {
+      receivedAt: this.#receivedAt,
+      ...(item.correction ? { correction: toNativeCorrection(item.correction) } : {}),
+    });
   }
+}
 
-  #addrAssignType(raw: RawLink, previous: LinkInfo | undefined): number | null {
-    if (!this.#control || raw.mac === null) return null;
-    // The kernel changes addr_assign_type only with the address itself.
-    if (previous && previous.mac === raw.mac) return previous.addrAssignType;
-    return this.#control.readAddrAssignType(raw.name, raw.ifindex, raw.mac);
-  }
-
-  #onLink(raw: RawLink, fromDump: boolean, correction: RawCorrection | undefined): void {
-    this.#seenLinks?.add(raw.ifindex);
-    const previous = this.#links.get(raw.ifindex);
-    // The native layer's armed correction is one-shot, and dropped for a device
-    // gone or renamed: forget the key with it, so that the next arm() is sent.
-    if (correction || raw.deleted || (previous !== undefined && previous.name !== raw.name)) {
-      this.#armed.delete(raw.ifindex);
-    }
-    if (raw.deleted) {
-      this.#flushing.delete(raw.ifindex);
-      this.#restoreSets.delete(raw.ifindex);
-      this.#correctedMac.delete(raw.ifindex);
-      this.#seenLinks?.delete(raw.ifindex);
-      if (!previous) return;
-      this.#links.delete(raw.ifindex);
-      this.#dropNeighboursOf(raw.ifindex);
-      if (this.#ready) this.emit('linkRemoved', { link: previous, source: this.#source(fromDump) });
-      return;
-    }
-    const link = toLinkInfo(
-      raw,
-      this.#readAddrAssignType ? this.#addrAssignType(raw, previous) : null,
-    );
-    this.#links.set(raw.ifindex, link);
-    if (!fromDump) {
-      // The DELNEIGHs a MAC change or a down causes follow its RTM_NEWLINK directly.
-      const wentDown = previous !== undefined && previous.up && (raw.flags & IFF_UP) === 0;
-      // The echo of a native correction's own write flushed nothing (the rewrite
-      // had), and the entries it put back were not passed on (native IsCorrectionEcho).
-      const echo = this.#correctedMac.get(raw.ifindex) === link.mac && !wentDown;
-      this.#correctedMac.delete(raw.ifindex);
-      if (correction && correction.error === undefined && correction.afterMac !== null) {
-        this.#correctedMac.set(raw.ifindex, correction.afterMac);
-      }
-      if (!echo && ((previous && previous.mac !== link.mac) || wentDown)) {
-        this.#flushing.add(raw.ifindex);
-      } else {
-        this.#flushing.delete(raw.ifindex);
-      }
-    }
-    if (!this.#ready) return;
-    if (!previous) {
-      this.emit('linkAdded', {
-        link,
-        source: this.#source(fromDump),
-        created: !fromDump && raw.changeMask === CHANGE_MASK_NEW_DEVICE,
-        receivedAt: this.#receivedAt,
+/**
+ * Emits the event a change of the native mirror is: LinkMonitor's, and that of the guard
+ * tests' scripted monitor, which feeds the same mirror. (Not part of the package's API.)
+ */
+export function emitChange(
+  target: EventEmitter<LinkMonitorEvents>,
+  item: RawLinkItem | RawNeighbourItem,
+  extra: Partial<Arrival> & { correction?: NativeCorrection } = {},
+): void {
+  const arrival = extra.receivedAt === undefined ? {} : { receivedAt: extra.receivedAt };
+  if (item.kind === 'neigh') {
+    const neighbour = toNeighbourInfo(item.record);
+    const source: ChangeSource = item.fromDump ? 'resync' : 'event';
+    const { portid } = item;
+    if (item.change === 'removed') {
+      target.emit('neighbourRemoved', {
+        neighbour,
+        source,
+        cause: item.cause ?? 'deleted',
+        portid,
       });
-    } else {
-      const kernelEvent = KERNEL_EVENTS[raw.event ?? 0] ?? null;
-      if (kernelEvent !== null || !sameLink(previous, link)) {
-        this.emit('linkChanged', {
-          link,
-          previous,
-          source: this.#source(fromDump),
-          kernelEvent,
-          receivedAt: this.#receivedAt,
-          ...(correction ? { correction: toNativeCorrection(correction) } : {}),
-        });
-      }
+    } else if (item.change === 'added') {
+      target.emit('neighbourAdded', { neighbour, source, portid });
+    } else if (item.previous !== undefined) {
+      target.emit('neighbourChanged', {
+        neighbour,
+        previous: toNeighbourInfo(item.previous),
+        source,
+        portid,
+      });
     }
+    return;
   }
+  const { record, change } = item;
+  if (record === undefined || change === undefined) return;
+  const source: ChangeSource = item.fromDump === true ? 'resync' : 'event';
+  const link = linkInfo(record);
+  if (change === 'removed') {
+    target.emit('linkRemoved', { link, source });
+  } else if (change === 'added') {
+    target.emit('linkAdded', { link, source, created: item.created === true, ...arrival });
+  } else if (item.previous !== undefined) {
+    target.emit('linkChanged', {
+      link,
+      previous: linkInfo(item.previous),
+      source,
+      kernelEvent: KERNEL_EVENTS[record.event ?? 0] ?? null,
+      ...arrival,
+      ...(extra.correction ? { correction: extra.correction } : {}),
+    });
+  }
+}
 
-  #onNeighbour(raw: RawNeighbour, fromDump: boolean, portid: number): void {
-    const neighbour = toNeighbourInfo(raw);
-    const key = neighbourKey(neighbour);
-    const previous = this.#neighbours.get(key);
-    const source = this.#source(fromDump);
-    if (raw.deleted) {
-      this.#seenNeighbours?.delete(key);
-      const flushed = neighbour.family !== 'bridge' && this.#flushing.has(raw.ifindex);
-      if (!previous) return;
-      this.#neighbours.delete(key);
-      if (this.#ready) {
-        this.emit('neighbourRemoved', {
-          neighbour: previous,
-          source,
-          cause: flushed ? 'flush' : 'deleted',
-          portid,
-        });
-      }
-      return;
-    }
-    this.#seenNeighbours?.add(key);
-    if (!fromDump) this.#flushing.delete(raw.ifindex);
-    this.#neighbours.set(key, neighbour);
-    if (!this.#ready) return;
-    if (!previous) {
-      this.emit('neighbourAdded', { neighbour, source, portid });
-    } else if (!sameNeighbour(previous, neighbour)) {
-      this.emit('neighbourChanged', { neighbour, previous, source, portid });
-    }
-  }
-
-  #dropNeighboursOf(ifindex: number): void {
-    for (const [key, neighbour] of this.#neighbours) {
-      if (neighbour.ifindex !== ifindex) continue;
-      this.#neighbours.delete(key);
-      if (this.#ready) {
-        this.emit('neighbourRemoved', {
-          neighbour,
-          source: 'event',
-          cause: 'device-removed',
-          portid: 0,
-        });
-      }
-    }
-  }
-
-  #beginResync(reason: 'initial' | 'overrun' | 'requested'): void {
-    this.#seenLinks = new Set();
-    this.#seenNeighbours = new Set();
-    if (this.#ready) this.emit('resync', { phase: 'begin', reason });
-  }
-
-  #endResync(consistent: boolean): void {
-    const seenLinks = this.#seenLinks;
-    const seenNeighbours = this.#seenNeighbours;
-    this.#seenLinks = undefined;
-    this.#seenNeighbours = undefined;
-    if (consistent && seenLinks && seenNeighbours) {
-      for (const [ifindex, link] of this.#links) {
-        if (seenLinks.has(ifindex)) continue;
-        this.#links.delete(ifindex);
-        if (this.#ready) this.emit('linkRemoved', { link, source: 'resync' });
-      }
-      for (const [key, neighbour] of this.#neighbours) {
-        if (seenNeighbours.has(key)) continue;
-        this.#neighbours.delete(key);
-        if (this.#ready) {
-          this.emit('neighbourRemoved', {
-            neighbour,
-            source: 'resync',
-            cause: 'resync',
-            portid: 0,
-          });
-        }
-      }
-    }
-    if (!this.#ready) {
-      this.#ready = true;
-      this.emit('ready');
-      return;
-    }
-    this.emit('resync', { phase: 'end', consistent });
-  }
+function linkInfo(raw: RawMirroredLink): LinkInfo {
+  return toLinkInfo(raw, raw.addrAssignType);
 }

@@ -99,25 +99,3 @@ export function toRawNeighbourEntry(entry: NeighbourInfo & { lladdr: string }): 
 export function familyNumber(family: NeighbourFamily): number {
   return family === 'bridge' ? AF_BRIDGE : family === 'inet6' ? AF_INET6 : 2;
 }
-
-/** Equal in every field a change event reports (addr_assign_type follows the MAC). */
-export function sameLink(a: LinkInfo, b: LinkInfo): boolean {
-  return (
-    a.name === b.name &&
-    a.mac === b.mac &&
-    a.flags === b.flags &&
-    a.operstate === b.operstate &&
-    a.mtu === b.mtu &&
-    a.kind === b.kind &&
-    a.master === b.master &&
-    a.lowerIfindex === b.lowerIfindex &&
-    a.linkNetnsid === b.linkNetnsid &&
-    JSON.stringify(a.vxlan) === JSON.stringify(b.vxlan)
-  );
-}
-
-export function sameNeighbour(a: NeighbourInfo, b: NeighbourInfo): boolean {
-  return (
-    a.lladdr === b.lladdr && a.state === b.state && a.flags === b.flags && a.master === b.master
-  );
-}

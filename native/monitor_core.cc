@@ -10,8 +10,15 @@
 #include <cstring>
 
 #include "neighbour_batch.h"
+#include "sysfs.h"
 
 namespace fg {
+bool Reported(const NeighChange& change, NeighbourEvents events) {
+  if (events == NeighbourEvents::kAll || change.portid != 0) return true;
+  return (change.neigh.state & NUD_PERMANENT) != 0 ||
+         (change.previous && (change.previous->state & NUD_PERMANENT) != 0);
+}
+
 Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& options) {
   SocketOptions socketOptions;
   socketOptions.receiveBuffer = options.receiveBuffer;
@@ -19,8 +26,15 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
   if (options.neighbours != NeighbourScope::kNone) socketOptions.groups.push_back(RTNLGRP_NEIGH);
   Result<NetlinkSocket> socket = NetlinkSocket::Open(options.netns, socketOptions);
   if (!socket.ok()) return socket.error();
-  std::unique_ptr<MonitorCore> core(new MonitorCore(std::move(socket.value()), options.neighbours,
-                                                    options.netns, options.receiveBuffer > 0));
+  // /sys describes this process's namespace only.
+  bool readAddrAssignType = false;
+  if (options.addrAssignType) {
+    Result<uint64_t> target = NetnsInode(options.netns);
+    Result<uint64_t> own = NetnsInode(NetnsTarget{});
+    readAddrAssignType = target.ok() && own.ok() && target.value() == own.value();
+  }
+  std::unique_ptr<MonitorCore> core(
+      new MonitorCore(std::move(socket.value()), options, readAddrAssignType));
   Result<std::unique_ptr<ArrivalWatch>> watch = ArrivalWatch::Start(core->socket_.fd());
   if (watch.ok()) {
     core->arrivals_ = std::move(watch.value());
@@ -39,7 +53,17 @@ Result<Unit> MonitorCore::SetFilter(const std::optional<LinkFilter>& filter) {
       socket_.SetFilter(filter ? BuildLinkFilter(*filter) : std::vector<sock_filter>{});
   if (!set.ok()) return set;
   filter_ = filter;
-  if (filter_) kept_.insert(filter_->ifindexes.begin(), filter_->ifindexes.end());
+  if (!filter_) return Unit{};
+  kept_.insert(filter_->ifindexes.begin(), filter_->ifindexes.end());
+  // What the view no longer covers leaves the mirror silently.
+  std::vector<int32_t> outside;
+  for (const auto& [ifindex, link] : mirror_.links()) {
+    if (!Matches(link.record)) outside.push_back(ifindex);
+  }
+  for (int32_t ifindex : outside) {
+    mirror_.Forget(ifindex);
+    kept_.erase(ifindex);
+  }
   return Unit{};
 }
 
@@ -143,13 +167,15 @@ bool MonitorCore::IsCorrectionEcho(const netlink::NeighRecord& neigh) {
   return echo;
 }
 
-std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord& link) {
+std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord& link,
+                                                      bool* disarmed) {
   auto armed = armed_.find(link.ifindex);
   if (armed == armed_.end()) return std::nullopt;
   // Only a VXLAN device under the armed name is ever written to: anything else
   // is another device now, or gone, and the caller decides afresh.
   if (link.deleted || link.name != armed->second.name || link.kind != "vxlan") {
     armed_.erase(armed);
+    *disarmed = true;
     return std::nullopt;
   }
   if (link.mac.state != netlink::MacField::State::kValid || link.mac.bytes == armed->second.mac) {
@@ -157,6 +183,7 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   }
   const ArmedCorrection target = std::move(armed->second);
   armed_.erase(armed);
+  *disarmed = true;
   const auto started = std::chrono::steady_clock::now();
   const int64_t queuedNs =
       std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count() -
@@ -219,10 +246,13 @@ void MonitorCore::NoteLostNotifications() {
 void MonitorCore::BeginResync(std::vector<MonitorItem>* out) {
   resyncPending_ = false;
   ++stats_.resyncs;
-  ResyncItem begin;
-  begin.begin = true;
-  begin.reason = pendingReason_;
-  out->push_back(std::move(begin));
+  if (mirror_.ready()) {
+    ResyncItem begin;
+    begin.begin = true;
+    begin.reason = pendingReason_;
+    out->push_back(std::move(begin));
+  }
+  mirror_.BeginResync();
   resyncConsistent_ = true;
   // The dumps report the table as it is; a correction's echoes are part of it.
   echoes_.clear();
@@ -288,9 +318,16 @@ void MonitorCore::FinishDump(int32_t error, std::vector<MonitorItem>* out) {
     SendDump(out);
     return;
   }
-  ResyncItem end;
-  end.consistent = resyncConsistent_;
-  out->push_back(std::move(end));
+  const bool wasReady = mirror_.ready();
+  mirror_.EndResync(resyncConsistent_, &changes_);
+  Emit(changes_, out);
+  if (wasReady) {
+    ResyncItem end;
+    end.consistent = resyncConsistent_;
+    out->push_back(std::move(end));
+  } else {
+    out->push_back(ReadyItem{});
+  }
   SizeReceiveBufferFor(dumpedNeighbours_);
   // A resync requested meanwhile begins once the socket is drained (Drain).
 }
@@ -301,12 +338,14 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
   if (ours && phase_ != Phase::kIdle && message.seq == dumpSeq_) {
     if (message.flags & NLM_F_DUMP_INTR) dumpInterrupted_ = true;
     if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
-      std::optional<Correction> correction = CorrectIfArmed(*link);
-      if (Keep(*link)) out->push_back(LinkItem{std::move(*link), true, std::move(correction)});
+      bool disarmed = false;
+      std::optional<Correction> correction = CorrectIfArmed(*link, &disarmed);
+      ApplyLink(std::move(*link), true, std::move(correction), disarmed, out);
     } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
       if (Keep(*neigh)) {
         ++dumpedNeighbours_;
-        out->push_back(NeighItem{std::move(*neigh), true, 0});
+        mirror_.ApplyNeigh(std::move(*neigh), true, 0, &changes_);
+        Emit(changes_, out);
       }
     } else if (auto* done = std::get_if<netlink::DoneRecord>(&message.body)) {
       FinishDump(done->error, out);
@@ -324,20 +363,83 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     return;
   }
   if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
-    std::optional<Correction> correction = CorrectIfArmed(*link);
+    bool disarmed = false;
+    std::optional<Correction> correction = CorrectIfArmed(*link, &disarmed);
     if (link->deleted) {
       restoreSets_.erase(link->ifindex);
       echoes_.erase(link->ifindex);
     }
-    if (Keep(*link)) out->push_back(LinkItem{std::move(*link), false, std::move(correction)});
+    ApplyLink(std::move(*link), false, std::move(correction), disarmed, out);
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
     if (IsCorrectionEcho(*neigh)) return;
     FollowRestoreSet(*neigh);
-    if (Keep(*neigh)) out->push_back(NeighItem{std::move(*neigh), false, message.portid});
+    if (Keep(*neigh)) {
+      mirror_.ApplyNeigh(std::move(*neigh), false, message.portid, &changes_);
+      Emit(changes_, out);
+    }
   } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
     ++stats_.malformed;
     out->push_back(WarningItem{"EBADMSG", malformed->reason});
   }
+}
+
+void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
+                            std::optional<Correction> correction, bool disarmed,
+                            std::vector<MonitorItem>* out) {
+  const int32_t ifindex = link.ifindex;
+  const bool kept = Keep(link);
+  if (kept) {
+    mirror_.ApplyLink(std::move(link), fromDump, &changes_);
+    if (correction && !correction->error &&
+        correction->afterMac.state == netlink::MacField::State::kValid) {
+      mirror_.NoteCorrection(ifindex, correction->afterMac.bytes);
+    }
+  }
+  // The device's own change comes last in changes_ (its entries, when it was
+  // deleted, before it): the correction and the disarming travel with it.
+  std::optional<LinkChange> own;
+  if (!changes_.empty() && std::holds_alternative<LinkChange>(changes_.back())) {
+    own = std::move(std::get<LinkChange>(changes_.back()));
+    changes_.pop_back();
+  }
+  Emit(changes_, out);
+  if (!own && !correction && !disarmed) return;
+  if (own) Resolve(*own);
+  out->push_back(LinkItem{ifindex, std::move(own), std::move(correction), disarmed});
+}
+
+void MonitorCore::Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out) {
+  for (MirrorChange& change : changes) {
+    if (auto* link = std::get_if<LinkChange>(&change)) {
+      const int32_t ifindex = link->link.ifindex;
+      Resolve(*link);
+      out->push_back(LinkItem{ifindex, std::move(*link), std::nullopt, false});
+      continue;
+    }
+    NeighChange& neigh = std::get<NeighChange>(change);
+    if (Reported(neigh, neighbourEvents_)) out->push_back(NeighItem{std::move(neigh)});
+  }
+  changes.clear();
+}
+
+void MonitorCore::Resolve(LinkChange& change) {
+  if (change.kind == ChangeKind::kRemoved) return;
+  change.addrAssignType = AddrAssignTypeOf(change.link.ifindex);
+}
+
+int16_t MonitorCore::AddrAssignTypeOf(int32_t ifindex) {
+  const StateMirror::Link* link = mirror_.FindLink(ifindex);
+  if (!link) return kAddrAssignTypeUnknown;
+  if (link->addrAssignType != kAddrAssignTypeUnread) return link->addrAssignType;
+  int16_t value = kAddrAssignTypeUnknown;
+  if (readAddrAssignType_ && link->record.mac.state == netlink::MacField::State::kValid) {
+    if (std::optional<int> read = ReadAddrAssignType(link->record.name, ifindex,
+                                                     netlink::FormatMac(link->record.mac.bytes))) {
+      value = static_cast<int16_t>(*read);
+    }
+  }
+  mirror_.SetAddrAssignType(ifindex, link->record.mac, value);
+  return value;
 }
 
 void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out) {

@@ -20,6 +20,7 @@
 #include "restore_set.h"
 #include "result.h"
 #include "socket_filter.h"
+#include "state_mirror.h"
 
 namespace fg {
 
@@ -30,10 +31,25 @@ enum class NeighbourScope : uint8_t {
   kAll,   // ARP, NDP and FDB
 };
 
+// Which neighbour changes are handed over (the mirror keeps every entry either way).
+enum class NeighbourEvents : uint8_t {
+  kAll,
+  // Those a restore policy acts on: a permanent entry before or after the
+  // change, or a change a process asked for (the kernel's own resolving,
+  // failed and NOARP entries stay in the mirror, unreported).
+  kPermanent,
+};
+
+// Whether a neighbour change is handed over under `events`.
+bool Reported(const NeighChange& change, NeighbourEvents events);
+
 struct MonitorOptions {
   NetnsTarget netns;
   int receiveBuffer = 0;  // 0: kernel default
   NeighbourScope neighbours = NeighbourScope::kAll;
+  NeighbourEvents neighbourEvents = NeighbourEvents::kAll;
+  // Read addr_assign_type from sysfs (this process's namespace only), lazily.
+  bool addrAssignType = false;
 };
 
 // A correction made in the read that saw the drift (see MonitorCore::Arm).
@@ -50,10 +66,13 @@ struct Correction {
   netlink::MacField afterMac;
 };
 
+// A device changed (see StateMirror), and/or the record disarmed it: the
+// arming is spent (a correction was made) or void (deleted, renamed, not VXLAN).
 struct LinkItem {
-  netlink::LinkRecord record;
-  bool fromDump = false;
+  int32_t ifindex = 0;
+  std::optional<LinkChange> change;
   std::optional<Correction> correction;
+  bool disarmed = false;
 };
 
 // What to write back, without waiting for JS, when the armed device is seen
@@ -73,14 +92,15 @@ struct RestoreSetChange {
 };
 
 struct NeighItem {
-  netlink::NeighRecord record;
-  bool fromDump = false;
-  uint32_t portid = 0;  // requester of the change, when the kernel names one
+  NeighChange change;  // portid: requester of the change, when the kernel names one
 };
 
-// Brackets the dumps of one resync. Between begin and end, every object the
-// kernel has is reported (fromDump); at an end with `consistent`, objects not
-// reported since begin are gone.
+// The first snapshot is complete; changes are reported from now on.
+struct ReadyItem {};
+
+// Brackets the dumps of a resync after the first. Between begin and end,
+// every object the kernel has is reported (fromDump) where it changed; at an
+// end with `consistent`, objects not reported since begin were removed.
 struct ResyncItem {
   bool begin = false;
   bool consistent = true;  // end only: every dump completed without interruption
@@ -105,7 +125,7 @@ struct FatalItem {
 };
 
 using MonitorItem =
-    std::variant<LinkItem, NeighItem, ResyncItem, OverrunItem, WarningItem, FatalItem>;
+    std::variant<LinkItem, NeighItem, ReadyItem, ResyncItem, OverrunItem, WarningItem, FatalItem>;
 
 struct MonitorStats {
   uint64_t wakeups = 0;
@@ -132,6 +152,12 @@ class MonitorCore {
   const MonitorStats& stats() const { return stats_; }
   // A read failed for good (a FatalItem was produced); the owner should close.
   bool failed() const { return failed_; }
+  const StateMirror& mirror() const { return mirror_; }
+  // The mirror as it stands, for reading once the monitor is closed.
+  StateMirror ReleaseMirror() { return std::move(mirror_); }
+  // The device's addr_assign_type (-1 unknown), read from sysfs on first ask
+  // after each MAC change when enabled.
+  int16_t AddrAssignTypeOf(int32_t ifindex);
 
   // Asks for a full resync (coalesced with any pending one). It begins once
   // everything already queued has been read; this call reads what it can now.
@@ -171,20 +197,22 @@ class MonitorCore {
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
 
-  MonitorCore(NetlinkSocket socket, NeighbourScope neighbours, NetnsTarget netns,
-              bool explicitBuffer)
+  MonitorCore(NetlinkSocket socket, const MonitorOptions& options, bool readAddrAssignType)
       : socket_(std::move(socket)),
-        neighbours_(neighbours),
-        netns_(std::move(netns)),
-        explicitReceiveBuffer_(explicitBuffer) {}
+        neighbours_(options.neighbours),
+        neighbourEvents_(options.neighbourEvents),
+        netns_(options.netns),
+        explicitReceiveBuffer_(options.receiveBuffer > 0),
+        readAddrAssignType_(readAddrAssignType) {}
 
   bool Matches(const netlink::LinkRecord& link) const;
   // Whether a record reaches the consumer under the filter.
   bool Keep(const netlink::LinkRecord& link);
   bool Keep(const netlink::NeighRecord& neigh) const;
 
-  // Answers a link record for an armed device whose MAC drifted.
-  std::optional<Correction> CorrectIfArmed(const netlink::LinkRecord& link);
+  // Answers a link record for an armed device whose MAC drifted; `disarmed`
+  // is set when the arming is gone after it (spent or void).
+  std::optional<Correction> CorrectIfArmed(const netlink::LinkRecord& link, bool* disarmed);
   // Whether a neighbour notification is the echo of a correction: the flush of
   // an entry it put back (the rewrite's, still queued) or its own re-add.
   bool IsCorrectionEcho(const netlink::NeighRecord& neigh);
@@ -207,10 +235,20 @@ class MonitorCore {
   void SendDump(std::vector<MonitorItem>* out);
   void FinishDump(int32_t error, std::vector<MonitorItem>* out);
   void HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out);
+  // Applies a link record to the mirror; `correction` was made for it.
+  void ApplyLink(netlink::LinkRecord link, bool fromDump, std::optional<Correction> correction,
+                 bool disarmed, std::vector<MonitorItem>* out);
+  // The mirror's changes as items (neighbour changes as neighbourEvents_ says).
+  void Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out);
+  // Fills in addr_assign_type for a change about to be handed over.
+  void Resolve(LinkChange& change);
 
   NetlinkSocket socket_;
   NeighbourScope neighbours_;
+  NeighbourEvents neighbourEvents_;
   NetnsTarget netns_;
+  StateMirror mirror_;
+  std::vector<MirrorChange> changes_;  // scratch: one message's changes
   std::optional<NetlinkRequester> writer_;
   std::unordered_map<int32_t, ArmedCorrection> armed_;
   std::unordered_map<int32_t, RestoreSet> restoreSets_;
@@ -219,6 +257,7 @@ class MonitorCore {
   // Emptied once the socket is drained: every echo was queued by then.
   std::unordered_map<int32_t, std::unordered_map<std::string, std::array<uint8_t, 6>>> echoes_;
   bool explicitReceiveBuffer_ = false;
+  bool readAddrAssignType_ = false;
   size_t dumpedNeighbours_ = 0;  // neighbour records of the resync under way
   std::optional<LinkFilter> filter_;
   std::unordered_set<int32_t> kept_;  // devices inside the filter's view

@@ -481,8 +481,8 @@ describe('native core lifecycle (real kernel, netns)', function () {
       const controlOwn = new binding.Control();
       try {
         const ours = [...socketInodes(openFds().values())].filter((s) => !before.has(s));
-        // Monitor in the netns: 1 socket; in the own namespace: monitor + sysfs control; 2 controls.
-        assert.ok(ours.length >= 5, `our netlink sockets: ${ours.join(' ')}`);
+        // One socket per monitor (sysfs is read natively, without a control), one per control.
+        assert.ok(ours.length >= 4, `our netlink sockets: ${ours.join(' ')}`);
         assert.ok(inNetns.isReady && own.isReady);
 
         const child = await runCommand(['ls', '-l', '/proc/self/fd/']);
@@ -854,7 +854,9 @@ describe('native core lifecycle (real kernel, netns)', function () {
       assert.deepEqual(added, ['ifbb0']);
       assert.deepEqual(watch.late, []);
       assert.equal(watch.closes(), 1);
-      assert.equal(monitor.links().length, 2, 'the snapshot stops at the close');
+      // The mirror is read ahead of the events: at the close, it holds the batch being handed over.
+      const left = monitor.links().map((link) => link.name);
+      assert.ok(left.includes('ifbb0') && left.length >= 2 && left.length <= 21, left.join(' '));
     });
 
     it('a raw Monitor closed inside its batch callback never calls back again', async function () {
@@ -865,8 +867,8 @@ describe('native core lifecycle (real kernel, netns)', function () {
       let readyBatches = 0;
       const raw = new binding.Monitor({ netns: ns.path, netnsLabel: ns.name }, (batch) => {
         if (closed) callsAfterClose += 1;
-        if (batch.some((item) => item.kind === 'resync' && item.phase === 'end')) readyBatches += 1;
-        if (batch.some((item) => item.kind === 'link' && !item.fromDump)) {
+        if (batch.some((item) => item.kind === 'ready')) readyBatches += 1;
+        if (batch.some((item) => item.kind === 'link' && item.fromDump === false)) {
           raw.close();
           raw.close();
           closed = true;

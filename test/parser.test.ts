@@ -11,6 +11,39 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { binding, type RawLink, type RawNeighbour, type RawParsedMessage } from '../lib/binding';
+import {
+  IFLA_ADDRESS,
+  IFLA_IFNAME,
+  IFLA_INFO_DATA,
+  IFLA_INFO_KIND,
+  IFLA_LINK,
+  IFLA_LINKINFO,
+  IFLA_LINK_NETNSID,
+  IFLA_MTU,
+  IFLA_VXLAN_ID,
+  IFLA_VXLAN_LEARNING,
+  IFLA_VXLAN_LOCAL,
+  IFLA_VXLAN_PORT,
+  NDA_DST,
+  NDA_LLADDR,
+  NDA_VNI,
+  NLA_F_NESTED,
+  RTM_DELLINK,
+  RTM_NEWLINK,
+  RTM_NEWNEIGH,
+  attr,
+  attrDeclaring,
+  attrUnpadded,
+  be16,
+  cstr,
+  header,
+  ifinfomsg,
+  message,
+  messageUnpadded,
+  ndmsg,
+  nested,
+  u32,
+} from './support/netlink-bytes';
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -28,32 +61,14 @@ function fixture(name: string): Buffer {
   return Buffer.from(hex, 'hex');
 }
 
-// Constants from <linux/netlink.h>, <linux/rtnetlink.h>, <linux/if_link.h>, <linux/neighbour.h>.
+// Constants from <linux/netlink.h>, <linux/rtnetlink.h>, <linux/if_link.h>, <linux/neighbour.h>
+// (those of support/netlink-bytes.ts are imported from it).
 const NLMSG_ERROR = 2;
 const NLMSG_DONE = 3;
-const RTM_NEWLINK = 16;
-const RTM_DELLINK = 17;
-const RTM_NEWNEIGH = 28;
 const NLM_F_MULTI = 0x2;
 const NLM_F_CAPPED = 0x100;
 const NLM_F_ACK_TLVS = 0x200;
-const NLA_F_NESTED = 0x8000;
-const IFLA_ADDRESS = 1;
-const IFLA_IFNAME = 3;
-const IFLA_MTU = 4;
-const IFLA_LINK = 5;
-const IFLA_LINKINFO = 18;
 const IFLA_IFALIAS = 20;
-const IFLA_LINK_NETNSID = 37;
-const IFLA_INFO_KIND = 1;
-const IFLA_INFO_DATA = 2;
-const IFLA_VXLAN_ID = 1;
-const IFLA_VXLAN_LOCAL = 4;
-const IFLA_VXLAN_LEARNING = 7;
-const IFLA_VXLAN_PORT = 15;
-const NDA_DST = 1;
-const NDA_LLADDR = 2;
-const NDA_VNI = 7;
 const NLMSGERR_ATTR_MSG = 1;
 const AF_INET = 2;
 const AF_BRIDGE = 7;
@@ -63,78 +78,6 @@ const ERANGE = 34;
 
 // ---------------------------------------------------------------------------
 // Datagram assembly
-
-function u16(value: number): Buffer {
-  const bytes = Buffer.alloc(2);
-  bytes.writeUInt16LE(value);
-  return bytes;
-}
-
-function u32(value: number): Buffer {
-  const bytes = Buffer.alloc(4);
-  bytes.writeUInt32LE(value >>> 0);
-  return bytes;
-}
-
-function be16(value: number): Buffer {
-  const bytes = Buffer.alloc(2);
-  bytes.writeUInt16BE(value);
-  return bytes;
-}
-
-function cstr(text: string): Buffer {
-  return Buffer.from(`${text}\0`, 'latin1');
-}
-
-function pad(bytes: Buffer): Buffer {
-  return Buffer.concat([bytes, Buffer.alloc((4 - (bytes.length % 4)) % 4)]);
-}
-
-/** An attribute whose header declares `declared` bytes, followed by `payload` as is. */
-function attrDeclaring(declared: number, type: number, payload: Buffer): Buffer {
-  return Buffer.concat([u16(declared), u16(type), payload]);
-}
-
-function attrUnpadded(type: number, payload: Buffer): Buffer {
-  return attrDeclaring(4 + payload.length, type, payload);
-}
-
-function attr(type: number, payload: Buffer): Buffer {
-  return pad(attrUnpadded(type, payload));
-}
-
-function nested(type: number, ...children: Buffer[]): Buffer {
-  return attr(type | NLA_F_NESTED, Buffer.concat(children));
-}
-
-function header(length: number, type: number, flags = 0, seq = 0, portid = 0): Buffer {
-  return Buffer.concat([u32(length), u16(type), u16(flags), u32(seq), u32(portid)]);
-}
-
-function messageUnpadded(type: number, body: Buffer, flags = 0, seq = 0, portid = 0): Buffer {
-  return Buffer.concat([header(16 + body.length, type, flags, seq, portid), body]);
-}
-
-function message(type: number, body: Buffer, flags = 0, seq = 0, portid = 0): Buffer {
-  return pad(messageUnpadded(type, body, flags, seq, portid));
-}
-
-function ifinfomsg(ifindex: number): Buffer {
-  const bytes = Buffer.alloc(16);
-  bytes.writeUInt16LE(1, 2); // ARPHRD_ETHER
-  bytes.writeInt32LE(ifindex, 4);
-  return bytes;
-}
-
-function ndmsg(family: number, ifindex: number, state: number, flags = 0): Buffer {
-  const bytes = Buffer.alloc(12);
-  bytes[0] = family;
-  bytes.writeInt32LE(ifindex, 4);
-  bytes.writeUInt16LE(state, 8);
-  bytes[10] = flags;
-  bytes[11] = 1; // RTN_UNICAST
-  return bytes;
-}
 
 function link(ifindex: number, ...attributes: Buffer[]): Buffer {
   return message(RTM_NEWLINK, Buffer.concat([ifinfomsg(ifindex), ...attributes]));

@@ -1,11 +1,12 @@
 // Module entry: a context-aware addon (one instance per Node environment, so
-// it loads in worker_threads) exposing the Monitor and Control classes and
-// the pure parser for tests.
+// it loads in worker_threads) exposing the Monitor and Control classes, and
+// the pure parser and state mirror for tests.
 #include <napi.h>
 
 #include "control_wrap.h"
 #include "convert.h"
 #include "errors.h"
+#include "mirror_wrap.h"
 #include "monitor_wrap.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
@@ -18,6 +19,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
     DefineAddon(exports, {
                              InstanceValue("Monitor", MonitorWrap::Define(env)),
                              InstanceValue("Control", ControlWrap::Define(env)),
+                             InstanceValue("Mirror", MirrorWrap::Define(env)),
                              InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
                          });

@@ -1,14 +1,12 @@
 #include "control_wrap.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <functional>
 
 #include "convert.h"
 #include "errors.h"
 #include "ethtool.h"
 #include "js_writer.h"
+#include "sysfs.h"
 
 namespace fg::addon {
 namespace {
@@ -115,20 +113,6 @@ napi_value Nothing(JsWriter& js, const Unit&) {
   napi_value undefined = nullptr;
   napi_get_undefined(js.env(), &undefined);
   return undefined;
-}
-
-// One sysfs attribute of `name`, trimmed; empty when unreadable.
-std::string ReadSysfs(const std::string& name, const char* attribute) {
-  const std::string path = "/sys/class/net/" + name + "/" + attribute;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  char text[64];
-  const ssize_t length = read(fd, text, sizeof(text) - 1);
-  close(fd);
-  if (length <= 0) return "";
-  std::string value(text, static_cast<size_t>(length));
-  while (!value.empty() && (value.back() == '\n' || value.back() == ' ')) value.pop_back();
-  return value;
 }
 
 }  // namespace
@@ -319,18 +303,9 @@ Napi::Value ControlWrap::ReadAddrAssignType(const Napi::CallbackInfo& info) {
   const std::string name = StringArgument(info, 0, "interface");
   const int32_t ifindex = IfindexArgument(info, 1);
   const std::string mac = StringArgument(info, 2, "mac");
-  if (!ownNetns_ || name.empty() || name == "." || name == ".." ||
-      name.find('/') != std::string::npos) {
-    return env.Null();
-  }
-  // /sys may belong to another namespace (entered without remounting it):
-  // only a device with the same index and address is the one we mean.
-  if (ReadSysfs(name, "ifindex") != std::to_string(ifindex) || ReadSysfs(name, "address") != mac) {
-    return env.Null();
-  }
-  const std::string value = ReadSysfs(name, "addr_assign_type");
-  if (value.empty() || value.size() > 3) return env.Null();
-  return Napi::Number::New(env, std::stoi(value));
+  if (!ownNetns_) return env.Null();
+  const std::optional<int> value = fg::ReadAddrAssignType(name, ifindex, mac);
+  return value ? Napi::Number::New(env, *value) : env.Null();
 }
 
 Napi::Value ControlWrap::Close(const Napi::CallbackInfo& info) {

@@ -2,6 +2,7 @@
 
 #include "convert.h"
 #include "errors.h"
+#include "items.h"
 #include "js_writer.h"
 
 namespace fg::addon {
@@ -13,55 +14,6 @@ constexpr size_t kDatagramsPerWake = 64;
 std::string OptionalString(const Napi::Object& options, const char* key) {
   Napi::Value value = options.Get(key);
   return value.IsString() ? value.As<Napi::String>().Utf8Value() : std::string();
-}
-
-napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& netnsLabel) {
-  napi_value object = js.Object();
-  if (const auto* link = std::get_if<LinkItem>(&item)) {
-    js.Set(object, "kind", "link");
-    js.Set(object, "fromDump", link->fromDump);
-    js.Set(object, "record", LinkToJs(js, link->record));
-    if (link->correction) {
-      const Correction& done = *link->correction;
-      napi_value correction = js.Object();
-      js.Set(correction, "mac", netlink::FormatMac(done.mac));
-      js.Set(correction, "neighbours", static_cast<uint64_t>(done.neighbours));
-      js.Set(correction, "queuedNs", done.queuedNs);
-      js.Set(correction, "macNs", done.macNs);
-      js.Set(correction, "doneNs", done.doneNs);
-      if (done.error) js.Set(correction, "error", SysErrorToJs(js, *done.error, netnsLabel));
-      js.Set(correction, "afterName", done.afterName);
-      js.Set(correction, "afterMac",
-             done.afterMac.state == netlink::MacField::State::kValid
-                 ? js.String(netlink::FormatMac(done.afterMac.bytes))
-                 : js.Null());
-      js.Set(object, "correction", correction);
-    }
-  } else if (const auto* neigh = std::get_if<NeighItem>(&item)) {
-    js.Set(object, "kind", "neigh");
-    js.Set(object, "fromDump", neigh->fromDump);
-    js.Set(object, "portid", neigh->portid);
-    js.Set(object, "record", NeighToJs(js, neigh->record));
-  } else if (const auto* resync = std::get_if<ResyncItem>(&item)) {
-    js.Set(object, "kind", "resync");
-    js.Set(object, "phase", resync->begin ? "begin" : "end");
-    if (resync->begin) {
-      js.Set(object, "reason", resync->reason);
-    } else {
-      js.Set(object, "consistent", resync->consistent);
-    }
-  } else if (const auto* overrun = std::get_if<OverrunItem>(&item)) {
-    js.Set(object, "kind", "overrun");
-    js.Set(object, "cause", overrun->cause);
-  } else if (const auto* warning = std::get_if<WarningItem>(&item)) {
-    js.Set(object, "kind", "warning");
-    js.Set(object, "code", warning->code);
-    js.Set(object, "message", warning->message);
-  } else if (const auto* fatal = std::get_if<FatalItem>(&item)) {
-    js.Set(object, "kind", "fatal");
-    js.Set(object, "error", SysErrorToJs(js, fatal->error, netnsLabel));
-  }
-  return object;
 }
 
 // After napi_make_callback failed: a listener threw (report it as the
@@ -76,7 +28,8 @@ void ReportCallbackFailure(napi_env env) {
   }
 }
 
-Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuffer) {
+Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuffer,
+                       const StateMirror& mirror) {
   Napi::Object object = Napi::Object::New(env);
   const auto set = [&](const char* key, uint64_t value) {
     object.Set(key, Napi::Number::New(env, static_cast<double>(value)));
@@ -94,6 +47,8 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuff
   set("staleReplies", stats.staleReplies);
   set("correctionEchoes", stats.correctionEchoes);
   object.Set("receiveBuffer", receiveBuffer);
+  set("links", mirror.linkCount());
+  set("neighbours", mirror.neighCount());
   return object;
 }
 
@@ -110,11 +65,16 @@ Napi::Function MonitorWrap::Define(Napi::Env env) {
                          InstanceMethod<&MonitorWrap::Ref>("ref"),
                          InstanceMethod<&MonitorWrap::Unref>("unref"),
                          InstanceMethod<&MonitorWrap::Stats>("stats"),
+                         InstanceMethod<&MonitorWrap::Links>("links"),
+                         InstanceMethod<&MonitorWrap::GetLink>("getLink"),
+                         InstanceMethod<&MonitorWrap::Neighbours>("neighbours"),
+                         InstanceMethod<&MonitorWrap::Resyncing>("resyncing"),
                          InstanceMethod<&MonitorWrap::Close>("close"),
                      });
 }
 
-// new Monitor({ netns?, netnsLabel?, receiveBuffer?, neighbours?: boolean | "ip" }, onBatch)
+// new Monitor({ netns?, netnsLabel?, receiveBuffer?, neighbours?: boolean | "ip",
+//               neighbourEvents?: "all" | "permanent", addrAssignType?: boolean }, onBatch)
 MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MonitorWrap>(info) {
   Napi::Env env = info.Env();
   if (!info[0].IsObject() || !info[1].IsFunction()) {
@@ -139,6 +99,10 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   } else if (neighbours.IsString() && neighbours.As<Napi::String>().Utf8Value() == "ip") {
     monitorOptions.neighbours = NeighbourScope::kIp;
   }
+  monitorOptions.neighbourEvents = OptionalString(options, "neighbourEvents") == "permanent"
+                                       ? NeighbourEvents::kPermanent
+                                       : NeighbourEvents::kAll;
+  monitorOptions.addrAssignType = options.Get("addrAssignType").ToBoolean().Value();
 
   Result<std::unique_ptr<MonitorCore>> core = MonitorCore::Open(monitorOptions);
   if (!core.ok()) ThrowSysError(env, core.error(), netnsLabel_);
@@ -275,7 +239,52 @@ Napi::Value MonitorWrap::Unref(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MonitorWrap::Stats(const Napi::CallbackInfo& info) {
-  return StatsToJs(info.Env(), poll_ ? poll_->core->stats() : finalStats_, receiveBuffer_);
+  return StatsToJs(info.Env(), poll_ ? poll_->core->stats() : finalStats_, receiveBuffer_,
+                   mirror());
+}
+
+int16_t MonitorWrap::AddrAssignTypeOf(int32_t ifindex) {
+  if (poll_) return poll_->core->AddrAssignTypeOf(ifindex);
+  const StateMirror::Link* link = finalMirror_.FindLink(ifindex);
+  return link ? link->addrAssignType : kAddrAssignTypeUnknown;
+}
+
+// links(): every mirrored link (as at close() once closed).
+Napi::Value MonitorWrap::Links(const Napi::CallbackInfo& info) {
+  JsWriter js(info.Env());
+  return Napi::Value(info.Env(), MirroredLinksToJs(js, mirror(), [this](int32_t ifindex) {
+                       return AddrAssignTypeOf(ifindex);
+                     }));
+}
+
+// getLink(ifindex | name): the mirrored link, or undefined.
+Napi::Value MonitorWrap::GetLink(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const StateMirror::Link* link = nullptr;
+  if (info[0].IsNumber()) {
+    link = mirror().FindLink(info[0].As<Napi::Number>().Int32Value());
+  } else if (info[0].IsString()) {
+    link = mirror().FindLinkByName(info[0].As<Napi::String>().Utf8Value());
+  } else {
+    throw Napi::TypeError::New(env, "getLink(ifindex | name)");
+  }
+  if (!link) return env.Undefined();
+  const int32_t ifindex = link->record.ifindex;
+  const int16_t addrAssignType = AddrAssignTypeOf(ifindex);
+  JsWriter js(env);
+  return Napi::Value(env, MirroredLinkToJs(js, mirror().FindLink(ifindex)->record, addrAssignType));
+}
+
+// neighbours(ifindex?): the mirrored neighbour and FDB entries, of one device when given.
+Napi::Value MonitorWrap::Neighbours(const Napi::CallbackInfo& info) {
+  JsWriter js(info.Env());
+  std::optional<int32_t> ifindex;
+  if (info[0].IsNumber()) ifindex = info[0].As<Napi::Number>().Int32Value();
+  return Napi::Value(info.Env(), MirroredNeighboursToJs(js, mirror(), ifindex));
+}
+
+Napi::Value MonitorWrap::Resyncing(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), poll_ && poll_->core->mirror().resyncing());
 }
 
 Napi::Value MonitorWrap::Close(const Napi::CallbackInfo& info) {
@@ -288,6 +297,7 @@ void MonitorWrap::CloseFromJs() {
   closed_ = true;
   if (poll_) {
     finalStats_ = poll_->core->stats();
+    finalMirror_ = poll_->core->ReleaseMirror();
     poll_->owner = nullptr;
     BeginClose(poll_);
     poll_ = nullptr;

@@ -40,6 +40,10 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   Napi::Value Ref(const Napi::CallbackInfo& info);
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
+  Napi::Value Links(const Napi::CallbackInfo& info);
+  Napi::Value GetLink(const Napi::CallbackInfo& info);
+  Napi::Value Neighbours(const Napi::CallbackInfo& info);
+  Napi::Value Resyncing(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
   void Deliver();
@@ -60,6 +64,11 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   bool closed_ = false;
   int receiveBuffer_ = 0;
   MonitorStats finalStats_;
+  // What the mirror held at close(): still read by links() and neighbours().
+  StateMirror finalMirror_;
+  const StateMirror& mirror() const { return poll_ ? poll_->core->mirror() : finalMirror_; }
+  // addr_assign_type of a mirrored device (read lazily while open).
+  int16_t AddrAssignTypeOf(int32_t ifindex);
 };
 
 }  // namespace fg::addon

@@ -1039,8 +1039,9 @@ TEST_CASE("parser: S12 MonitorCore drops a spoofed RTM_NEWLINK: no item, counted
   // Real notifications from this namespace may arrive meanwhile; none may be the spoof.
   for (const fg::MonitorItem& item : items) {
     if (const auto* link = std::get_if<fg::LinkItem>(&item)) {
-      EXPECT_FALSE(link->record.ifindex == 4242);
-      EXPECT_FALSE(link->record.name == "flannel.1" && link->record.mac.bytes[1] == 0xba);
+      EXPECT_FALSE(link->ifindex == 4242);
+      EXPECT_FALSE(link->change && link->change->link.name == "flannel.1" &&
+                   link->change->link.mac.bytes[1] == 0xba);
     }
   }
 }

@@ -8,9 +8,11 @@
  *   per flushed ARP/NDP entry; a features change: RTM_NEWLINK with
  *   IFLA_EVENT_FEATURES).
  * - ScriptedMonitor: a GuardMonitor whose snapshot only moves when a queued
- *   notification is delivered (`pump`), with the event logic of LinkMonitor
- *   (linkAdded/linkChanged/linkRemoved, the 'flush'/'deleted'/'device-removed'/
- *   'resync' causes, overrun + coalesced re-dump).
+ *   notification is delivered (`pump`). It has no rules of its own: each
+ *   notification becomes the rtnetlink message the kernel would send
+ *   (support/netlink-bytes.ts), fed to the product's native state mirror
+ *   (binding.Mirror), whose changes become events as LinkMonitor emits them
+ *   (emitChange). Overruns and re-dumps are scripted around the same mirror.
  * - FakePorts: a recording GuardPorts. Its writes change the FakeKernel at
  *   once (so the guard's verifying re-read sees them) and queue their echo
  *   notifications, which reach the guard only when the test pumps them.
@@ -27,15 +29,16 @@ import {
   NUD_REACHABLE,
 } from '../../lib/constants';
 import type { GuardClock, GuardMonitor } from '../../lib/guard';
-import type {
-  ChangeSource,
-  LinkKernelEvent,
-  LinkMonitorEvents,
-  NativeCorrection,
-  NeighbourRemovalCause,
+import { binding, type RawMirror } from '../../lib/binding';
+import {
+  emitChange,
+  type LinkKernelEvent,
+  type LinkMonitorEvents,
+  type NativeCorrection,
 } from '../../lib/monitor';
 import type { GuardPorts } from '../../lib/ports';
-import { neighbourKey, sameLink, sameNeighbour } from '../../lib/records';
+import { neighbourKey, toLinkInfo, toNeighbourInfo } from '../../lib/records';
+import { delLinkMessage, linkMessage, neighMessage } from './netlink-bytes';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/types';
 
 export const IFF_BROADCAST = 0x2;
@@ -392,9 +395,8 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
   refs = 0;
   unrefs = 0;
   closeCalls = 0;
-  #links = new Map<number, LinkInfo>();
-  #neighbours = new Map<string, NeighbourInfo>();
-  #flushing = new Set<number>();
+  /** The product's own state mirror, fed the kernel's messages as the bytes it would send. */
+  readonly #mirror: RawMirror = new binding.Mirror();
   #ready = false;
   #closed = false;
 
@@ -413,16 +415,16 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
   }
 
   links(): LinkInfo[] {
-    return [...this.#links.values()];
+    return this.#mirror.links().map((raw) => toLinkInfo(raw, raw.addrAssignType));
   }
 
   getLink(ifindex: number): LinkInfo | undefined {
-    return this.#links.get(ifindex);
+    const raw = this.#mirror.getLink(ifindex);
+    return raw === undefined ? undefined : toLinkInfo(raw, raw.addrAssignType);
   }
 
   neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
-    const all = [...this.#neighbours.values()];
-    return filter.ifindex === undefined ? all : all.filter((n) => n.ifindex === filter.ifindex);
+    return this.#mirror.neighbours(filter.ifindex).map(toNeighbourInfo);
   }
 
   ready(): Promise<void> {
@@ -474,11 +476,7 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
   start(): void {
     if (this.#ready) throw new Error('already started');
     this.kernel.loseQueued(this.queue);
-    for (const link of this.kernel.links.values()) this.#links.set(link.ifindex, cloneLink(link));
-    for (const [key, entry] of this.kernel.neighbours)
-      this.#neighbours.set(key, cloneNeighbour(entry));
-    this.#ready = true;
-    this.emit('ready');
+    this.#dump(true);
   }
 
   /** Delivers the oldest queued notification; false when there was none. */
@@ -507,16 +505,20 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
     if (this.#closed) return;
     switch (message.kind) {
       case 'link':
-        this.#onLink(message.link, fromDump, message.created, message.kernelEvent);
+        this.#applyLink(message.link, fromDump, {
+          created: message.created,
+          kernelEvent: message.kernelEvent,
+        });
         return;
       case 'dellink':
-        this.#onDelLink(message.ifindex);
+        this.#apply(delLinkMessage(message.ifindex, this.getLink(message.ifindex)?.name ?? ''));
         return;
       case 'neigh':
-        this.#onNeighbour(message.neighbour, fromDump, message.portid);
-        return;
       case 'delneigh':
-        this.#onDelNeighbour(message.neighbour, message.portid);
+        this.#apply(
+          neighMessage(message.neighbour, message.kind === 'delneigh', message.portid),
+          fromDump,
+        );
         return;
     }
   }
@@ -533,31 +535,8 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
   }
 
   resync(reason: 'overrun' | 'requested', consistent = true): void {
-    const links = [...this.kernel.links.values()].map(cloneLink);
-    const neighbours = [...this.kernel.neighbours.values()].map(cloneNeighbour);
-    const seenLinks = new Set<number>();
-    const seenNeighbours = new Set<string>();
     this.emit('resync', { phase: 'begin', reason });
-    for (const link of links) {
-      seenLinks.add(link.ifindex);
-      this.#onLink(link, true, false, null);
-    }
-    for (const entry of neighbours) {
-      seenNeighbours.add(neighbourKey(entry));
-      this.#onNeighbour(entry, true, 0);
-    }
-    if (consistent) {
-      for (const [ifindex, link] of this.#links) {
-        if (seenLinks.has(ifindex)) continue;
-        this.#links.delete(ifindex);
-        this.#emitRemovedLink(link, 'resync');
-      }
-      for (const [key, entry] of this.#neighbours) {
-        if (seenNeighbours.has(key)) continue;
-        this.#neighbours.delete(key);
-        this.#emitRemovedNeighbour(entry, 'resync', 'resync', 0);
-      }
-    }
+    this.#dump(consistent);
     this.emit('resync', { phase: 'end', consistent });
   }
 
@@ -570,83 +549,48 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
     return undefined;
   }
 
-  #onLink(
-    raw: LinkInfo,
+  /** A re-dump, as the native monitor makes one: every object, then the end. */
+  #dump(consistent: boolean): void {
+    const links = [...this.kernel.links.values()].map(cloneLink);
+    const neighbours = [...this.kernel.neighbours.values()].map(cloneNeighbour);
+    this.#mirror.beginResync();
+    for (const link of links) this.#applyLink(link, true, {});
+    for (const entry of neighbours) this.#apply(neighMessage(entry), true);
+    this.#handle(this.#mirror.endResync(consistent));
+  }
+
+  /** As the native core reads a link record: its correction first, then the mirror. */
+  #applyLink(
+    link: LinkInfo,
     fromDump: boolean,
-    created: boolean,
-    kernelEvent: LinkKernelEvent | null,
+    options: { created?: boolean; kernelEvent?: LinkKernelEvent | null },
   ): void {
-    const previous = this.#links.get(raw.ifindex);
-    const link = cloneLink(raw);
-    const correction = this.correct(link);
-    this.#links.set(link.ifindex, link);
-    if (!fromDump) {
-      const wentDown = previous !== undefined && previous.up && !link.up;
-      if ((previous && previous.mac !== link.mac) || wentDown) this.#flushing.add(link.ifindex);
-      else this.#flushing.delete(link.ifindex);
+    const correction = this.correct(cloneLink(link));
+    const items = this.#mirror.apply(linkMessage(link, options), fromDump);
+    if (correction && !correction.error && correction.after?.mac) {
+      this.#mirror.noteCorrection(
+        link.ifindex,
+        Buffer.from(correction.after.mac.replaceAll(':', ''), 'hex'),
+      );
     }
-    if (!this.#ready) return;
-    const source: ChangeSource = fromDump ? 'resync' : 'event';
-    if (!previous) {
-      this.emit('linkAdded', { link, source, created: !fromDump && created });
-    } else if (kernelEvent !== null || !sameLink(previous, link)) {
-      this.emit('linkChanged', {
-        link,
-        previous,
-        source,
-        kernelEvent,
-        ...(correction ? { correction } : {}),
-      });
-    }
+    this.#handle(items, correction);
   }
 
-  #onDelLink(ifindex: number): void {
-    this.#flushing.delete(ifindex);
-    const previous = this.#links.get(ifindex);
-    if (!previous) return;
-    this.#links.delete(ifindex);
-    for (const [key, entry] of this.#neighbours) {
-      if (entry.ifindex !== ifindex) continue;
-      this.#neighbours.delete(key);
-      this.#emitRemovedNeighbour(entry, 'event', 'device-removed', 0);
-    }
-    this.#emitRemovedLink(previous, 'event');
+  #apply(datagram: Buffer, fromDump = false): void {
+    this.#handle(this.#mirror.apply(datagram, fromDump));
   }
 
-  #onNeighbour(raw: NeighbourInfo, fromDump: boolean, portid: number): void {
-    const neighbour = cloneNeighbour(raw);
-    const key = neighbourKey(neighbour);
-    const previous = this.#neighbours.get(key);
-    if (!fromDump) this.#flushing.delete(neighbour.ifindex);
-    this.#neighbours.set(key, neighbour);
-    if (!this.#ready) return;
-    const source: ChangeSource = fromDump ? 'resync' : 'event';
-    if (!previous) this.emit('neighbourAdded', { neighbour, source, portid });
-    else if (!sameNeighbour(previous, neighbour)) {
-      this.emit('neighbourChanged', { neighbour, previous, source, portid });
-    }
-  }
-
-  #onDelNeighbour(raw: NeighbourInfo, portid: number): void {
-    const key = neighbourKey(raw);
-    const previous = this.#neighbours.get(key);
-    const flushed = raw.family !== 'bridge' && this.#flushing.has(raw.ifindex);
-    if (!previous) return;
-    this.#neighbours.delete(key);
-    this.#emitRemovedNeighbour(previous, 'event', flushed ? 'flush' : 'deleted', portid);
-  }
-
-  #emitRemovedLink(link: LinkInfo, source: ChangeSource): void {
-    if (this.#ready) this.emit('linkRemoved', { link, source });
-  }
-
-  #emitRemovedNeighbour(
-    neighbour: NeighbourInfo,
-    source: ChangeSource,
-    cause: NeighbourRemovalCause,
-    portid: number,
-  ): void {
-    if (this.#ready) this.emit('neighbourRemoved', { neighbour, source, cause, portid });
+  /** The mirror's changes as LinkMonitor emits them; `correction` goes with the last. */
+  #handle(items: ReturnType<RawMirror['endResync']>, correction?: NativeCorrection): void {
+    items.forEach((item, index) => {
+      if (this.#closed) return;
+      if (item.kind === 'ready') {
+        this.#ready = true;
+        this.emit('ready');
+        return;
+      }
+      emitChange(this, item, index === items.length - 1 && correction ? { correction } : {});
+    });
   }
 }
 

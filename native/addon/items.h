@@ -1,0 +1,29 @@
+// The monitor's items (and the mirror's changes) as the JS objects of
+// lib/binding.ts's RawMonitorItem: one conversion for the Monitor and the
+// Mirror classes.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "js_writer.h"
+#include "monitor_core.h"
+
+namespace fg::addon {
+
+// A mirrored link as JS reads it: the record with its addr_assign_type (null when unknown).
+napi_value MirroredLinkToJs(JsWriter& js, const netlink::LinkRecord& record,
+                            int16_t addrAssignType);
+
+// A mirror's links, each with the addr_assign_type `addrAssignType(ifindex)` gives.
+napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
+                             const std::function<int16_t(int32_t)>& addrAssignType);
+// A mirror's neighbour and FDB entries, of one device when `ifindex` is given.
+napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
+                                  std::optional<int32_t> ifindex);
+
+napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& netnsLabel);
+
+}  // namespace fg::addon

@@ -1,0 +1,271 @@
+#include "state_mirror.h"
+
+#include <linux/if.h>
+#include <sys/socket.h>
+
+#include <utility>
+
+namespace fg {
+namespace {
+
+using netlink::LinkRecord;
+using netlink::MacField;
+using netlink::NeighRecord;
+
+// As JS sees them: any address that is not a valid MAC is null, and nulls are equal.
+bool SameMac(const MacField& a, const MacField& b) {
+  const bool aValid = a.state == MacField::State::kValid;
+  const bool bValid = b.state == MacField::State::kValid;
+  return aValid == bValid && (!aValid || a.bytes == b.bytes);
+}
+
+bool SameVxlan(const std::optional<netlink::VxlanInfo>& a,
+               const std::optional<netlink::VxlanInfo>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a) return true;
+  return a->vni == b->vni && a->port == b->port && a->local == b->local &&
+         a->underlayIfindex == b->underlayIfindex && a->learning == b->learning;
+}
+
+// IFLA_EVENT values a consumer is told about (IFLA_EVENT_REBOOT .. IFLA_EVENT_BONDING_OPTIONS).
+bool NamedKernelEvent(const std::optional<uint32_t>& event) {
+  return event && *event >= 1 && *event <= 6;
+}
+
+// Big-endian, so that keys sort as the numbers do.
+void AppendU32(std::string* key, uint32_t value) {
+  for (int shift = 24; shift >= 0; shift -= 8) key->push_back(static_cast<char>(value >> shift));
+}
+
+}  // namespace
+
+std::string MirrorKey(const NeighRecord& neigh) {
+  std::string key;
+  key.reserve(40);
+  key.push_back(static_cast<char>(neigh.family));
+  AppendU32(&key, static_cast<uint32_t>(neigh.ifindex));
+  key.push_back(static_cast<char>(neigh.destination.size()));
+  key.append(neigh.destination.begin(), neigh.destination.end());
+  if (neigh.family == AF_BRIDGE) {
+    const bool valid = neigh.lladdr.state == MacField::State::kValid;
+    key.push_back(valid ? 1 : 0);
+    if (valid) key.append(neigh.lladdr.bytes.begin(), neigh.lladdr.bytes.end());
+    key.push_back(neigh.vni ? 1 : 0);
+    if (neigh.vni) AppendU32(&key, *neigh.vni);
+  }
+  return key;
+}
+
+bool SameLink(const LinkRecord& a, const LinkRecord& b) {
+  return a.name == b.name && SameMac(a.mac, b.mac) && a.flags == b.flags &&
+         a.operstate.value_or(0) == b.operstate.value_or(0) && a.mtu == b.mtu && a.kind == b.kind &&
+         a.master == b.master && a.lowerIfindex == b.lowerIfindex &&
+         a.linkNetnsid == b.linkNetnsid && SameVxlan(a.vxlan, b.vxlan);
+}
+
+bool SameNeigh(const NeighRecord& a, const NeighRecord& b) {
+  return SameMac(a.lladdr, b.lladdr) && a.state == b.state && a.flags == b.flags &&
+         a.master == b.master;
+}
+
+void StateMirror::ApplyLink(LinkRecord link, bool fromDump, std::vector<MirrorChange>* out) {
+  const int32_t ifindex = link.ifindex;
+  auto found = links_.find(ifindex);
+  if (link.deleted) {
+    flushing_.erase(ifindex);
+    corrected_.erase(ifindex);
+    if (found == links_.end()) return;
+    LinkChange removed;
+    removed.kind = ChangeKind::kRemoved;
+    removed.link = std::move(found->second.record);
+    removed.addrAssignType = found->second.addrAssignType;
+    removed.fromDump = fromDump;
+    links_.erase(found);
+    // A device's entries go with it, reported before the device itself.
+    RemoveNeighsOf(ifindex, RemovalCause::kDeviceRemoved, out);
+    if (ready_) out->push_back(std::move(removed));
+    return;
+  }
+  const Link* previous = found == links_.end() ? nullptr : &found->second;
+  if (!fromDump) {
+    // The DELNEIGHs a MAC change or a down causes follow its RTM_NEWLINK directly.
+    const bool wentDown =
+        previous && (previous->record.flags & IFF_UP) != 0 && (link.flags & IFF_UP) == 0;
+    auto corrected = corrected_.find(ifindex);
+    const bool echo = corrected != corrected_.end() && link.mac.state == MacField::State::kValid &&
+                      link.mac.bytes == corrected->second && !wentDown;
+    if (corrected != corrected_.end()) corrected_.erase(corrected);
+    if (!echo && ((previous && !SameMac(previous->record.mac, link.mac)) || wentDown)) {
+      flushing_.insert(ifindex);
+    } else {
+      flushing_.erase(ifindex);
+    }
+  }
+  Link next;
+  next.generation = generation_;
+  // The kernel changes addr_assign_type only with the address itself.
+  if (previous && SameMac(previous->record.mac, link.mac)) {
+    next.addrAssignType = previous->addrAssignType;
+  }
+  std::optional<MirrorChange> change;
+  if (ready_) {
+    if (!previous) {
+      LinkChange added;
+      added.kind = ChangeKind::kAdded;
+      added.link = link;
+      added.fromDump = fromDump;
+      added.created = !fromDump && link.changeMask == 0xffffffffu;
+      change = std::move(added);
+    } else if (NamedKernelEvent(link.event) || !SameLink(previous->record, link)) {
+      LinkChange changed;
+      changed.kind = ChangeKind::kChanged;
+      changed.link = link;
+      changed.previous = previous->record;
+      changed.addrAssignType = next.addrAssignType;
+      changed.previousAddrAssignType = previous->addrAssignType;
+      changed.fromDump = fromDump;
+      change = std::move(changed);
+    }
+  }
+  next.record = std::move(link);
+  links_[ifindex] = std::move(next);
+  if (change) out->push_back(std::move(*change));
+}
+
+void StateMirror::ApplyNeigh(NeighRecord neigh, bool fromDump, uint32_t portid,
+                             std::vector<MirrorChange>* out) {
+  std::string key = MirrorKey(neigh);
+  auto found = neighs_.find(key);
+  if (neigh.deleted) {
+    const bool flushed = neigh.family != AF_BRIDGE && flushing_.count(neigh.ifindex) > 0;
+    if (found == neighs_.end()) return;
+    NeighChange removed;
+    removed.kind = ChangeKind::kRemoved;
+    removed.neigh = std::move(found->second.record);
+    removed.fromDump = fromDump;
+    removed.portid = portid;
+    removed.cause = flushed ? RemovalCause::kFlush : RemovalCause::kDeleted;
+    neighs_.erase(found);
+    if (ready_) out->push_back(std::move(removed));
+    return;
+  }
+  if (!fromDump) flushing_.erase(neigh.ifindex);
+  std::optional<MirrorChange> change;
+  if (ready_) {
+    if (found == neighs_.end()) {
+      NeighChange added;
+      added.neigh = neigh;
+      added.fromDump = fromDump;
+      added.portid = portid;
+      change = std::move(added);
+    } else if (!SameNeigh(found->second.record, neigh)) {
+      NeighChange changed;
+      changed.kind = ChangeKind::kChanged;
+      changed.neigh = neigh;
+      changed.previous = found->second.record;
+      changed.fromDump = fromDump;
+      changed.portid = portid;
+      change = std::move(changed);
+    }
+  }
+  if (found == neighs_.end()) {
+    neighs_.emplace(std::move(key), Neigh{std::move(neigh), generation_});
+  } else {
+    found->second = Neigh{std::move(neigh), generation_};
+  }
+  if (change) out->push_back(std::move(*change));
+}
+
+void StateMirror::NoteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac) {
+  corrected_[ifindex] = mac;
+}
+
+void StateMirror::BeginResync() {
+  ++generation_;
+  resyncing_ = true;
+}
+
+void StateMirror::EndResync(bool consistent, std::vector<MirrorChange>* out) {
+  resyncing_ = false;
+  if (consistent) {
+    for (auto link = links_.begin(); link != links_.end();) {
+      if (link->second.generation == generation_) {
+        ++link;
+        continue;
+      }
+      if (ready_) {
+        LinkChange removed;
+        removed.kind = ChangeKind::kRemoved;
+        removed.link = std::move(link->second.record);
+        removed.addrAssignType = link->second.addrAssignType;
+        removed.fromDump = true;
+        out->push_back(std::move(removed));
+      }
+      flushing_.erase(link->first);
+      corrected_.erase(link->first);
+      link = links_.erase(link);
+    }
+    for (auto neigh = neighs_.begin(); neigh != neighs_.end();) {
+      if (neigh->second.generation == generation_) {
+        ++neigh;
+        continue;
+      }
+      if (ready_) {
+        NeighChange removed;
+        removed.kind = ChangeKind::kRemoved;
+        removed.neigh = std::move(neigh->second.record);
+        removed.fromDump = true;
+        removed.cause = RemovalCause::kResync;
+        out->push_back(std::move(removed));
+      }
+      neigh = neighs_.erase(neigh);
+    }
+  }
+  ready_ = true;
+}
+
+void StateMirror::Forget(int32_t ifindex) {
+  links_.erase(ifindex);
+  flushing_.erase(ifindex);
+  corrected_.erase(ifindex);
+  RemoveNeighsOf(ifindex, RemovalCause::kDeviceRemoved, nullptr);
+}
+
+void StateMirror::RemoveNeighsOf(int32_t ifindex, RemovalCause cause,
+                                 std::vector<MirrorChange>* out) {
+  for (auto neigh = neighs_.begin(); neigh != neighs_.end();) {
+    if (neigh->second.record.ifindex != ifindex) {
+      ++neigh;
+      continue;
+    }
+    if (out && ready_) {
+      NeighChange removed;
+      removed.kind = ChangeKind::kRemoved;
+      removed.neigh = std::move(neigh->second.record);
+      removed.cause = cause;
+      out->push_back(std::move(removed));
+    }
+    neigh = neighs_.erase(neigh);
+  }
+}
+
+const StateMirror::Link* StateMirror::FindLink(int32_t ifindex) const {
+  auto found = links_.find(ifindex);
+  return found == links_.end() ? nullptr : &found->second;
+}
+
+const StateMirror::Link* StateMirror::FindLinkByName(const std::string& name) const {
+  for (const auto& [ifindex, link] : links_) {
+    if (link.record.name == name) return &link;
+  }
+  return nullptr;
+}
+
+void StateMirror::SetAddrAssignType(int32_t ifindex, const MacField& mac, int16_t value) {
+  auto found = links_.find(ifindex);
+  if (found != links_.end() && SameMac(found->second.record.mac, mac)) {
+    found->second.addrAssignType = value;
+  }
+}
+
+}  // namespace fg

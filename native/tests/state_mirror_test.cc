@@ -1,0 +1,350 @@
+// Unit tests for native/state_mirror.cc: what each message changes and how
+// it is named (flush, device removal, resync), and a seeded random run in
+// which a replica built only from the reported changes must match the mirror,
+// and the mirror the model of the kernel, after every step.
+#include "state_mirror.h"
+
+#include <linux/if.h>
+#include <linux/neighbour.h>
+#include <sys/socket.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_harness.h"
+
+namespace {
+
+using fg::ChangeKind;
+using fg::LinkChange;
+using fg::MirrorChange;
+using fg::NeighChange;
+using fg::RemovalCause;
+using fg::StateMirror;
+using fg::netlink::LinkRecord;
+using fg::netlink::MacField;
+using fg::netlink::NeighRecord;
+
+MacField Mac(uint8_t last) {
+  MacField mac;
+  mac.state = MacField::State::kValid;
+  mac.bytes = {0x0e, 0, 0, 0, 0, last};
+  return mac;
+}
+
+LinkRecord Link(int32_t ifindex, uint8_t mac, bool up = true, const std::string& name = "") {
+  LinkRecord link;
+  link.ifindex = ifindex;
+  link.name = name.empty() ? "vx" + std::to_string(ifindex) : name;
+  link.kind = "vxlan";
+  link.mac = Mac(mac);
+  link.flags = up ? IFF_UP : 0;
+  return link;
+}
+
+LinkRecord Deleted(int32_t ifindex) {
+  LinkRecord link = Link(ifindex, 0);
+  link.deleted = true;
+  return link;
+}
+
+NeighRecord Arp(int32_t ifindex, uint8_t last, uint8_t mac, uint16_t state = NUD_PERMANENT) {
+  NeighRecord neigh;
+  neigh.family = AF_INET;
+  neigh.ifindex = ifindex;
+  neigh.state = state;
+  neigh.destination = {198, 18, 0, last};
+  neigh.lladdr = Mac(mac);
+  return neigh;
+}
+
+NeighRecord Fdb(int32_t ifindex, uint8_t mac, uint8_t remote) {
+  NeighRecord neigh;
+  neigh.family = AF_BRIDGE;
+  neigh.ifindex = ifindex;
+  neigh.state = NUD_PERMANENT;
+  neigh.destination = {192, 0, 2, remote};
+  neigh.lladdr = Mac(mac);
+  return neigh;
+}
+
+NeighRecord DeletedOf(NeighRecord neigh) {
+  neigh.deleted = true;
+  return neigh;
+}
+
+// A mirror holding `links` and `neighs`, ready (the first resync ended).
+StateMirror ReadyMirror(const std::vector<LinkRecord>& links,
+                        const std::vector<NeighRecord>& neighs) {
+  StateMirror mirror;
+  std::vector<MirrorChange> changes;
+  mirror.BeginResync();
+  for (const LinkRecord& link : links) mirror.ApplyLink(link, true, &changes);
+  for (const NeighRecord& neigh : neighs) mirror.ApplyNeigh(neigh, true, 0, &changes);
+  mirror.EndResync(true, &changes);
+  EXPECT_TRUE(changes.empty());  // nothing is reported before ready
+  EXPECT_TRUE(mirror.ready());
+  return mirror;
+}
+
+const NeighChange& AsNeigh(const MirrorChange& change) { return std::get<NeighChange>(change); }
+const LinkChange& AsLink(const MirrorChange& change) { return std::get<LinkChange>(change); }
+
+TEST_CASE("mirror: links added, changed (previous kept), unchanged, re-announced, removed") {
+  StateMirror mirror = ReadyMirror({Link(2, 1)}, {});
+  std::vector<MirrorChange> changes;
+  mirror.ApplyLink(Link(3, 3), false, &changes);
+  mirror.ApplyLink(Link(2, 1), false, &changes);  // the same state: nothing
+  LinkRecord renamed = Link(2, 1, true, "flannel.1");
+  mirror.ApplyLink(renamed, false, &changes);
+  LinkRecord features = renamed;
+  features.event = 2;  // IFLA_EVENT_FEATURES: re-announced unchanged, still reported
+  mirror.ApplyLink(features, false, &changes);
+  mirror.ApplyLink(Deleted(3), false, &changes);
+  mirror.ApplyLink(Deleted(3), false, &changes);  // unknown by now: nothing
+  EXPECT_EQ(changes.size(), size_t{4});
+  EXPECT_TRUE(AsLink(changes[0]).kind == ChangeKind::kAdded);
+  EXPECT_EQ(AsLink(changes[1]).previous->name, std::string("vx2"));
+  EXPECT_EQ(AsLink(changes[1]).link.name, std::string("flannel.1"));
+  EXPECT_TRUE(AsLink(changes[2]).kind == ChangeKind::kChanged);
+  EXPECT_TRUE(AsLink(changes[3]).kind == ChangeKind::kRemoved);
+  EXPECT_EQ(AsLink(changes[3]).link.ifindex, 3);
+  EXPECT_EQ(mirror.linkCount(), size_t{1});
+  EXPECT_EQ(mirror.FindLinkByName("flannel.1")->record.ifindex, 2);
+}
+
+TEST_CASE("mirror: a MAC change or a down flushes; the next add ends it; FDB never flushes") {
+  StateMirror mirror = ReadyMirror(
+      {Link(2, 1)}, {Arp(2, 1, 0xa1), Arp(2, 2, 0xa2), Arp(2, 3, 0xa3), Fdb(2, 0xa1, 11)});
+  std::vector<MirrorChange> changes;
+  mirror.ApplyLink(Link(2, 9), false, &changes);
+  mirror.ApplyNeigh(DeletedOf(Arp(2, 1, 0xa1)), false, 0, &changes);
+  mirror.ApplyNeigh(DeletedOf(Fdb(2, 0xa1, 11)), false, 0, &changes);
+  mirror.ApplyNeigh(Arp(2, 1, 0xa1), false, 77, &changes);  // put back: the flush is over
+  mirror.ApplyNeigh(DeletedOf(Arp(2, 2, 0xa2)), false, 77, &changes);
+  mirror.ApplyLink(Link(2, 9, false), false, &changes);  // down
+  mirror.ApplyNeigh(DeletedOf(Arp(2, 3, 0xa3)), false, 0, &changes);
+  EXPECT_EQ(changes.size(), size_t{7});
+  EXPECT_TRUE(AsNeigh(changes[1]).cause == RemovalCause::kFlush);
+  EXPECT_TRUE(AsNeigh(changes[2]).cause ==
+              RemovalCause::kDeleted);  // FDB entries survive a MAC change
+  EXPECT_TRUE(AsNeigh(changes[3]).kind == ChangeKind::kAdded);
+  EXPECT_EQ(AsNeigh(changes[3]).portid, uint32_t{77});
+  EXPECT_TRUE(AsNeigh(changes[4]).cause == RemovalCause::kDeleted);
+  EXPECT_TRUE(AsNeigh(changes[6]).cause == RemovalCause::kFlush);
+}
+
+TEST_CASE("mirror: a correction's own RTM_NEWLINK flushes nothing") {
+  StateMirror mirror = ReadyMirror({Link(2, 1)}, {Arp(2, 1, 0xa1), Arp(2, 2, 0xa2)});
+  std::vector<MirrorChange> changes;
+  mirror.ApplyLink(Link(2, 9), false, &changes);  // the rewrite (it flushed)
+  mirror.NoteCorrection(2, Mac(1).bytes);         // answered natively
+  mirror.ApplyLink(Link(2, 1), false, &changes);  // the correction's echo
+  mirror.ApplyNeigh(DeletedOf(Arp(2, 2, 0xa2)), false, 55, &changes);
+  EXPECT_EQ(changes.size(), size_t{3});
+  EXPECT_TRUE(AsNeigh(changes[2]).cause == RemovalCause::kDeleted);
+  // The note is spent: the next MAC change flushes again.
+  mirror.ApplyLink(Link(2, 8), false, &changes);
+  mirror.ApplyNeigh(DeletedOf(Arp(2, 1, 0xa1)), false, 0, &changes);
+  EXPECT_TRUE(AsNeigh(changes.back()).cause == RemovalCause::kFlush);
+}
+
+TEST_CASE("mirror: a deleted device takes its entries, reported before it; others stay") {
+  StateMirror mirror =
+      ReadyMirror({Link(2, 1), Link(3, 2)}, {Arp(2, 1, 0xa1), Fdb(2, 0xa1, 11), Arp(3, 1, 0xb1)});
+  std::vector<MirrorChange> changes;
+  mirror.ApplyLink(Deleted(2), false, &changes);
+  EXPECT_EQ(changes.size(), size_t{3});
+  EXPECT_TRUE(AsNeigh(changes[0]).cause == RemovalCause::kDeviceRemoved);
+  EXPECT_TRUE(AsNeigh(changes[1]).cause == RemovalCause::kDeviceRemoved);
+  EXPECT_TRUE(AsLink(changes[2]).kind == ChangeKind::kRemoved);
+  EXPECT_EQ(mirror.neighCount(), size_t{1});
+}
+
+TEST_CASE("mirror: a consistent resync removes what it did not see, an inconsistent one nothing") {
+  StateMirror mirror =
+      ReadyMirror({Link(2, 1), Link(3, 2)}, {Arp(2, 1, 0xa1), Arp(2, 2, 0xa2), Arp(3, 1, 0xb1)});
+  std::vector<MirrorChange> changes;
+  mirror.BeginResync();
+  EXPECT_TRUE(mirror.resyncing());
+  mirror.ApplyLink(Link(2, 1), true, &changes);
+  mirror.ApplyNeigh(Arp(2, 1, 0xa1), true, 0, &changes);
+  mirror.ApplyNeigh(Arp(2, 2, 0xa2), false, 9, &changes);  // a notification counts as seen
+  mirror.EndResync(false, &changes);
+  EXPECT_TRUE(changes.empty());
+  EXPECT_EQ(mirror.linkCount(), size_t{2});
+  mirror.BeginResync();
+  mirror.ApplyLink(Link(2, 1), true, &changes);
+  mirror.ApplyNeigh(Arp(2, 2, 0xa3), true, 0, &changes);
+  mirror.EndResync(true, &changes);
+  // 198.18.0.2 changed; device 3 and 198.18.0.1, 198.18.0.1@3 are gone.
+  EXPECT_EQ(changes.size(), size_t{4});
+  EXPECT_TRUE(AsNeigh(changes[0]).kind == ChangeKind::kChanged);
+  EXPECT_TRUE(AsNeigh(changes[0]).fromDump);
+  EXPECT_TRUE(AsLink(changes[1]).kind == ChangeKind::kRemoved);
+  EXPECT_TRUE(AsNeigh(changes[2]).cause == RemovalCause::kResync);
+  EXPECT_TRUE(AsNeigh(changes[3]).cause == RemovalCause::kResync);
+  EXPECT_EQ(mirror.linkCount(), size_t{1});
+  EXPECT_EQ(mirror.neighCount(), size_t{1});
+}
+
+TEST_CASE("mirror: keys - ARP by IP, FDB by MAC, remote and VNI; Forget is silent") {
+  StateMirror mirror = ReadyMirror({Link(2, 1)}, {});
+  std::vector<MirrorChange> changes;
+  mirror.ApplyNeigh(Arp(2, 1, 0xa1), false, 0, &changes);
+  mirror.ApplyNeigh(Arp(2, 1, 0xa2), false, 0, &changes);  // the same entry, another MAC
+  mirror.ApplyNeigh(Fdb(2, 0xa1, 11), false, 0, &changes);
+  mirror.ApplyNeigh(Fdb(2, 0xa1, 12), false, 0, &changes);  // another remote: another entry
+  NeighRecord vni = Fdb(2, 0xa1, 12);
+  vni.vni = 7;
+  mirror.ApplyNeigh(vni, false, 0, &changes);
+  EXPECT_EQ(mirror.neighCount(), size_t{4});
+  EXPECT_TRUE(AsNeigh(changes[1]).kind == ChangeKind::kChanged);
+  changes.clear();
+  mirror.Forget(2);
+  EXPECT_EQ(mirror.neighCount(), size_t{0});
+  EXPECT_EQ(mirror.linkCount(), size_t{0});
+}
+
+TEST_CASE("mirror: addr_assign_type is kept while the MAC is, forgotten when it changes") {
+  StateMirror mirror = ReadyMirror({Link(2, 1)}, {});
+  std::vector<MirrorChange> changes;
+  mirror.SetAddrAssignType(2, Mac(1), 3);
+  mirror.SetAddrAssignType(2, Mac(4), 1);  // read for another MAC: ignored
+  EXPECT_EQ(mirror.FindLink(2)->addrAssignType, int16_t{3});
+  LinkRecord mtu = Link(2, 1);
+  mtu.mtu = 1450;
+  mirror.ApplyLink(mtu, false, &changes);
+  EXPECT_EQ(mirror.FindLink(2)->addrAssignType, int16_t{3});
+  mirror.ApplyLink(Link(2, 5), false, &changes);
+  EXPECT_EQ(mirror.FindLink(2)->addrAssignType, fg::kAddrAssignTypeUnread);
+  EXPECT_EQ(AsLink(changes.back()).previousAddrAssignType, int16_t{3});
+}
+
+// The replica a consumer builds from the reported changes alone.
+struct Replica {
+  std::map<int32_t, std::string> links;       // ifindex -> name and MAC
+  std::map<std::string, std::string> neighs;  // key -> lladdr and state
+
+  static std::string Describe(const LinkRecord& link) {
+    return link.name + "/" + std::to_string(link.mac.bytes[5]) + "/" + std::to_string(link.flags);
+  }
+  static std::string Describe(const NeighRecord& neigh) {
+    return std::to_string(neigh.lladdr.bytes[5]) + "/" + std::to_string(neigh.state);
+  }
+  void Apply(std::vector<MirrorChange>& changes) {
+    for (const MirrorChange& change : changes) {
+      if (const auto* link = std::get_if<LinkChange>(&change)) {
+        if (link->kind == ChangeKind::kAdded) EXPECT_EQ(links.count(link->link.ifindex), size_t{0});
+        if (link->kind == ChangeKind::kRemoved) {
+          EXPECT_EQ(links.erase(link->link.ifindex), size_t{1});
+        } else {
+          links[link->link.ifindex] = Describe(link->link);
+        }
+        continue;
+      }
+      const NeighChange& neigh = std::get<NeighChange>(change);
+      const std::string key = fg::MirrorKey(neigh.neigh);
+      if (neigh.kind == ChangeKind::kRemoved) {
+        EXPECT_EQ(neighs.erase(key), size_t{1});
+      } else {
+        EXPECT_TRUE((neigh.kind == ChangeKind::kAdded) == (neighs.count(key) == 0));
+        neighs[key] = Describe(neigh.neigh);
+      }
+    }
+    changes.clear();
+  }
+  bool Matches(const StateMirror& mirror) const {
+    if (links.size() != mirror.linkCount() || neighs.size() != mirror.neighCount()) return false;
+    for (const auto& [ifindex, link] : mirror.links()) {
+      auto found = links.find(ifindex);
+      if (found == links.end() || found->second != Describe(link.record)) return false;
+    }
+    for (const auto& [key, neigh] : mirror.neighs()) {
+      auto found = neighs.find(key);
+      if (found == neighs.end() || found->second != Describe(neigh.record)) return false;
+    }
+    return true;
+  }
+};
+
+TEST_CASE(
+    "mirror: seeded random messages - the changes replayed give the mirror, which is the kernel") {
+  std::mt19937 random(20261201);
+  StateMirror mirror = ReadyMirror({}, {});
+  Replica replica;
+  // The kernel's state: what the mirror must hold once every message was read.
+  std::map<int32_t, LinkRecord> kernelLinks;
+  std::map<std::string, NeighRecord> kernelNeighs;
+  std::vector<MirrorChange> changes;
+  for (int step = 0; step < 20000; ++step) {
+    const int32_t ifindex = 2 + static_cast<int32_t>(random() % 4);
+    switch (random() % 12) {
+      case 0:
+      case 1:
+      case 2: {
+        LinkRecord link = Link(ifindex, static_cast<uint8_t>(random() % 4), random() % 4 != 0);
+        kernelLinks[ifindex] = link;
+        mirror.ApplyLink(link, false, &changes);
+        break;
+      }
+      case 3:
+        kernelLinks.erase(ifindex);
+        for (auto it = kernelNeighs.begin(); it != kernelNeighs.end();) {
+          it = it->second.ifindex == ifindex ? kernelNeighs.erase(it) : std::next(it);
+        }
+        mirror.ApplyLink(Deleted(ifindex), false, &changes);
+        break;
+      case 4:
+      case 5:
+      case 6:
+      case 7: {
+        NeighRecord neigh = random() % 3 == 0 ? Fdb(ifindex, static_cast<uint8_t>(random() % 3),
+                                                    static_cast<uint8_t>(random() % 3))
+                                              : Arp(ifindex, static_cast<uint8_t>(random() % 6),
+                                                    static_cast<uint8_t>(random() % 3),
+                                                    random() % 2 ? NUD_PERMANENT : NUD_REACHABLE);
+        if (!kernelLinks.count(ifindex)) break;  // the kernel has no entries on a missing device
+        kernelNeighs[fg::MirrorKey(neigh)] = neigh;
+        mirror.ApplyNeigh(neigh, false, random() % 2, &changes);
+        break;
+      }
+      case 8:
+      case 9: {
+        if (kernelNeighs.empty()) break;
+        auto it = kernelNeighs.begin();
+        std::advance(it, random() % kernelNeighs.size());
+        mirror.ApplyNeigh(DeletedOf(it->second), false, 0, &changes);
+        kernelNeighs.erase(it);
+        break;
+      }
+      case 10: {
+        // A resync after lost notifications: the kernel changed meanwhile (a device gone).
+        if (!kernelLinks.empty() && random() % 2) {
+          const int32_t gone = kernelLinks.begin()->first;
+          kernelLinks.erase(gone);
+          for (auto it = kernelNeighs.begin(); it != kernelNeighs.end();) {
+            it = it->second.ifindex == gone ? kernelNeighs.erase(it) : std::next(it);
+          }
+        }
+        mirror.BeginResync();
+        for (const auto& [index, link] : kernelLinks) mirror.ApplyLink(link, true, &changes);
+        for (const auto& [key, neigh] : kernelNeighs) mirror.ApplyNeigh(neigh, true, 0, &changes);
+        mirror.EndResync(true, &changes);
+        break;
+      }
+      default:
+        mirror.ApplyLink(Link(ifindex, 1), true, &changes);  // a dump reply outside a resync
+        kernelLinks[ifindex] = Link(ifindex, 1);
+        break;
+    }
+    replica.Apply(changes);
+    EXPECT_TRUE(replica.Matches(mirror));
+    EXPECT_EQ(mirror.linkCount(), kernelLinks.size());
+    EXPECT_EQ(mirror.neighCount(), kernelNeighs.size());
+  }
+}
+
+}  // namespace
