@@ -8,10 +8,12 @@ import { execFileSync } from 'node:child_process';
 
 import { LinkMonitor, restoreSetChange } from '../lib/monitor';
 import { isSystemError } from '../lib/errors';
-import { getLinks } from '../lib/oneshot';
+import { getLinks, getNeighbours } from '../lib/oneshot';
 import { binding } from '../lib/binding';
-import type { NeighbourInfo } from '../lib/types';
-import { Netns, waitFor } from './support/netns';
+import { neighbourKey } from '../lib/records';
+import type { LinkInfo, NeighbourInfo } from '../lib/types';
+import { Netns, execFile, waitFor } from './support/netns';
+import { prng } from './support/prng';
 import { collectEvents, nextEvent } from './support/events';
 
 /** Waits until no resync is running or pending (a pending one starts right after an end). */
@@ -265,6 +267,131 @@ describe('LinkMonitor (real kernel, netns)', function () {
       '198.18.0.4=0e:00:00:00:00:a4',
       '198.18.0.5=0e:00:00:00:00:a5',
     ]);
+  });
+
+  it('seeded random churn: the mirror is a fresh dump, and its events replayed are the mirror', async function () {
+    this.timeout(120_000);
+    const random = prng(20261201);
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+    const hex = (): string =>
+      Math.floor(random() * 256)
+        .toString(16)
+        .padStart(2, '0');
+    const m = await open();
+    // What a consumer knows from the events alone, from the first snapshot on.
+    const linkView = (link: LinkInfo): string =>
+      `${link.name} ${link.mac} ${link.flags} ${link.mtu}`;
+    const neighView = (n: NeighbourInfo): string => `${n.lladdr} ${n.state} ${n.flags}`;
+    const links = new Map(m.links().map((link) => [link.ifindex, linkView(link)]));
+    const neighbours = new Map(m.neighbours().map((n) => [neighbourKey(n), n]));
+    m.on('linkAdded', ({ link }) => links.set(link.ifindex, linkView(link)));
+    m.on('linkChanged', ({ link }) => links.set(link.ifindex, linkView(link)));
+    m.on('linkRemoved', ({ link }) => links.delete(link.ifindex));
+    m.on('neighbourAdded', ({ neighbour }) => neighbours.set(neighbourKey(neighbour), neighbour));
+    m.on('neighbourChanged', ({ neighbour }) => neighbours.set(neighbourKey(neighbour), neighbour));
+    m.on('neighbourRemoved', ({ neighbour }) => neighbours.delete(neighbourKey(neighbour)));
+    const devices = ['vx1', 'vx2', 'vx3'];
+    for (let round = 0; round < 40; round += 1) {
+      const ipLines: string[] = [];
+      const fdbLines: string[] = [];
+      for (let step = 0; step < 25; step += 1) {
+        const dev = pick(devices);
+        const ip = `198.18.${Math.floor(random() * 3)}.${1 + Math.floor(random() * 6)}`;
+        const mac = `0e:${hex()}:00:00:00:${hex()}`;
+        switch (Math.floor(random() * 9)) {
+          case 0:
+            ipLines.push(`link add ${dev} type vxlan id ${dev.slice(2)} dstport 8472 nolearning`);
+            break;
+          case 1:
+            if (random() < 0.3) ipLines.push(`link del ${dev}`);
+            break;
+          case 2:
+            ipLines.push(`link set ${dev} address ${mac}`);
+            break;
+          case 3:
+            ipLines.push(
+              `link set ${dev} ${random() < 0.6 ? 'up' : 'down'} mtu ${1400 + Math.floor(random() * 50)}`,
+            );
+            break;
+          case 4:
+          case 5:
+            ipLines.push(
+              `neigh replace ${ip} lladdr ${mac} dev ${dev} nud ${random() < 0.7 ? 'permanent' : 'stale'}`,
+            );
+            break;
+          case 6:
+            ipLines.push(`neigh del ${ip} dev ${dev}`);
+            break;
+          default:
+            fdbLines.push(
+              `fdb ${random() < 0.7 ? 'append' : 'del'} ${mac.slice(0, 15)}01 dev ${dev} dst 192.0.2.${10 + Math.floor(random() * 3)} self permanent`,
+            );
+        }
+      }
+      // -force: a line the kernel refuses (a device not there) is part of the churn.
+      await execFile('ip', ['-force', '-n', ns.name, '-batch', '-'], {
+        input: ipLines.join('\n') + '\n',
+        allowFailure: true,
+      });
+      await execFile('bridge', ['-force', '-n', ns.name, '-batch', '-'], {
+        input: fdbLines.join('\n') + '\n',
+        allowFailure: true,
+      });
+      // The kernel makes NOARP ARP/NDP entries (IPv6 multicast, a device coming up) without a
+      // notification: only a dump shows them, so they are left out of the comparison.
+      const notified = (n: NeighbourInfo): boolean =>
+        n.family === 'bridge' || !n.states.includes('noarp');
+      const fresh = async (): Promise<[string[], string[]]> => {
+        const [dumpLinks, dumpNeighbours] = await Promise.all([
+          getLinks({ netns: ns.name }),
+          getNeighbours({ netns: ns.name }),
+        ]);
+        return [
+          dumpLinks.map((link) => `${link.ifindex} ${linkView(link)}`).sort(),
+          dumpNeighbours
+            .filter(notified)
+            .map((n) => `${neighbourKey(n)} ${neighView(n)}`)
+            .sort(),
+        ];
+      };
+      const mirrored = (): [string[], string[]] => [
+        m
+          .links()
+          .map((link) => `${link.ifindex} ${linkView(link)}`)
+          .sort(),
+        m
+          .neighbours()
+          .filter(notified)
+          .map((n) => `${neighbourKey(n)} ${neighView(n)}`)
+          .sort(),
+      ];
+      let last: [string[], string[]] = [[], []];
+      try {
+        await waitFor(
+          async () => {
+            last = await fresh();
+            return JSON.stringify(last) === JSON.stringify(mirrored());
+          },
+          { timeoutMs: 10_000, what: `round ${round}: the mirror matches a fresh dump` },
+        );
+      } catch (error) {
+        assert.deepEqual(mirrored(), last, `round ${round}: the mirror against a fresh dump`);
+        throw error;
+      }
+      await settled(m);
+      assert.deepEqual(
+        [
+          [...links].map(([ifindex, view]) => `${ifindex} ${view}`).sort(),
+          [...neighbours.values()]
+            .filter(notified)
+            .map((n) => `${neighbourKey(n)} ${neighView(n)}`)
+            .sort(),
+        ],
+        mirrored(),
+        `round ${round}: the events replayed give the mirror`,
+      );
+    }
+    assert.equal(m.stats().overruns, 0);
   });
 
   it("with neighbours 'ip', ARP entries are followed and the FDB is neither dumped nor reported", async function () {
