@@ -15,10 +15,11 @@ import {
   type RawMonitor,
   type RawMonitorItem,
   type RawMonitorStats,
+  type RawNeighbour,
   type RawNeighbourItem,
 } from './binding';
 import type { SystemError } from './errors';
-import { toLinkInfo, toNeighbourInfo, toRawNeighbourEntries } from './records';
+import { neighbourKey, toLinkInfo, toNeighbourInfo, toRawNeighbourEntries } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
 import { RANGES, integerInRange, macBytes, resolveNetnsPath } from './validate';
 
@@ -267,6 +268,10 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   #restoreSets = new Map<number, readonly NeighbourInfo[]>();
   #ready = false;
   #closed = false;
+  /** The batch being dispatched, and the index of its item being handled (see #laterChanges). */
+  #batch: readonly RawMonitorItem[] | undefined;
+  #position = 0;
+  #later: { position: number; changes: LaterChanges } | undefined;
   /** The arrival of the batch being handled (see Arrival). */
   #receivedAt = 0;
   #queueOverruns = 0;
@@ -339,19 +344,69 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     });
   }
 
-  /** The namespace's links, as the mirror holds them now (read from the native layer). */
+  /**
+   * The namespace's links, from the native mirror, as of the event being handled (see
+   * #laterChanges).
+   */
   links(): LinkInfo[] {
-    return this.#native.links().map(linkInfo);
+    const raws = this.#native.links();
+    const later = this.#laterChanges();
+    if (!later) return raws.map(linkInfo);
+    const asOf = raws.filter((raw) => !later.links.has(raw.ifindex));
+    for (const ifindex of later.links.keys()) {
+      const raw = later.link(ifindex);
+      if (raw) asOf.push(raw);
+    }
+    return asOf.sort((a, b) => a.ifindex - b.ifindex).map(linkInfo);
   }
 
   getLink(key: number | string): LinkInfo | undefined {
+    const later = this.#laterChanges();
+    if (later && typeof key === 'number') {
+      const raw = later.link(key);
+      if (raw !== undefined) return raw === null ? undefined : linkInfo(raw);
+    } else if (later) {
+      for (const ifindex of later.links.keys()) {
+        const raw = later.link(ifindex);
+        if (raw?.name === key) return linkInfo(raw);
+      }
+    }
     const raw = this.#native.getLink(key);
-    return raw === undefined ? undefined : linkInfo(raw);
+    // A device changed later in the batch had another name then (checked above).
+    if (raw === undefined || later?.links.has(raw.ifindex) === true) return undefined;
+    return linkInfo(raw);
   }
 
-  /** The mirror's neighbour and FDB entries, of one device when `ifindex` is given. */
+  /** The mirror's neighbour and FDB entries (of one device when `ifindex` is given), as of the event being handled. */
   neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
-    return this.#native.neighbours(filter.ifindex).map(toNeighbourInfo);
+    const entries = this.#native.neighbours(filter.ifindex).map(toNeighbourInfo);
+    const later = this.#laterChanges();
+    if (!later || later.neighbours.size === 0) return entries;
+    const asOf = entries.filter((entry) => !later.neighbours.has(neighbourKey(entry)));
+    for (const key of later.neighbours.keys()) {
+      const raw = later.neighbour(key);
+      if (raw && (filter.ifindex === undefined || raw.ifindex === filter.ifindex)) {
+        asOf.push(toNeighbourInfo(raw));
+      }
+    }
+    return asOf;
+  }
+
+  /**
+   * The native layer applies a whole batch to the mirror before JS sees its first item: while
+   * an item is being dispatched, the batch's later changes say what the mirror held as of that
+   * item (their `previous` states), so that a listener's query never runs ahead of the events.
+   */
+  #laterChanges(): LaterChanges | undefined {
+    const batch = this.#batch;
+    if (batch === undefined || this.#position >= batch.length - 1) return undefined;
+    if (this.#later?.position !== this.#position) {
+      this.#later = {
+        position: this.#position,
+        changes: new LaterChanges(batch, this.#position + 1),
+      };
+    }
+    return this.#later.changes;
   }
 
   stats(): LinkMonitorStats {
@@ -525,38 +580,49 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     // From the monotonic clock of the arrival to performance.now()'s timebase.
     const ageMs = Number(process.hrtime.bigint()) / 1e6 - arrivalMs;
     this.#receivedAt = performance.now() - Math.max(0, ageMs);
-    for (const item of batch) {
-      if (this.#closed) return;
-      switch (item.kind) {
-        case 'link':
-          this.#onLink(item);
-          break;
-        case 'neigh':
-          emitChange(this, item);
-          break;
-        case 'ready':
-          this.#ready = true;
-          this.emit('ready');
-          break;
-        case 'resync':
-          if (item.phase === 'begin') this.emit('resync', { phase: 'begin', reason: item.reason });
-          else this.emit('resync', { phase: 'end', consistent: item.consistent });
-          break;
-        case 'overrun':
-          this.emit('overrun', { cause: item.cause });
-          break;
-        case 'warning':
-          this.emit('warning', { code: item.code, message: item.message });
-          break;
-        case 'fatal':
-          this.#closeError = item.error;
-          try {
-            this.emit('error', item.error as SystemError);
-          } finally {
-            this.close();
-          }
-          break;
+    this.#batch = batch;
+    try {
+      for (const [position, item] of batch.entries()) {
+        if (this.#closed) return;
+        this.#position = position;
+        this.#dispatch(item);
       }
+    } finally {
+      this.#batch = undefined;
+      this.#later = undefined;
+    }
+  }
+
+  #dispatch(item: RawMonitorItem): void {
+    switch (item.kind) {
+      case 'link':
+        this.#onLink(item);
+        break;
+      case 'neigh':
+        emitChange(this, item);
+        break;
+      case 'ready':
+        this.#ready = true;
+        this.emit('ready');
+        break;
+      case 'resync':
+        if (item.phase === 'begin') this.emit('resync', { phase: 'begin', reason: item.reason });
+        else this.emit('resync', { phase: 'end', consistent: item.consistent });
+        break;
+      case 'overrun':
+        this.emit('overrun', { cause: item.cause });
+        break;
+      case 'warning':
+        this.emit('warning', { code: item.code, message: item.message });
+        break;
+      case 'fatal':
+        this.#closeError = item.error;
+        try {
+          this.emit('error', item.error as SystemError);
+        } finally {
+          this.close();
+        }
+        break;
     }
   }
 
@@ -625,6 +691,38 @@ export function emitChange(
       ...arrival,
       ...(extra.correction ? { correction: extra.correction } : {}),
     });
+  }
+}
+
+/** The first change of each link and entry in the rest of a batch. */
+class LaterChanges {
+  readonly links = new Map<number, RawLinkItem>();
+  readonly neighbours = new Map<string, RawNeighbourItem>();
+
+  constructor(batch: readonly RawMonitorItem[], from: number) {
+    for (const item of batch.slice(from)) {
+      if (item.kind === 'link' && item.change !== undefined && !this.links.has(item.ifindex)) {
+        this.links.set(item.ifindex, item);
+      } else if (item.kind === 'neigh') {
+        const key = neighbourKey(toNeighbourInfo(item.record));
+        if (!this.neighbours.has(key)) this.neighbours.set(key, item);
+      }
+    }
+  }
+
+  /** The link before its first later change; null when it did not exist yet, undefined when unchanged. */
+  link(ifindex: number): RawMirroredLink | null | undefined {
+    const item = this.links.get(ifindex);
+    if (item === undefined) return undefined;
+    if (item.change === 'added') return null;
+    return (item.change === 'removed' ? item.record : item.previous) ?? null;
+  }
+
+  neighbour(key: string): RawNeighbour | null | undefined {
+    const item = this.neighbours.get(key);
+    if (item === undefined) return undefined;
+    if (item.change === 'added') return null;
+    return (item.change === 'removed' ? item.record : item.previous) ?? null;
   }
 }
 

@@ -269,6 +269,43 @@ describe('LinkMonitor (real kernel, netns)', function () {
     ]);
   });
 
+  it('a query made while an event is handled answers as of that event, not as of its batch', async function () {
+    const m = await open();
+    const seen: string[] = [];
+    const check = (what: string, link: LinkInfo): void => {
+      const queried = m.getLink(link.ifindex);
+      const byName = m.getLink(link.name);
+      const listed = m.links().find((l) => l.ifindex === link.ifindex);
+      const entries = m
+        .neighbours({ ifindex: link.ifindex })
+        .filter((n) => n.family === 'inet')
+        .map((n) => `${n.destination}=${n.lladdr}`);
+      seen.push(`${what} ${queried?.mac} ${byName?.mac} ${listed?.mac} [${entries.join(' ')}]`);
+    };
+    m.on('linkAdded', ({ link }) => check(`added ${link.mac}`, link));
+    m.on('linkChanged', ({ link }) => check(`changed ${link.mac}`, link));
+    m.on('neighbourAdded', ({ neighbour }) => {
+      const link = m.getLink(neighbour.ifindex);
+      if (link && neighbour.family === 'inet') check(`neigh ${neighbour.lladdr}`, link);
+    });
+    // Run synchronously: the event loop is blocked, so every notification lands in one batch.
+    execFileSync('ip', ['-n', ns.name, '-batch', '-'], {
+      input: [
+        'link add vx5 address 0e:00:00:00:00:51 type vxlan id 5 dstport 8472 nolearning',
+        'neigh replace 198.18.0.1 lladdr 0e:00:00:00:00:a1 dev vx5 nud permanent',
+        'link set vx5 address 0e:00:00:00:00:52',
+        'neigh replace 198.18.0.2 lladdr 0e:00:00:00:00:a2 dev vx5 nud permanent',
+      ].join('\n'),
+    });
+    await waitFor(async () => seen.length >= 4, { timeoutMs: 5000, what: 'the four events' });
+    assert.deepEqual(seen, [
+      'added 0e:00:00:00:00:51 0e:00:00:00:00:51 0e:00:00:00:00:51 0e:00:00:00:00:51 []',
+      'neigh 0e:00:00:00:00:a1 0e:00:00:00:00:51 0e:00:00:00:00:51 0e:00:00:00:00:51 [198.18.0.1=0e:00:00:00:00:a1]',
+      'changed 0e:00:00:00:00:52 0e:00:00:00:00:52 0e:00:00:00:00:52 0e:00:00:00:00:52 [198.18.0.1=0e:00:00:00:00:a1]',
+      'neigh 0e:00:00:00:00:a2 0e:00:00:00:00:52 0e:00:00:00:00:52 0e:00:00:00:00:52 [198.18.0.2=0e:00:00:00:00:a2]',
+    ]);
+  });
+
   it('seeded random churn: the mirror is a fresh dump, and its events replayed are the mirror', async function () {
     this.timeout(120_000);
     const random = prng(20261201);
