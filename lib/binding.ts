@@ -50,6 +50,22 @@ export interface RawNeighbour {
   master?: number;
 }
 
+/**
+ * Neighbour and FDB entries as columns (entry i is element i of each): thousands of entries
+ * cross the boundary as a few objects. -1 in `vni` and `master`: absent.
+ */
+export interface RawNeighbourColumns {
+  family: Uint8Array;
+  ifindex: Int32Array;
+  state: Uint16Array;
+  flags: Uint8Array;
+  type: Uint8Array;
+  vni: Int32Array;
+  master: Int32Array;
+  destination: (string | null)[];
+  lladdr: (string | null)[];
+}
+
 /** A correction the native layer made in the read that saw the drift. */
 export interface RawCorrection {
   mac: string;
@@ -168,9 +184,9 @@ export interface RawMonitor {
     target: {
       name: string;
       mac: Buffer;
-      neighbours?: RawNeighbourEntry[];
-      remove?: RawNeighbourEntry[];
-      upsert?: RawNeighbourEntry[];
+      neighbours?: RawNeighbourEntries;
+      remove?: RawNeighbourEntries;
+      upsert?: RawNeighbourEntries;
     },
   ): void;
   disarm(ifindex: number): void;
@@ -179,7 +195,7 @@ export interface RawMonitor {
   stats(): RawMonitorStats;
   links(): RawMirroredLink[];
   getLink(key: number | string): RawMirroredLink | undefined;
-  neighbours(ifindex?: number): RawNeighbour[];
+  neighbours(ifindex?: number): RawNeighbourColumns;
   resyncing(): boolean;
   close(): void;
 }
@@ -218,6 +234,20 @@ export interface RawDriverInfo {
   busInfo: string;
 }
 
+/**
+ * Entries to write, as columns (entry i is element i of each), so that thousands cross the
+ * boundary as a few objects: `lladdr` in the canonical text form, `destination` null for an FDB
+ * entry without one.
+ */
+export interface RawNeighbourEntries {
+  family: Uint8Array;
+  ifindex: Int32Array;
+  state: Uint16Array;
+  flags: Uint8Array;
+  destination: (string | null)[];
+  lladdr: string[];
+}
+
 export interface RawNeighbourEntry {
   family: number;
   ifindex: number;
@@ -246,9 +276,9 @@ export interface RawControl {
   setLinkAddress(ifindex: number, mac: Buffer, interfaceName: string, async: true): Promise<void>;
   replaceNeighbour(entry: RawNeighbourEntry, interfaceName?: string, async?: false): void;
   replaceNeighbour(entry: RawNeighbourEntry, interfaceName: string, async: true): Promise<void>;
-  replaceNeighbours(entries: RawNeighbourEntry[], interfaceName?: string, async?: false): number;
+  replaceNeighbours(entries: RawNeighbourEntries, interfaceName?: string, async?: false): number;
   replaceNeighbours(
-    entries: RawNeighbourEntry[],
+    entries: RawNeighbourEntries,
     interfaceName: string,
     async: true,
   ): Promise<number>;
@@ -293,7 +323,7 @@ export interface RawMirror {
   noteCorrection(ifindex: number, mac: Buffer): void;
   links(): RawMirroredLink[];
   getLink(key: number | string): RawMirroredLink | undefined;
-  neighbours(ifindex?: number): RawNeighbour[];
+  neighbours(ifindex?: number): RawNeighbourColumns;
 }
 
 export interface RawBinding {

@@ -19,7 +19,13 @@ import {
   type RawNeighbourItem,
 } from './binding';
 import type { SystemError } from './errors';
-import { neighbourKey, toLinkInfo, toNeighbourInfo, toRawNeighbourEntries } from './records';
+import {
+  neighbourInfos,
+  neighbourKey,
+  toLinkInfo,
+  toNeighbourInfo,
+  toRawNeighbourEntries,
+} from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
 import { RANGES, integerInRange, macBytes, resolveNetnsPath } from './validate';
 
@@ -379,7 +385,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
 
   /** The mirror's neighbour and FDB entries (of one device when `ifindex` is given), as of the event being handled. */
   neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
-    const entries = this.#native.neighbours(filter.ifindex).map(toNeighbourInfo);
+    const entries = neighbourInfos(this.#native.neighbours(filter.ifindex));
     const later = this.#laterChanges();
     if (!later || later.neighbours.size === 0) return entries;
     const asOf = entries.filter((entry) => !later.neighbours.has(neighbourKey(entry)));

@@ -43,7 +43,7 @@ export function controlPorts(control: RawControl): GuardPorts {
     },
     replaceNeighbours(entries, name) {
       const raw = toRawNeighbourEntries(entries);
-      return raw.length === 0 ? 0 : control.replaceNeighbours(raw, name);
+      return raw.family.length === 0 ? 0 : control.replaceNeighbours(raw, name);
     },
     getFeatures(name) {
       return control.getFeatures(name).features;

@@ -1,5 +1,11 @@
 /** Raw addon records to the public shapes, and the keys that identify them. */
-import type { RawLink, RawNeighbour, RawNeighbourEntry } from './binding';
+import type {
+  RawLink,
+  RawNeighbour,
+  RawNeighbourColumns,
+  RawNeighbourEntries,
+  RawNeighbourEntry,
+} from './binding';
 import {
   AF_BRIDGE,
   AF_INET6,
@@ -45,19 +51,64 @@ function familyName(family: number): NeighbourFamily {
   return family === AF_INET6 ? 'inet6' : 'inet';
 }
 
-export function toNeighbourInfo(raw: RawNeighbour): NeighbourInfo {
+function neighbourInfo(
+  family: number,
+  ifindex: number,
+  destination: string | null,
+  lladdr: string | null,
+  state: number,
+  flags: number,
+  vni: number | null,
+  master: number | null,
+): NeighbourInfo {
   return {
-    family: familyName(raw.family),
-    ifindex: raw.ifindex,
-    destination: raw.destination,
-    lladdr: raw.lladdr,
-    state: raw.state,
-    states: neighbourStateNames(raw.state),
-    permanent: (raw.state & NUD_PERMANENT) !== 0,
-    flags: raw.flags,
-    vni: raw.vni ?? null,
-    master: raw.master ?? null,
+    family: familyName(family),
+    ifindex,
+    destination,
+    lladdr,
+    state,
+    states: neighbourStateNames(state),
+    permanent: (state & NUD_PERMANENT) !== 0,
+    flags,
+    vni,
+    master,
   };
+}
+
+export function toNeighbourInfo(raw: RawNeighbour): NeighbourInfo {
+  return neighbourInfo(
+    raw.family,
+    raw.ifindex,
+    raw.destination,
+    raw.lladdr,
+    raw.state,
+    raw.flags,
+    raw.vni ?? null,
+    raw.master ?? null,
+  );
+}
+
+/** Entries handed over as columns (see RawNeighbourColumns), as records. */
+export function neighbourInfos(columns: RawNeighbourColumns): NeighbourInfo[] {
+  const entries: NeighbourInfo[] = [];
+  const { family, ifindex, destination, lladdr, state, flags, vni, master } = columns;
+  for (let i = 0; i < family.length; i += 1) {
+    const entryVni = vni[i] ?? -1;
+    const entryMaster = master[i] ?? -1;
+    entries.push(
+      neighbourInfo(
+        family[i] ?? 0,
+        ifindex[i] ?? 0,
+        destination[i] ?? null,
+        lladdr[i] ?? null,
+        state[i] ?? 0,
+        flags[i] ?? 0,
+        entryVni < 0 ? null : entryVni,
+        entryMaster < 0 ? null : entryMaster,
+      ),
+    );
+  }
+  return entries;
 }
 
 /**
@@ -78,10 +129,27 @@ export function neighbourKey(entry: {
 }
 
 /** The entries that can be written back (those with an lladdr), as the addon takes them. */
-export function toRawNeighbourEntries(entries: readonly NeighbourInfo[]): RawNeighbourEntry[] {
-  return entries
-    .filter((entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null)
-    .map((entry) => toRawNeighbourEntry(entry));
+export function toRawNeighbourEntries(entries: readonly NeighbourInfo[]): RawNeighbourEntries {
+  const kept = entries.filter(
+    (entry): entry is NeighbourInfo & { lladdr: string } => entry.lladdr !== null,
+  );
+  const columns: RawNeighbourEntries = {
+    family: new Uint8Array(kept.length),
+    ifindex: new Int32Array(kept.length),
+    state: new Uint16Array(kept.length),
+    flags: new Uint8Array(kept.length),
+    destination: [],
+    lladdr: [],
+  };
+  kept.forEach((entry, i) => {
+    columns.family[i] = familyNumber(entry.family);
+    columns.ifindex[i] = entry.ifindex;
+    columns.state[i] = entry.state;
+    columns.flags[i] = entry.flags;
+    columns.destination.push(entry.destination);
+    columns.lladdr.push(entry.lladdr);
+  });
+  return columns;
 }
 
 /** A kept entry as the addon writes it back (the caller checked lladdr is set). */

@@ -250,7 +250,7 @@ describe('LinkMonitor (real kernel, netns)', function () {
     // Sent as the change: one out, two in (a moved entry is a new object for the same key).
     const change = restoreSetChange(previousList, next);
     assert.deepEqual(
-      [change.neighbours, change.remove?.length, change.upsert?.length],
+      [change.neighbours, change.remove?.family.length, change.upsert?.family.length],
       [undefined, 2, 2],
     );
     m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: next });

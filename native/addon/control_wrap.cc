@@ -224,7 +224,7 @@ Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
       Nothing);
 }
 
-// replaceNeighbours([{ family, ifindex, destination, lladdr, state, flags }, ...],
+// replaceNeighbours({ family, ifindex, state, flags, destination, lladdr } columns,
 //                   interfaceForErrors?, async?): in batches (neighbour_batch.h); returns the
 //                   count, or throws the first failure (its detail says how many were not written).
 Napi::Value ControlWrap::ReplaceNeighbours(const Napi::CallbackInfo& info) {

@@ -4,10 +4,6 @@
 #include <sys/socket.h>
 
 namespace fg::addon {
-namespace {
-
-using netlink::MacField;
-
 napi_value AddressToJs(JsWriter& js, const std::vector<uint8_t>& address) {
   char text[INET6_ADDRSTRLEN] = {};
   const int family = address.size() == 4 ? AF_INET : AF_INET6;
@@ -17,6 +13,10 @@ napi_value AddressToJs(JsWriter& js, const std::vector<uint8_t>& address) {
   }
   return js.String(text);
 }
+
+namespace {
+
+using netlink::MacField;
 
 // Sets `key` to the canonical MAC, or to null plus `errorKey` with the reason.
 void SetMac(JsWriter& js, napi_value object, const char* key, const char* errorKey,
@@ -201,11 +201,85 @@ netlink::NeighbourEntry NeighbourEntryFromJs(const Napi::Value& value) {
   return entry;
 }
 
+namespace {
+
+// Column `key` of `columns`: a typed array of `type`, of `count` elements.
+template <typename T>
+Napi::TypedArrayOf<T> TypedColumn(const Napi::Object& columns, const char* key,
+                                  napi_typedarray_type type, size_t count) {
+  const Napi::Value value = columns.Get(key);
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != type ||
+      value.As<Napi::TypedArray>().ElementLength() != count) {
+    throw Napi::TypeError::New(columns.Env(), std::string("neighbour entries: ") + key +
+                                                  " must be a typed array of every entry");
+  }
+  return value.As<Napi::TypedArrayOf<T>>();
+}
+
+Napi::Array ArrayColumn(const Napi::Object& columns, const char* key, size_t count) {
+  const Napi::Value value = columns.Get(key);
+  if (!value.IsArray() || value.As<Napi::Array>().Length() != count) {
+    throw Napi::TypeError::New(columns.Env(), std::string("neighbour entries: ") + key +
+                                                  " must be an array of every entry");
+  }
+  return value.As<Napi::Array>();
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// "0e:2a:00:00:00:01" (exactly six colon-separated hex pairs).
+std::array<uint8_t, 6> MacTextFromJs(const Napi::Value& value) {
+  std::array<uint8_t, 6> mac{};
+  const std::string text = value.IsString() ? value.As<Napi::String>().Utf8Value() : "";
+  bool valid = text.size() == 17;
+  for (size_t i = 0; valid && i < 6; ++i) {
+    const int high = HexDigit(text[3 * i]);
+    const int low = HexDigit(text[3 * i + 1]);
+    valid = high >= 0 && low >= 0 && (i == 5 || text[3 * i + 2] == ':');
+    mac[i] = static_cast<uint8_t>((high << 4) | (low & 0xf));
+  }
+  if (!valid) throw Napi::TypeError::New(value.Env(), "lladdr must be a MAC (aa:bb:cc:dd:ee:ff)");
+  return mac;
+}
+
+}  // namespace
+
 std::vector<netlink::NeighbourEntry> NeighbourEntriesFromJs(const Napi::Value& value) {
-  if (!value.IsArray()) throw Napi::TypeError::New(value.Env(), "neighbours must be an array");
-  const Napi::Array list = value.As<Napi::Array>();
-  std::vector<netlink::NeighbourEntry> entries;
-  for (uint32_t i = 0; i < list.Length(); ++i) entries.push_back(NeighbourEntryFromJs(list.Get(i)));
+  Napi::Env env = value.Env();
+  if (!value.IsObject()) {
+    throw Napi::TypeError::New(
+        env,
+        "neighbour entries must be columns { family, ifindex, state, flags, destination, lladdr }");
+  }
+  const Napi::Object columns = value.As<Napi::Object>();
+  const Napi::Value families = columns.Get("family");
+  if (!families.IsTypedArray()) {
+    throw Napi::TypeError::New(env, "neighbour entries: family must be a Uint8Array");
+  }
+  const size_t count = families.As<Napi::TypedArray>().ElementLength();
+  const auto family = TypedColumn<uint8_t>(columns, "family", napi_uint8_array, count);
+  const auto ifindex = TypedColumn<int32_t>(columns, "ifindex", napi_int32_array, count);
+  const auto state = TypedColumn<uint16_t>(columns, "state", napi_uint16_array, count);
+  const auto flags = TypedColumn<uint8_t>(columns, "flags", napi_uint8_array, count);
+  const Napi::Array destination = ArrayColumn(columns, "destination", count);
+  const Napi::Array lladdr = ArrayColumn(columns, "lladdr", count);
+  std::vector<netlink::NeighbourEntry> entries(count);
+  for (size_t i = 0; i < count; ++i) {
+    netlink::NeighbourEntry& entry = entries[i];
+    const uint32_t at = static_cast<uint32_t>(i);
+    entry.family = family[i];
+    entry.ifindex = ifindex[i];
+    if (entry.ifindex <= 0) throw Napi::RangeError::New(env, "ifindex must be positive");
+    entry.destination = AddressFromJs(destination.Get(at), "destination");
+    entry.lladdr = MacTextFromJs(lladdr.Get(at));
+    entry.state = state[i];
+    entry.flags = flags[i];
+  }
   return entries;
 }
 

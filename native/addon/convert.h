@@ -16,6 +16,8 @@
 
 namespace fg::addon {
 
+// An IPv4 or IPv6 address in its text form; null for any other length.
+napi_value AddressToJs(JsWriter& js, const std::vector<uint8_t>& address);
 napi_value LinkToJs(JsWriter& js, const netlink::LinkRecord& link);
 napi_value NeighToJs(JsWriter& js, const netlink::NeighRecord& neigh);
 napi_value MessageToJs(JsWriter& js, const netlink::Message& message);
@@ -43,6 +45,7 @@ std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what);
 
 // { family, ifindex, destination, lladdr: Buffer(6), state, flags }; throws a TypeError otherwise.
 netlink::NeighbourEntry NeighbourEntryFromJs(const Napi::Value& value);
+// Entries handed over as columns (lib/binding.ts RawNeighbourEntries).
 std::vector<netlink::NeighbourEntry> NeighbourEntriesFromJs(const Napi::Value& value);
 
 }  // namespace fg::addon

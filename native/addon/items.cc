@@ -60,16 +60,71 @@ napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
   return array;
 }
 
+namespace {
+
+// A typed array of `count` elements of T, whose storage `data` points at (nullptr on failure).
+template <typename T>
+napi_value TypedArray(JsWriter& js, napi_typedarray_type type, size_t count, T** data) {
+  napi_value buffer = nullptr;
+  napi_value array = nullptr;
+  void* bytes = nullptr;
+  *data = nullptr;
+  if (!js.ok() ||
+      napi_create_arraybuffer(js.env(), count * sizeof(T), &bytes, &buffer) != napi_ok ||
+      napi_create_typedarray(js.env(), type, count, buffer, 0, &array) != napi_ok) {
+    return nullptr;
+  }
+  *data = static_cast<T*>(bytes);
+  return array;
+}
+
+}  // namespace
+
 napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
                                   std::optional<int32_t> ifindex) {
-  napi_value array = js.Array(0);
-  uint32_t count = 0;
+  std::vector<const netlink::NeighRecord*> entries;
   for (const auto& [key, neigh] : mirror.neighs()) {
-    if (!ifindex || neigh.record.ifindex == *ifindex) {
-      js.SetIndex(array, count++, NeighToJs(js, neigh.record));
-    }
+    if (!ifindex || neigh.record.ifindex == *ifindex) entries.push_back(&neigh.record);
   }
-  return array;
+  const size_t count = entries.size();
+  uint8_t* family = nullptr;
+  int32_t* index = nullptr;
+  uint16_t* state = nullptr;
+  uint8_t* flags = nullptr;
+  uint8_t* type = nullptr;
+  int32_t* vni = nullptr;
+  int32_t* master = nullptr;
+  napi_value columns = js.Object();
+  js.Set(columns, "family", TypedArray(js, napi_uint8_array, count, &family));
+  js.Set(columns, "ifindex", TypedArray(js, napi_int32_array, count, &index));
+  js.Set(columns, "state", TypedArray(js, napi_uint16_array, count, &state));
+  js.Set(columns, "flags", TypedArray(js, napi_uint8_array, count, &flags));
+  js.Set(columns, "type", TypedArray(js, napi_uint8_array, count, &type));
+  js.Set(columns, "vni", TypedArray(js, napi_int32_array, count, &vni));
+  js.Set(columns, "master", TypedArray(js, napi_int32_array, count, &master));
+  napi_value destination = js.Array(count);
+  napi_value lladdr = js.Array(count);
+  js.Set(columns, "destination", destination);
+  js.Set(columns, "lladdr", lladdr);
+  if (!family || !index || !state || !flags || !type || !vni || !master) return columns;
+  for (size_t i = 0; i < count; ++i) {
+    const netlink::NeighRecord& entry = *entries[i];
+    family[i] = entry.family;
+    index[i] = entry.ifindex;
+    state[i] = entry.state;
+    flags[i] = entry.flags;
+    type[i] = entry.type;
+    vni[i] = entry.vni ? static_cast<int32_t>(*entry.vni) : -1;
+    master[i] = entry.master ? static_cast<int32_t>(*entry.master) : -1;
+    const uint32_t at = static_cast<uint32_t>(i);
+    js.SetIndex(destination, at,
+                entry.destination.empty() ? js.Null() : AddressToJs(js, entry.destination));
+    js.SetIndex(lladdr, at,
+                entry.lladdr.state == netlink::MacField::State::kValid
+                    ? js.String(netlink::FormatMac(entry.lladdr.bytes))
+                    : js.Null());
+  }
+  return columns;
 }
 
 namespace {

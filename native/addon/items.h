@@ -20,7 +20,10 @@ napi_value MirroredLinkToJs(JsWriter& js, const netlink::LinkRecord& record,
 // A mirror's links, each with the addr_assign_type `addrAssignType(ifindex)` gives.
 napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
                              const std::function<int16_t(int32_t)>& addrAssignType);
-// A mirror's neighbour and FDB entries, of one device when `ifindex` is given.
+// A mirror's neighbour and FDB entries (of one device when `ifindex` is given) as
+// columns: typed arrays of the numbers and arrays of the two strings, so that
+// thousands of entries cost a few objects here (JS makes the records, as
+// lib/records.ts neighbourInfos does) instead of a dozen property writes each.
 napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
                                   std::optional<int32_t> ifindex);
 

@@ -37,7 +37,7 @@ import {
   type NativeCorrection,
 } from '../../lib/monitor';
 import type { GuardPorts } from '../../lib/ports';
-import { neighbourKey, toLinkInfo, toNeighbourInfo } from '../../lib/records';
+import { neighbourInfos, neighbourKey, toLinkInfo } from '../../lib/records';
 import { delLinkMessage, linkMessage, neighMessage } from './netlink-bytes';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/types';
 
@@ -424,7 +424,7 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
   }
 
   neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
-    return this.#mirror.neighbours(filter.ifindex).map(toNeighbourInfo);
+    return neighbourInfos(this.#mirror.neighbours(filter.ifindex));
   }
 
   ready(): Promise<void> {
