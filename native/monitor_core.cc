@@ -119,21 +119,28 @@ constexpr size_t kMaxAutoReceiveBuffer = size_t{64} << 20;
 constexpr size_t kSpareNotifications = 512;
 }  // namespace
 
-void MonitorCore::FollowRestoreSet(const netlink::NeighRecord& neigh) {
-  if (neigh.deleted || neigh.family == AF_BRIDGE || (neigh.state & NUD_PERMANENT) == 0 ||
-      neigh.lladdr.state != netlink::MacField::State::kValid) {
-    return;
-  }
+void MonitorCore::FollowRestoreSet(const NeighChange& change) {
+  const netlink::NeighRecord& neigh = change.neigh;
+  if (neigh.family == AF_BRIDGE) return;
   auto set = restoreSets_.find(neigh.ifindex);
   if (set == restoreSets_.end()) return;
+  const bool permanent = (neigh.state & NUD_PERMANENT) != 0;
   netlink::NeighbourEntry entry;
   entry.family = neigh.family;
   entry.ifindex = neigh.ifindex;
   entry.destination = neigh.destination;
-  entry.lladdr = neigh.lladdr.bytes;
-  entry.state = neigh.state;
-  entry.flags = neigh.flags;
-  set->second.Upsert(std::move(entry));
+  if (change.kind == ChangeKind::kRemoved) {
+    // Deleted on purpose; a flush (the kernel's, after a MAC change or a down)
+    // or a re-dump's miss keeps the entry for restoring.
+    if (permanent && change.cause == RemovalCause::kDeleted) set->second.Remove(entry);
+  } else if (permanent && neigh.lladdr.state == netlink::MacField::State::kValid) {
+    entry.lladdr = neigh.lladdr.bytes;
+    entry.state = neigh.state;
+    entry.flags = neigh.flags;
+    set->second.Upsert(std::move(entry));
+  } else if (!permanent && change.portid != 0) {
+    set->second.Remove(entry);  // a process made it non-permanent on purpose
+  }
 }
 
 void MonitorCore::SizeReceiveBufferFor(size_t entries) {
@@ -372,9 +379,9 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     ApplyLink(std::move(*link), false, std::move(correction), disarmed, out);
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
     if (IsCorrectionEcho(*neigh)) return;
-    FollowRestoreSet(*neigh);
     if (Keep(*neigh)) {
       mirror_.ApplyNeigh(std::move(*neigh), false, message.portid, &changes_);
+      for (const MirrorChange& change : changes_) FollowRestoreSet(std::get<NeighChange>(change));
       Emit(changes_, out);
     }
   } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {

@@ -216,11 +216,12 @@ class MonitorCore {
   // Whether a neighbour notification is the echo of a correction: the flush of
   // an entry it put back (the rewrite's, still queued) or its own re-add.
   bool IsCorrectionEcho(const netlink::NeighRecord& neigh);
-  // A permanent ARP/NDP entry added or changed on a device with a restore set
-  // is taken into it at once, as the guard would: a rewrite read in the same
-  // batch, before JS has re-armed, then puts back the entry as it is now.
-  // (Removals stay with JS, which tells a flush from a delete.)
-  void FollowRestoreSet(const netlink::NeighRecord& neigh);
+  // A device's restore set follows its entries as the guard's policy does, the
+  // moment a notification is read: a permanent ARP/NDP entry added or changed
+  // is taken in, one deleted on purpose or made non-permanent by a process is
+  // dropped (a flush keeps it). A rewrite read in the same batch, before JS
+  // has re-armed, then puts back the table as it is now.
+  void FollowRestoreSet(const NeighChange& change);
   // Grows the receive buffer (unless it was set explicitly) to hold a flush of
   // `entries` neighbour entries and their re-adds, with room to spare.
   void SizeReceiveBufferFor(size_t entries);

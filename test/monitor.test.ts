@@ -431,6 +431,32 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(m.stats().overruns, 0);
   });
 
+  it('a delete read in the same batch as a rewrite is not put back by its correction', async function () {
+    const pinned = '0e:00:00:00:00:01';
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip(`link set vx1 address ${pinned} up`);
+    await ns.ipBatch(
+      [1, 2, 3].map(
+        (i) => `neigh replace 198.18.0.${i} lladdr 0e:00:00:00:00:a${i} dev vx1 nud permanent`,
+      ),
+    );
+    const m = await open({ neighbours: 'ip' });
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    const kept = m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet');
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: kept });
+    const corrected = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
+    // The event loop is blocked while ip runs: the delete (the kernel reports the entry FAILED,
+    // then gone) and the rewrite arrive in one batch, before JS could re-arm with the smaller set.
+    execFileSync('ip', ['-n', ns.name, '-batch', '-'], {
+      input: 'neigh del 198.18.0.2 dev vx1\nlink set vx1 address 0e:00:00:00:00:02\n',
+    });
+    const [event] = await corrected;
+    assert.equal(event.correction?.neighbours, 2);
+    const table = await ns.ipJson<{ dst: string }[]>('-4 neigh show dev vx1 nud permanent');
+    assert.deepEqual(table.map((row) => row.dst).sort(), ['198.18.0.1', '198.18.0.3']);
+  });
+
   it("with neighbours 'ip', ARP entries are followed and the FDB is neither dumped nor reported", async function () {
     await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
     await ns.ip('link set flannel.1 up');
