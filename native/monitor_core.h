@@ -1,7 +1,8 @@
 // The event side of the link monitor: one subscribed NETLINK_ROUTE socket that
-// carries both notifications and the dumps used to (re)build a snapshot, read
-// in bounded batches. Overruns never stop it: they schedule one coalesced
-// resync. No Node dependency; the addon turns its items into JS objects.
+// carries both notifications and the dumps used to (re)build the namespace's
+// mirror (StateMirror), read in bounded batches; what a batch changed in the
+// mirror becomes its items. Overruns never stop it: they schedule one
+// coalesced resync. No Node dependency; the addon turns its items into JS objects.
 #pragma once
 
 #include <array>
