@@ -10,8 +10,8 @@
  *
  * Per N and guard: rewrite -> MAC and all N ARP entries back (p50/p99, seen by the C rewriter of
  * scripts/bench/latency.ts), CPU per correction (all threads' run time), peak RSS (VmHWM), and the
- * guard's own account (restored events, errors, overruns). Then start-up to `ready` with N = 5000
- * and 2000 unrelated links, against an empty namespace. Prints the figures, as ratios to the C
+ * guard's own account (restored events, errors, overruns). Before those (on a quiet machine):
+ * start-up to `ready` with N = 5000 and 2000 unrelated links, against an empty namespace. Prints the figures, as ratios to the C
  * reference and to `ip -batch`; asserts nothing. Needs root.
  *
  * Usage: node dist/scripts/bench/scale.js [--sizes 10,1000,5000] [--rewrites R] [--startups S]
@@ -260,10 +260,14 @@ async function main(): Promise<void> {
   if (!existsSync(cli)) throw new Error(`${cli} missing: run tsc -p tsconfig.json first`);
   for (const tool of ['reference-guard', 'rewriter']) buildBenchTool(tool);
   try {
+    // Start-ups first, on a quiet machine: a namespace deleted with thousands of entries is
+    // torn down by the kernel in the background for seconds afterwards, under rtnl_lock, and
+    // the dumps of a start-up right after it wait for that lock.
+    process.stderr.write('start-ups\n');
+    const start = await startups(options);
     const sizes: SizeFigures[] = [];
     for (const n of options.sizes) sizes.push(await measureSize(n, options));
-    process.stderr.write('start-ups\n');
-    report(sizes, await startups(options));
+    report(sizes, start);
   } finally {
     await destroyAll();
   }
