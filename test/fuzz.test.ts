@@ -1,5 +1,5 @@
 /**
- * The libFuzzer targets (netlink parser; ethtool string and feature decoding)
+ * The libFuzzer targets (netlink parser; ethtool string and feature decoding; the state mirror)
  * under ASan+UBSan for a bounded time each, from their seed corpora. A crash,
  * a sanitizer report or a round-trip mismatch fails the test; the inputs are
  * left in build/fuzz/artifacts.
@@ -12,7 +12,7 @@ const root = join(__dirname, '..', '..');
 const SECONDS = 60;
 
 describe('fuzzing (libFuzzer, ASan+UBSan)', function () {
-  for (const target of ['fuzz_netlink', 'fuzz_ethtool']) {
+  for (const target of ['fuzz_netlink', 'fuzz_ethtool', 'fuzz_mirror']) {
     it(`${target} runs ${SECONDS} s without a finding`, function () {
       this.timeout((SECONDS + 240) * 1000);
       const result = spawnSync(
