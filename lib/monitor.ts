@@ -277,6 +277,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   /** The batch being dispatched, and the index of its item being handled (see #laterChanges). */
   #batch: readonly RawMonitorItem[] | undefined;
   #position = 0;
+  #batchChanges: BatchChanges | undefined;
   #later: { position: number; changes: LaterChanges } | undefined;
   /** The arrival of the batch being handled (see Arrival). */
   #receivedAt = 0;
@@ -407,9 +408,10 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     const batch = this.#batch;
     if (batch === undefined || this.#position >= batch.length - 1) return undefined;
     if (this.#later?.position !== this.#position) {
+      this.#batchChanges ??= new BatchChanges(batch);
       this.#later = {
         position: this.#position,
-        changes: new LaterChanges(batch, this.#position + 1),
+        changes: new LaterChanges(this.#batchChanges, this.#position),
       };
     }
     return this.#later.changes;
@@ -595,6 +597,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       }
     } finally {
       this.#batch = undefined;
+      this.#batchChanges = undefined;
       this.#later = undefined;
     }
   }
@@ -701,18 +704,40 @@ export function emitChange(
 }
 
 /** The first change of each link and entry in the rest of a batch. */
+/** Where each link and entry changes in a batch: keyed once, when the first query needs it. */
+class BatchChanges {
+  readonly links = new Map<number, { position: number; item: RawLinkItem }[]>();
+  readonly neighbours = new Map<string, { position: number; item: RawNeighbourItem }[]>();
+
+  constructor(batch: readonly RawMonitorItem[]) {
+    batch.forEach((item, position) => {
+      if (item.kind === 'link' && item.change !== undefined) {
+        const changes = this.links.get(item.ifindex) ?? [];
+        changes.push({ position, item });
+        this.links.set(item.ifindex, changes);
+      } else if (item.kind === 'neigh') {
+        const key = neighbourKey(toNeighbourInfo(item.record));
+        const changes = this.neighbours.get(key) ?? [];
+        changes.push({ position, item });
+        this.neighbours.set(key, changes);
+      }
+    });
+  }
+}
+
+/** The first change of each link and entry after a position of a batch. */
 class LaterChanges {
   readonly links = new Map<number, RawLinkItem>();
   readonly neighbours = new Map<string, RawNeighbourItem>();
 
-  constructor(batch: readonly RawMonitorItem[], from: number) {
-    for (const item of batch.slice(from)) {
-      if (item.kind === 'link' && item.change !== undefined && !this.links.has(item.ifindex)) {
-        this.links.set(item.ifindex, item);
-      } else if (item.kind === 'neigh') {
-        const key = neighbourKey(toNeighbourInfo(item.record));
-        if (!this.neighbours.has(key)) this.neighbours.set(key, item);
-      }
+  constructor(batch: BatchChanges, after: number) {
+    for (const [ifindex, changes] of batch.links) {
+      const first = changes.find((change) => change.position > after);
+      if (first) this.links.set(ifindex, first.item);
+    }
+    for (const [key, changes] of batch.neighbours) {
+      const first = changes.find((change) => change.position > after);
+      if (first) this.neighbours.set(key, first.item);
     }
   }
 

@@ -415,18 +415,25 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
   out->push_back(LinkItem{ifindex, std::move(own), std::move(correction), disarmed});
 }
 
-void MonitorCore::Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out) {
+void AppendChangeItems(std::vector<MirrorChange>& changes, NeighbourEvents events,
+                       std::vector<MonitorItem>* out) {
   for (MirrorChange& change : changes) {
     if (auto* link = std::get_if<LinkChange>(&change)) {
       const int32_t ifindex = link->link.ifindex;
-      Resolve(*link);
       out->push_back(LinkItem{ifindex, std::move(*link), std::nullopt, false});
-      continue;
+    } else if (NeighChange& neigh = std::get<NeighChange>(change); Reported(neigh, events)) {
+      out->push_back(NeighItem{std::move(neigh)});
     }
-    NeighChange& neigh = std::get<NeighChange>(change);
-    if (Reported(neigh, neighbourEvents_)) out->push_back(NeighItem{std::move(neigh)});
   }
   changes.clear();
+}
+
+void MonitorCore::Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out) {
+  const size_t first = out->size();
+  AppendChangeItems(changes, neighbourEvents_, out);
+  for (size_t i = first; i < out->size(); ++i) {
+    if (auto* link = std::get_if<LinkItem>(&(*out)[i])) Resolve(*link->change);
+  }
 }
 
 void MonitorCore::Resolve(LinkChange& change) {

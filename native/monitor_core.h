@@ -128,6 +128,11 @@ struct FatalItem {
 using MonitorItem =
     std::variant<LinkItem, NeighItem, ReadyItem, ResyncItem, OverrunItem, WarningItem, FatalItem>;
 
+// The mirror's changes as items, in order: every link change, and the
+// neighbour changes `events` reports. Empties `changes`.
+void AppendChangeItems(std::vector<MirrorChange>& changes, NeighbourEvents events,
+                       std::vector<MonitorItem>* out);
+
 struct MonitorStats {
   uint64_t wakeups = 0;
   uint64_t datagrams = 0;

@@ -45,6 +45,12 @@ napi_value MirroredLinkToJs(JsWriter& js, const netlink::LinkRecord& record,
   return link;
 }
 
+const StateMirror::Link* FindMirroredLink(const StateMirror& mirror, const Napi::Value& key) {
+  if (key.IsNumber()) return mirror.FindLink(key.As<Napi::Number>().Int32Value());
+  if (key.IsString()) return mirror.FindLinkByName(key.As<Napi::String>().Utf8Value());
+  throw Napi::TypeError::New(key.Env(), "getLink(ifindex | name)");
+}
+
 napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
                              const std::function<int16_t(int32_t)>& addrAssignType) {
   // Indexes first: reading addr_assign_type may update the mirror's entries.

@@ -3,6 +3,8 @@
 // Mirror classes.
 #pragma once
 
+#include <napi.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -26,6 +28,9 @@ napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
 // lib/records.ts neighbourInfos does) instead of a dozen property writes each.
 napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
                                   std::optional<int32_t> ifindex);
+
+// getLink()'s lookup: by index (a number) or by name (a string); a TypeError otherwise.
+const StateMirror::Link* FindMirroredLink(const StateMirror& mirror, const Napi::Value& key);
 
 napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& netnsLabel);
 

@@ -18,19 +18,6 @@ napi_value ItemsToJs(Napi::Env env, const std::vector<MonitorItem>& items) {
   return array;
 }
 
-// The mirror's changes as the monitor hands them over (every neighbour change).
-void AppendItems(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* items) {
-  for (MirrorChange& change : changes) {
-    if (auto* link = std::get_if<LinkChange>(&change)) {
-      const int32_t ifindex = link->link.ifindex;
-      items->push_back(LinkItem{ifindex, std::move(*link), std::nullopt, false});
-    } else {
-      items->push_back(NeighItem{std::move(std::get<NeighChange>(change))});
-    }
-  }
-  changes.clear();
-}
-
 }  // namespace
 
 Napi::Function MirrorWrap::Define(Napi::Env env) {
@@ -66,7 +53,7 @@ Napi::Value MirrorWrap::Apply(const Napi::CallbackInfo& info) {
     } else if (auto* malformed = std::get_if<netlink::MalformedRecord>(&message.body)) {
       throw Napi::TypeError::New(env, "apply: " + malformed->reason);
     }
-    AppendItems(changes, &items);
+    AppendChangeItems(changes, NeighbourEvents::kAll, &items);
   }
   return Napi::Value(env, ItemsToJs(env, items));
 }
@@ -82,7 +69,7 @@ Napi::Value MirrorWrap::EndResync(const Napi::CallbackInfo& info) {
   std::vector<MirrorChange> changes;
   mirror_.EndResync(info[0].ToBoolean().Value(), &changes);
   std::vector<MonitorItem> items;
-  AppendItems(changes, &items);
+  AppendChangeItems(changes, NeighbourEvents::kAll, &items);
   if (!wasReady) items.push_back(ReadyItem{});
   return Napi::Value(info.Env(), ItemsToJs(info.Env(), items));
 }
@@ -102,9 +89,7 @@ Napi::Value MirrorWrap::Links(const Napi::CallbackInfo& info) {
 
 Napi::Value MirrorWrap::GetLink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const StateMirror::Link* link =
-      info[0].IsString() ? mirror_.FindLinkByName(info[0].As<Napi::String>().Utf8Value())
-                         : mirror_.FindLink(info[0].ToNumber().Int32Value());
+  const StateMirror::Link* link = FindMirroredLink(mirror_, info[0]);
   if (!link) return env.Undefined();
   JsWriter js(env);
   return Napi::Value(env, MirroredLinkToJs(js, link->record, link->addrAssignType));

@@ -260,14 +260,7 @@ Napi::Value MonitorWrap::Links(const Napi::CallbackInfo& info) {
 // getLink(ifindex | name): the mirrored link, or undefined.
 Napi::Value MonitorWrap::GetLink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const StateMirror::Link* link = nullptr;
-  if (info[0].IsNumber()) {
-    link = mirror().FindLink(info[0].As<Napi::Number>().Int32Value());
-  } else if (info[0].IsString()) {
-    link = mirror().FindLinkByName(info[0].As<Napi::String>().Utf8Value());
-  } else {
-    throw Napi::TypeError::New(env, "getLink(ifindex | name)");
-  }
+  const StateMirror::Link* link = FindMirroredLink(mirror(), info[0]);
   if (!link) return env.Undefined();
   const int32_t ifindex = link->record.ifindex;
   const int16_t addrAssignType = AddrAssignTypeOf(ifindex);
