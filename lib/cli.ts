@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --no-memory-reducer --max-semi-space-size=1
+#!/usr/bin/env -S node --no-memory-reducer --max-semi-space-size=1 --max-opt=1
 /**
  * flannel-guard command line: `watch` runs the guard until SIGINT/SIGTERM;
  * `status` prints the managed devices once; `doctor` diagnoses the node.
@@ -7,149 +7,115 @@
  * daemon with a small live set: no memory reducer (it would wake an idle
  * guard every few seconds to shrink a heap that does not grow) and a 1 MiB
  * young generation (scavenges stay cheap; the default lets it grow to 16 MiB
- * of resident memory the guard never needs).
+ * of resident memory the guard never needs); and no optimizing tier above
+ * Sparkplug: TurboFan's own code and what it compiles cost ~8 MiB resident,
+ * and the guard's short bursts of JavaScript take no more CPU at baseline
+ * (bench:scale, both ways). deploy/Dockerfile's ENTRYPOINT repeats the flags.
  */
 import type { EventEmitter } from 'node:events';
 import { existsSync, fstatSync, readFileSync, write, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { Command, CommanderError, Option } from 'commander';
-
-import { isSystemError } from './errors';
-import {
-  DEFAULT_INTERFACES,
-  DEFAULT_OFFLOAD,
-  FlannelGuard,
-  type FlannelGuardEvents,
-  type FlannelGuardOptions,
-} from './guard';
+import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from './guard';
 import { doctorCommand } from './doctor/command';
-import { netnsPathProblem } from './files';
 import { DEFAULT_FIGHT_POLICY } from './fight';
-import { openControl } from './oneshot';
-import { explicitMacSource } from './sources';
+import { RANGES } from './validate';
 import {
-  RANGES,
-  compileInterfaceGlob,
-  describeRange,
-  resolveNetnsPath,
-  type NumberRange,
-} from './validate';
+  checkNetnsFlag,
+  exitStatusOf,
+  ifaceFlag,
+  integerFlag,
+  jsonFlag,
+  macFlag,
+  netnsFlag,
+  offloadFlag,
+  parseIfaceFlags,
+  parseMacFlags,
+  parseOffloadFlags,
+} from './cli/common';
+import {
+  UsageError,
+  runProgram,
+  type CommandSpec,
+  type Flags,
+  type ProgramSpec,
+} from './cli/flags';
 import { DEFAULT_STATE_DIR } from './state-file';
 import { readStatus, type StatusReport } from './status';
+import { writeErr, writeOut } from './stdio';
 import { detectCluster, type ClusterSettings } from './kubernetes/cluster';
-import { parseListenAddress, type ListenAddress } from './kubernetes/server';
+import type { ListenAddress } from './kubernetes/listen';
 import type { WatchServices } from './kubernetes/watch';
 
-const EXIT_USAGE = 2;
 /** The metrics and health endpoint's address when running against a cluster. */
 export const DEFAULT_METRICS_ADDRESS = '127.0.0.1:9464';
-const EXIT_NOPERM = 77;
-
-/** A flag or value that is wrong: printed as one line, exit status 2. */
-class UsageError extends Error {}
-
-function collect(value: string, previous: string[] | undefined): string[] {
-  return [...(previous ?? []), value];
-}
 
 interface CommonFlags {
-  iface?: string[];
-  mac?: string[];
-  offload?: string[];
-  netns?: string;
-  json?: boolean;
+  iface: string[] | undefined;
+  mac: string[] | undefined;
+  offload: string[] | undefined;
+  netns: string | undefined;
+  json: boolean;
 }
 
 interface WatchFlags extends CommonFlags {
   pin: 'first-seen' | 'none';
-  dryRun?: boolean;
-  receiveBuffer?: string;
+  dryRun: boolean;
+  receiveBuffer: string | undefined;
   maxRewrites: string;
   rewriteWindow: string;
   quietPeriod: string;
   kernelFilter: boolean;
   strategy: 'revert' | 'adopt';
-  node?: string;
-  kubeconfig?: string;
-  metricsAddress?: string;
+  node: string | undefined;
+  kubeconfig: string | undefined;
+  metricsAddress: string | undefined;
   sourceTimeout: string;
   onNetnsDeleted: 'close' | 'continue';
-  allowUserNamespace?: boolean;
+  allowUserNamespace: boolean;
   stateDir: string;
 }
 
-/** A flag's whole number in its documented range (digits only: no 1e3, 0x10 or 1.0). */
-function integerFlag(flag: string, value: string, range: NumberRange): number {
-  const number = /^[0-9]{1,16}$/.test(value) ? Number(value) : Number.NaN;
-  if (!Number.isInteger(number) || number < range.min || number > range.max) {
-    throw new UsageError(`${flag} ${value}: expected ${describeRange(range)}`);
-  }
-  return number;
+function commonFlags(flags: Flags): CommonFlags {
+  return {
+    iface: flags.list('iface'),
+    mac: flags.list('mac'),
+    offload: flags.list('offload'),
+    netns: flags.value('netns'),
+    json: flags.has('json'),
+  };
 }
 
-function parseMacFlags(values: string[] | undefined): Record<string, string> | undefined {
-  if (!values) return undefined;
-  const macs: Record<string, string> = {};
-  for (const value of values) {
-    const separator = value.indexOf('=');
-    if (separator <= 0) throw new UsageError(`--mac ${value}: expected IFACE=MAC`);
-    macs[value.slice(0, separator)] = value.slice(separator + 1);
-  }
-  // Validates names and MACs the same way the guard will.
-  explicitMacSource(macs);
-  return macs;
-}
-
-function parseOffloadFlags(
-  values: string[] | undefined,
-  knownFeatures: () => Set<string>,
-): Record<string, boolean> | 'none' {
-  if (!values) return { ...DEFAULT_OFFLOAD };
-  if (values.includes('none')) {
-    if (values.length > 1) throw new UsageError('--offload none cannot be combined with features');
-    return 'none';
-  }
-  const policy: Record<string, boolean> = {};
-  const known = knownFeatures();
-  for (const value of values) {
-    const match = /^([a-z0-9-]+)=(on|off)$/.exec(value);
-    if (!match?.[1] || !match[2])
-      throw new UsageError(`--offload ${value}: expected FEATURE=on|off or none`);
-    if (!known.has(match[1])) {
-      throw new UsageError(`--offload ${value}: unknown feature ${match[1]} (see ethtool -k)`);
-    }
-    policy[match[1]] = match[2] === 'on';
-  }
-  return policy;
-}
-
-function checkNetns(netns: string | undefined): void {
-  if (netns === undefined) return;
-  const problem = netnsPathProblem(resolveNetnsPath(netns));
-  if (problem !== null) throw new UsageError(`--netns ${netns}: ${problem}`);
-}
-
-/** Every feature name the kernel knows: the string set is the same for every device, lo included. */
-function kernelFeatureNames(netns: string | undefined): Set<string> {
-  const control = openControl(netns);
-  try {
-    return new Set(control.getFeatures('lo').features.map((feature) => feature.name));
-  } finally {
-    control.close();
-  }
+function watchFlags(flags: Flags): WatchFlags {
+  return {
+    ...commonFlags(flags),
+    pin: flags.required('pin') as WatchFlags['pin'],
+    dryRun: flags.has('dry-run'),
+    receiveBuffer: flags.value('receive-buffer'),
+    maxRewrites: flags.required('max-rewrites'),
+    rewriteWindow: flags.required('rewrite-window'),
+    quietPeriod: flags.required('quiet-period'),
+    kernelFilter: !flags.has('no-kernel-filter'),
+    strategy: flags.required('strategy') as WatchFlags['strategy'],
+    node: flags.value('node'),
+    kubeconfig: flags.value('kubeconfig'),
+    metricsAddress: flags.value('metrics-address'),
+    sourceTimeout: flags.required('source-timeout'),
+    onNetnsDeleted: flags.required('on-netns-deleted') as WatchFlags['onNetnsDeleted'],
+    allowUserNamespace: flags.has('allow-user-namespace'),
+    stateDir: flags.required('state-dir'),
+  };
 }
 
 function commonOptions(
   flags: CommonFlags,
 ): Pick<FlannelGuardOptions, 'netns' | 'interfaces' | 'mac' | 'offload'> {
-  checkNetns(flags.netns);
-  const interfaces = flags.iface ?? [...DEFAULT_INTERFACES];
-  for (const glob of interfaces) compileInterfaceGlob(glob);
+  checkNetnsFlag(flags.netns);
   const options: Pick<FlannelGuardOptions, 'netns' | 'interfaces' | 'mac' | 'offload'> = {
-    interfaces,
-    offload: parseOffloadFlags(flags.offload, () => kernelFeatureNames(flags.netns)),
+    interfaces: parseIfaceFlags(flags.iface),
   };
+  const offload = parseOffloadFlags(flags.offload, flags.netns);
+  if (offload !== undefined) options.offload = offload;
   const mac = parseMacFlags(flags.mac);
   if (mac) options.mac = mac;
   if (flags.netns !== undefined) options.netns = flags.netns;
@@ -389,6 +355,8 @@ async function startServices(
   let metricsAddress: ListenAddress | 'off' = 'off';
   if (address !== 'off') {
     try {
+      // Loaded when used: it needs node:net.
+      const { parseListenAddress } = await import('./kubernetes/listen.js');
       metricsAddress = parseListenAddress(address);
     } catch (error) {
       throw new UsageError(`--metrics-address ${(error as Error).message}`);
@@ -417,7 +385,7 @@ async function startServices(
       cluster,
       metricsAddress,
       sourceTimeoutMs,
-      dryRun: flags.dryRun ?? false,
+      dryRun: flags.dryRun,
       log: output.line,
       interrupted,
     });
@@ -458,7 +426,7 @@ async function watch(flags: WatchFlags): Promise<number> {
       RANGES.receiveBuffer,
     );
   }
-  const output = new Output(flags.json ?? false);
+  const output = new Output(flags.json);
   const services = await startServices(flags, options, output);
   if (services === 'stopped') return 0;
   const print = printer(output, services);
@@ -524,7 +492,7 @@ async function watch(flags: WatchFlags): Promise<number> {
 async function status(flags: CommonFlags): Promise<number> {
   const options = commonOptions(flags);
   const report = await readStatus(options);
-  process.stdout.write(flags.json ? `${JSON.stringify(report)}\n` : formatStatus(report));
+  writeOut(flags.json ? `${JSON.stringify(report)}\n` : formatStatus(report));
   return 0;
 }
 
@@ -567,174 +535,134 @@ function packageVersion(): string {
   return manifest.version;
 }
 
-function program(): Command {
-  const root = new Command('flannel-guard')
-    .description("Keeps flannel's VXLAN device at its published MAC and offload policy")
-    .version(packageVersion())
-    .showHelpAfterError(false)
-    .exitOverride();
-
-  const ifaceOption = new Option(
-    '--iface <glob>',
-    `interfaces to manage, repeatable (default: ${DEFAULT_INTERFACES.join(', ')})`,
-  ).argParser(collect);
-  const defaultOffload = Object.entries(DEFAULT_OFFLOAD)
-    .map(([feature, on]) => `${feature}=${on ? 'on' : 'off'}`)
-    .join(', ');
-  const offloadOption = new Option(
-    '--offload <feature=on|off>',
-    `offload policy, repeatable; 'none' leaves offloads alone (default: ${defaultOffload})`,
-  ).argParser(collect);
-  const netnsOption = new Option(
-    '--netns <name>',
-    "network namespace, by ip netns name or path (default: this process's own)",
-  );
-  const macOption = new Option(
-    '--mac <iface=mac>',
-    'desired MAC of a device, repeatable (default: none)',
-  ).argParser(collect);
-
-  root
-    .command('watch')
-    .description('guard the devices until SIGINT or SIGTERM')
-    .addOption(ifaceOption)
-    .addOption(macOption)
-    .addOption(
-      new Option(
-        '--pin <mode>',
-        'desired MAC of devices without --mac: the first one seen, or none',
-      )
-        .choices(['first-seen', 'none'])
-        .default('first-seen'),
-    )
-    .addOption(offloadOption)
-    .addOption(netnsOption)
-    .option('--dry-run', 'report what would be done, never write')
-    .option('--json', 'one JSON object per line (field "event" first)')
-    .option(
-      '--receive-buffer <bytes>',
-      'netlink socket receive buffer (default: the kernel default)',
-    )
-    .addOption(
-      new Option(
-        '--on-netns-deleted <action>',
-        'when the --netns namespace is deleted under the guard',
-      )
-        .choices(['close', 'continue'])
-        .default('close'),
-    )
-    .option(
-      '--state-dir <dir|off>',
-      "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace)",
-      DEFAULT_STATE_DIR,
-    )
-    .option(
-      '--allow-user-namespace',
-      'run inside a user namespace other than the initial one (its capabilities do not reach the node)',
-    )
-    .option(
-      '--no-kernel-filter',
-      'let every link notification of the namespace reach the guard (default: filtered in the kernel)',
-    )
-    .option(
-      '--max-rewrites <n>',
-      'rewrites within the window after which a device is contested and left alone',
-      String(DEFAULT_FIGHT_POLICY.maxRewrites),
-    )
-    .option(
-      '--rewrite-window <ms>',
-      'window for counting rewrites',
-      String(DEFAULT_FIGHT_POLICY.windowMs),
-    )
-    .option(
-      '--quiet-period <ms>',
-      'a contested device is corrected again after this long without a rewrite',
-      String(DEFAULT_FIGHT_POLICY.quietMs),
-    )
-    .addOption(
-      new Option(
-        '--strategy <strategy>',
+const watchCommand: CommandSpec = {
+  name: 'watch',
+  description: 'guard the devices until SIGINT or SIGTERM',
+  flags: [
+    ifaceFlag('manage'),
+    macFlag('desired MAC of a device, repeatable (default: none)'),
+    {
+      name: 'pin',
+      value: '<mode>',
+      description: 'desired MAC of devices without --mac: the first one seen, or none',
+      choices: ['first-seen', 'none'],
+      default: 'first-seen',
+    },
+    offloadFlag('leaves offloads alone'),
+    netnsFlag,
+    { name: 'dry-run', description: 'report what would be done, never write' },
+    jsonFlag('one JSON object per line (field "event" first)'),
+    {
+      name: 'receive-buffer',
+      value: '<bytes>',
+      description: 'netlink socket receive buffer (default: the kernel default)',
+    },
+    {
+      name: 'on-netns-deleted',
+      value: '<action>',
+      description: 'when the --netns namespace is deleted under the guard',
+      choices: ['close', 'continue'],
+      default: 'close',
+    },
+    {
+      name: 'state-dir',
+      value: '<dir|off>',
+      description:
+        "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace)",
+      default: DEFAULT_STATE_DIR,
+    },
+    {
+      name: 'allow-user-namespace',
+      description:
+        'run inside a user namespace other than the initial one (its capabilities do not reach the node)',
+    },
+    {
+      name: 'no-kernel-filter',
+      description:
+        'let every link notification of the namespace reach the guard (default: filtered in the kernel)',
+    },
+    {
+      name: 'max-rewrites',
+      value: '<n>',
+      description: 'rewrites within the window after which a device is contested and left alone',
+      default: String(DEFAULT_FIGHT_POLICY.maxRewrites),
+    },
+    {
+      name: 'rewrite-window',
+      value: '<ms>',
+      description: 'window for counting rewrites',
+      default: String(DEFAULT_FIGHT_POLICY.windowMs),
+    },
+    {
+      name: 'quiet-period',
+      value: '<ms>',
+      description: 'a contested device is corrected again after this long without a rewrite',
+      default: String(DEFAULT_FIGHT_POLICY.quietMs),
+    },
+    {
+      name: 'strategy',
+      value: '<strategy>',
+      description:
         "on a rewrite: set the published MAC back (revert), or keep the device's MAC and publish it in the node annotation (adopt)",
-      )
-        .choices(['revert', 'adopt'])
-        .default('revert'),
-    )
-    .option(
-      '--node <name>',
-      "this node's name in the cluster, whose annotation gives the desired MACs (default: $NODE_NAME)",
-    )
-    .option(
-      '--kubeconfig <file>',
-      "kubeconfig to reach the cluster (default: $KUBECONFIG, else the pod's service account)",
-    )
-    .option(
-      '--metrics-address <host:port|off>',
-      `serve /metrics, /healthz and /readyz there (default: ${DEFAULT_METRICS_ADDRESS} with the Kubernetes source, off otherwise)`,
-    )
-    .option(
-      '--source-timeout <ms>',
-      'how long to wait for the first read of the Node before guarding without it',
-      '10000',
-    )
-    .action(async (flags: WatchFlags) => {
-      process.exitCode = await watch(flags);
-    });
+      choices: ['revert', 'adopt'],
+      default: 'revert',
+    },
+    {
+      name: 'node',
+      value: '<name>',
+      description:
+        "this node's name in the cluster, whose annotation gives the desired MACs (default: $NODE_NAME)",
+    },
+    {
+      name: 'kubeconfig',
+      value: '<file>',
+      description:
+        "kubeconfig to reach the cluster (default: $KUBECONFIG, else the pod's service account)",
+    },
+    {
+      name: 'metrics-address',
+      value: '<host:port|off>',
+      description: `serve /metrics, /healthz and /readyz there (default: ${DEFAULT_METRICS_ADDRESS} with the Kubernetes source, off otherwise)`,
+    },
+    {
+      name: 'source-timeout',
+      value: '<ms>',
+      description: 'how long to wait for the first read of the Node before guarding without it',
+      default: '10000',
+    },
+  ],
+  run: (flags) => watch(watchFlags(flags)),
+};
 
-  root
-    .command('status')
-    .description('print the managed devices once: MAC vs desired, offloads, neighbours')
-    .addOption(ifaceOption)
-    .addOption(macOption)
-    .addOption(offloadOption)
-    .addOption(netnsOption)
-    .option('--json', 'print JSON')
-    .action(async (flags: CommonFlags) => {
-      process.exitCode = await status(flags);
-    });
-  root.addCommand(doctorCommand());
-  return root;
-}
+const statusCommand: CommandSpec = {
+  name: 'status',
+  description: 'print the managed devices once: MAC vs desired, offloads, neighbours',
+  flags: [
+    ifaceFlag('manage'),
+    macFlag('desired MAC of a device, repeatable (default: none)'),
+    offloadFlag('leaves offloads alone'),
+    netnsFlag,
+    jsonFlag('print JSON'),
+  ],
+  run: (flags) => status(commonFlags(flags)),
+};
 
-function fail(error: unknown): number {
-  if (error instanceof CommanderError) {
-    if (error.exitCode === 0) return 0; // --help, --version
-    return EXIT_USAGE; // commander already printed its one line
-  }
-  if (error instanceof UsageError) {
-    process.stderr.write(`flannel-guard: ${error.message}\n`);
-    return EXIT_USAGE;
-  }
-  if (isSystemError(error) && error.code === 'EINVAL' && error.syscall === undefined) {
-    process.stderr.write(`flannel-guard: ${error.message}\n`);
-    return EXIT_USAGE;
-  }
-  if (isSystemError(error) && error.code === 'EPERM') {
-    process.stderr.write(
-      `flannel-guard: ${error.message}\nflannel-guard: run as root or grant ${error.capability ?? 'CAP_NET_ADMIN'}\n`,
-    );
-    return EXIT_NOPERM;
-  }
-  process.stderr.write(
-    `flannel-guard: ${error instanceof Error ? error.message : String(error)}\n`,
-  );
-  return 1;
-}
+const PROGRAM: ProgramSpec = {
+  name: 'flannel-guard',
+  description: "Keeps flannel's VXLAN device at its published MAC and offload policy",
+  version: packageVersion,
+  commands: [watchCommand, statusCommand, doctorCommand()],
+};
 
-export async function main(argv: string[]): Promise<number> {
+export async function main(argv: readonly string[]): Promise<number> {
   try {
-    await program().parseAsync(argv, { from: 'user' });
-    return typeof process.exitCode === 'number' ? process.exitCode : 0;
+    return await runProgram(PROGRAM, argv, { out: writeOut });
   } catch (error) {
-    return fail(error);
+    return exitStatusOf(error, PROGRAM.name, writeErr);
   }
 }
 
 if (require.main === module) {
-  // A closed stdout or stderr (`status | head -1`) ends that output, never the
-  // program: without a listener, EPIPE would be an uncaught exception.
-  for (const stream of [process.stdout, process.stderr]) {
-    stream.on('error', () => undefined);
-  }
   void main(process.argv.slice(2)).then((code) => {
     process.exitCode = code;
   });

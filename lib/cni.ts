@@ -19,8 +19,8 @@
  * Errors are the spec's error object on stdout with a non-zero exit status.
  */
 import { readFileSync, writeSync } from 'node:fs';
-import { performance } from 'node:perf_hooks';
 
+import { monotonicMs } from './clock';
 import type { EnsureVtepResult } from './ensure';
 import { MAX_PEERS, validatePeer, type PeerExpectation } from './peers';
 import { readRegularFile } from './files';
@@ -485,12 +485,12 @@ const WRITE_PATIENCE_MS = 2000;
 function write(fd: number, text: string): void {
   const buffer = Buffer.from(text);
   const pause = new Int32Array(new SharedArrayBuffer(4));
-  const deadline = performance.now() + WRITE_PATIENCE_MS;
+  const deadline = monotonicMs() + WRITE_PATIENCE_MS;
   for (let offset = 0; offset < buffer.length;) {
     try {
       offset += writeSync(fd, buffer, offset);
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EAGAIN' || performance.now() > deadline) {
+      if ((error as NodeJS.ErrnoException).code !== 'EAGAIN' || monotonicMs() > deadline) {
         return; // the reader is gone or stuck: nothing more can be said there
       }
       Atomics.wait(pause, 0, 0, 1);
@@ -592,7 +592,8 @@ export async function main(env: CniEnvironment = process.env): Promise<void> {
   // answers at the budget.
   const controller = new AbortController();
   const arm = (budgetMs: number): NodeJS.Timeout[] => {
-    const left = Math.max(0, budgetMs - performance.now());
+    // The budget counts from process start.
+    const left = Math.max(0, budgetMs - process.uptime() * 1000);
     return [
       setTimeout(() => {
         controller.abort();

@@ -10,8 +10,8 @@
  * alive. When nothing is wrong it is a handful of netlink round trips (well
  * under a millisecond each).
  */
-import { performance } from 'node:perf_hooks';
 
+import { monotonicMs } from './clock';
 import type { RawControl, RawNeighbour } from './binding';
 import { AF_BRIDGE, AF_INET, AF_INET6, AF_UNSPEC, NTF_SELF, NUD_PERMANENT } from './constants';
 import { invalidArgument, type SystemError } from './errors';
@@ -211,7 +211,7 @@ function neighbourEntry(
  * EINVAL for bad options or a device that is not VXLAN, EPERM without CAP_NET_ADMIN.
  */
 export async function ensureVtep(options: EnsureVtepOptions = {}): Promise<EnsureVtepResult> {
-  const started = performance.now();
+  const started = monotonicMs();
   const wanted = plan(options);
   const control = openControl(options.netns);
   try {
@@ -391,13 +391,13 @@ async function ensureWith(
     return true;
   };
   if (wanted.dryRun || drift.length === 0) {
-    result.durationMs = performance.now() - started;
+    result.durationMs = monotonicMs() - started;
     return result;
   }
 
   if (stopped()) {
     result.ok = false;
-    result.durationMs = performance.now() - started;
+    result.durationMs = monotonicMs() - started;
     return result;
   }
   if (macWrong && wanted.mac !== undefined) {
@@ -444,6 +444,6 @@ async function ensureWith(
     after.mac === expectedMac &&
     drift.every((d) => d.fixable) &&
     result.actions.every((a) => a.action !== 'set-offload' || a.notApplied.length === 0);
-  result.durationMs = performance.now() - started;
+  result.durationMs = monotonicMs() - started;
   return result;
 }

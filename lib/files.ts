@@ -4,7 +4,6 @@
  * Nothing here blocks: files are opened non-blocking and checked by type
  * before a byte is read, and reads stop at a cap.
  */
-import { randomBytes } from 'node:crypto';
 import {
   closeSync,
   constants,
@@ -21,7 +20,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 
-import { invalidArgument } from './errors';
+import { invalidArgument, isSystemError } from './errors';
 
 /** statfs(2) f_type of nsfs, the file system of namespace files (linux/magic.h). */
 const NSFS_MAGIC = 0x6e736673;
@@ -101,6 +100,25 @@ export function netnsPathProblem(path: string): string | null {
   return null;
 }
 
+let temporaries = 0;
+
+/**
+ * A new file beside `dir/name`, named by this process and a counter. O_EXCL
+ * makes the name unique; one left behind by an earlier process with the same
+ * pid is stepped over (bounded), never opened.
+ */
+function createTemporary(dir: string, name: string, mode: number) {
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+  for (let attempt = 1; ; attempt++) {
+    const temporary = join(dir, `.${name}.${process.pid}.${++temporaries}.tmp`);
+    try {
+      return { fd: openSync(temporary, flags, mode), temporary };
+    } catch (error) {
+      if (!isSystemError(error) || error.code !== 'EEXIST' || attempt === 16) throw error;
+    }
+  }
+}
+
 /**
  * Replaces `dir/name` with `content` atomically: written to a new temporary
  * name in the same folder (O_EXCL | O_NOFOLLOW: never through a link),
@@ -115,12 +133,7 @@ export function writeFileReplacing(
   mode = 0o644,
 ): string {
   const target = join(dir, name);
-  const temporary = join(dir, `.${name}.${randomBytes(6).toString('hex')}.tmp`);
-  const fd = openSync(
-    temporary,
-    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-    mode,
-  );
+  const { fd, temporary } = createTemporary(dir, name, mode);
   try {
     try {
       const buffer = Buffer.from(content);

@@ -13,8 +13,8 @@
 import { EventEmitter } from 'node:events';
 import { mkdirSync, readFileSync, watch } from 'node:fs';
 import { dirname } from 'node:path';
-import { performance } from 'node:perf_hooks';
 
+import { monotonicMs } from './clock';
 import { binding, type RawControl } from './binding';
 import { invalidArgument, isSystemError, type SystemError } from './errors';
 import { FightTracker, type FightDecision, type FightPolicy } from './fight';
@@ -277,7 +277,7 @@ export interface GuardClock {
 }
 
 const realClock: GuardClock = {
-  now: () => performance.now(),
+  now: () => monotonicMs(),
   setTimeout(callback, ms) {
     // A pending correction must not keep a process alive on its own: the monitor's socket does.
     const timer = setTimeout(callback, ms).unref();

@@ -132,5 +132,3 @@ export type {
   DoctorReport,
   Verdict,
 } from './doctor/index';
-export { doctorCommand } from './doctor/command';
-export type { DoctorCommandDeps } from './doctor/command';

@@ -5,7 +5,6 @@
  * kernel reports lost notifications, so after a `resync` event it is exact.
  */
 import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
 
 import {
   binding,
@@ -85,9 +84,10 @@ export interface NativeCorrection {
 }
 
 /**
- * When the kernel's notification reached the monitor's socket, as a
- * performance.now() time: noted by a native thread, so it holds even when
- * the event loop was busy. The origin of the guard's latencies.
+ * When the kernel's notification reached the monitor's socket, in ms of
+ * CLOCK_MONOTONIC (`Number(process.hrtime.bigint()) / 1e6`): noted by a native
+ * thread, so it holds even when the event loop was busy. The origin of the
+ * guard's latencies.
  */
 export interface Arrival {
   receivedAt: number;
@@ -585,9 +585,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   #onBatch(batch: RawMonitorItem[], arrivalMs: number): void {
-    // From the monotonic clock of the arrival to performance.now()'s timebase.
-    const ageMs = Number(process.hrtime.bigint()) / 1e6 - arrivalMs;
-    this.#receivedAt = performance.now() - Math.max(0, ageMs);
+    this.#receivedAt = arrivalMs;
     this.#batch = batch;
     try {
       for (const [position, item] of batch.entries()) {

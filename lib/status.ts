@@ -1,5 +1,6 @@
 /** A one-shot view of the managed devices: what `flannel-guard status` prints. */
 import { AF_BRIDGE, AF_UNSPEC } from './constants';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './guard';
 import { openControl } from './oneshot';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import { explicitMacSource } from './sources';
@@ -41,12 +42,9 @@ export interface StatusReport {
 }
 
 export async function readStatus(options: StatusOptions = {}): Promise<StatusReport> {
-  const globs = (options.interfaces ?? ['flannel.*', 'flannel-v6.*']).map((g) =>
-    compileInterfaceGlob(g),
-  );
+  const globs = (options.interfaces ?? DEFAULT_INTERFACES).map((g) => compileInterfaceGlob(g));
   const source = options.mac ? explicitMacSource(options.mac) : undefined;
-  const policy =
-    options.offload === 'none' ? {} : (options.offload ?? { 'tx-checksum-ip-generic': false });
+  const policy = options.offload === 'none' ? {} : (options.offload ?? DEFAULT_OFFLOAD);
   const control = openControl(options.netns);
   try {
     const links = (await control.dumpLinks(true))

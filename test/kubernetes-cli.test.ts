@@ -99,7 +99,7 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
       [['--node', 'node1'], /--node needs a cluster to read it from/],
       [['--kubeconfig', kubeconfig], /--kubeconfig needs the node name/],
       [['--strategy', 'adopt'], /--strategy adopt needs the node annotation/],
-      [['--strategy', 'sideways'], /argument 'sideways' is invalid/],
+      [['--strategy', 'sideways'], /--strategy sideways: expected revert or adopt/],
       [
         ['--metrics-address', 'localhost'],
         /--metrics-address localhost: expected HOST:PORT or off/,

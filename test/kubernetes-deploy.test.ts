@@ -7,8 +7,9 @@
  *   the DaemonSet runs on the host network with NET_ADMIN only, NODE_NAME
  *   from the downward API, kube-flannel's tolerations, probes on the port the
  *   guard serves; the ServiceAccount's permissions are exactly get/watch/patch
- *   nodes (no list) and create/patch events in `default`.
- * - The guard is started with the DaemonSet's arguments, inside a network
+ *   nodes (no list) and create/patch events in `default`; the image's
+ *   ENTRYPOINT gives node the bin's interpreter flags.
+ * - The guard is started with the DaemonSet's arguments and the ENTRYPOINT's node flags, inside a network
  *   namespace as a hostNetwork pod runs (no --netns), as root with only
  *   CAP_NET_ADMIN left (setpriv), NODE_NAME and KUBECONFIG in its environment
  *   (the stand-in for the in-cluster service account); the API server stand-in
@@ -26,7 +27,13 @@ import { join } from 'node:path';
 import { loadClientNode } from '../lib/kubernetes/client';
 import type { JsonObject, RequestRecord } from './support/fake-apiserver';
 import { Netns, tempDirPrefix } from './support/netns';
-import { CLI_PATH, inNetns, startCommand, type RunningChild } from './support/node-child';
+import {
+  CLI_NODE_FLAGS,
+  CLI_PATH,
+  inNetns,
+  startCommand,
+  type RunningChild,
+} from './support/node-child';
 import { parseExposition, valueOf } from './support/prometheus';
 
 const ROOT = join(__dirname, '..', '..');
@@ -111,6 +118,17 @@ interface Line {
   [field: string]: unknown;
 }
 
+/** The node flags of deploy/Dockerfile's ENTRYPOINT (`["node", FLAGS…, "/app/dist/lib/cli.js"]`). */
+function imageNodeFlags(): string[] {
+  const dockerfile = readFileSync(join(DEPLOY, 'Dockerfile'), 'utf8');
+  const line = /^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1];
+  assert.ok(line, 'deploy/Dockerfile has an ENTRYPOINT in exec form');
+  const entrypoint = JSON.parse(line) as string[];
+  assert.equal(entrypoint[0], 'node');
+  assert.equal(entrypoint.at(-1), '/app/dist/lib/cli.js');
+  return entrypoint.slice(1, -1);
+}
+
 describe('deploy/: manifests, and the guard run as the DaemonSet runs it', function () {
   this.timeout(90_000);
   let manifests: Manifest[];
@@ -129,6 +147,11 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
     manifests = ['rbac.yaml', 'daemonset.yaml'].flatMap(
       (file) => k8s.loadAllYaml(readFileSync(join(DEPLOY, file), 'utf8')) as Manifest[],
     );
+  });
+
+  it("the image's ENTRYPOINT runs node with the bin's interpreter flags", function () {
+    assert.deepEqual(imageNodeFlags(), CLI_NODE_FLAGS);
+    assert.ok(CLI_NODE_FLAGS.includes('--max-opt=1'), CLI_NODE_FLAGS.join(' '));
   });
 
   it('uses only fields Kubernetes knows', async function () {
@@ -279,6 +302,7 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
           '--bounding-set=-all,+net_admin',
           '--',
           process.execPath,
+          ...imageNodeFlags(),
           CLI_PATH,
           ...args,
           ...extra,

@@ -50,7 +50,8 @@ import {
   type RecordedEvent,
 } from '../lib/kubernetes/events';
 import { GuardMetrics } from '../lib/kubernetes/metrics';
-import { GuardHealth, parseListenAddress, startMetricsServer } from '../lib/kubernetes/server';
+import { parseListenAddress } from '../lib/kubernetes/listen';
+import { GuardHealth, startMetricsServer } from '../lib/kubernetes/server';
 import {
   KubernetesMacSource,
   type SourceStatus,

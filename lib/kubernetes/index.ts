@@ -51,8 +51,9 @@ export type {
 } from './events';
 export { ADOPT_BUCKETS, GuardMetrics, LATENCY_BUCKETS, METRIC_PREFIX } from './metrics';
 export type { GuardMetricsOptions } from './metrics';
-export { GuardHealth, parseListenAddress, startMetricsServer } from './server';
-export type { HealthReport, ListenAddress, MetricsServer, MetricsServerOptions } from './server';
+export { parseListenAddress, type ListenAddress } from './listen';
+export { GuardHealth, startMetricsServer } from './server';
+export type { HealthReport, MetricsServer, MetricsServerOptions } from './server';
 export { KubernetesMacSource } from './source';
 export type {
   AdoptEvent,

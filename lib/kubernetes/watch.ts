@@ -12,7 +12,8 @@ import { createKubernetesClient, type KubernetesApi } from './client';
 import type { ClusterSettings } from './cluster';
 import { EventRecorder, nodeReference, recordGuardEvents } from './events';
 import { GuardMetrics } from './metrics';
-import { GuardHealth, startMetricsServer, type ListenAddress, type MetricsServer } from './server';
+import type { ListenAddress } from './listen';
+import { GuardHealth, startMetricsServer, type MetricsServer } from './server';
 import { KubernetesMacSource, type SourceStatus } from './source';
 
 export type LogLevel = 'info' | 'warn' | 'error';

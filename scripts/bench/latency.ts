@@ -66,6 +66,7 @@ import {
   waitForExit,
 } from '../../test/support/netns';
 import { BENCH_BIN, buildBenchTool } from '../../test/support/flooder';
+import { CLI_NODE_FLAGS } from '../../test/support/node-child';
 import { PROBE_MARKS } from './probe-marks';
 
 const ROOT = join(__dirname, '..', '..', '..');
@@ -632,10 +633,8 @@ export function referenceSpec(bench: Bench, trace = false): GuardSpec {
 }
 
 export function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
-  // The node options of the bin's interpreter line, as `npx flannel-guard` runs it.
   const [command, args] = scheduled(bench, process.execPath, [
-    '--no-memory-reducer',
-    '--max-semi-space-size=1',
+    ...CLI_NODE_FLAGS,
     ...(probeOut === undefined ? [] : ['-r', PROBE]),
     CLI,
     'watch',

@@ -4,6 +4,7 @@
  * (SIGABRT) cannot be mistaken for an ordinary failure.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { trackChild } from './netns';
@@ -12,6 +13,13 @@ import { trackChild } from './netns';
 export const LIB_INDEX = join(__dirname, '..', '..', 'lib', 'index.js');
 /** Absolute path of the compiled CLI (the package's bin). */
 export const CLI_PATH = join(__dirname, '..', '..', 'lib', 'cli.js');
+/** The node flags of the bin's interpreter line (`#!/usr/bin/env -S node FLAGS`), as `npx flannel-guard` runs it. */
+export const CLI_NODE_FLAGS: readonly string[] = (() => {
+  const first = readFileSync(CLI_PATH, 'utf8').split('\n', 1)[0] ?? '';
+  const match = /^#!\/usr\/bin\/env -S node((?: --[a-z0-9-]+(?:=\S+)?)*)$/.exec(first);
+  if (!match) throw new Error(`${CLI_PATH}: unexpected interpreter line ${first}`);
+  return (match[1] ?? '').trim().split(' ').filter(Boolean);
+})();
 /** Absolute path of the compiled lifecycle child script. */
 export const LIFECYCLE_CHILD = join(__dirname, 'lifecycle-child.js');
 

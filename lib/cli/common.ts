@@ -1,0 +1,160 @@
+/**
+ * The flags `watch`, `status` and `doctor` share, their parsers, and the one
+ * mapping from an error to an exit status and its line on stderr.
+ */
+import { isSystemError } from '../errors';
+import { netnsPathProblem } from '../files';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard';
+import { openControl } from '../oneshot';
+import {
+  compileInterfaceGlob,
+  describeRange,
+  parseMac,
+  resolveNetnsPath,
+  validateInterfaceName,
+  type NumberRange,
+} from '../validate';
+import { UsageError, type FlagSpec } from './flags';
+
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+export const EXIT_NOPERM = 77;
+
+export const netnsFlag: FlagSpec = {
+  name: 'netns',
+  value: '<name>',
+  description: "network namespace, by ip netns name or path (default: this process's own)",
+};
+
+export function ifaceFlag(verb: string): FlagSpec {
+  return {
+    name: 'iface',
+    value: '<glob>',
+    repeatable: true,
+    description: `interfaces to ${verb}, repeatable (default: ${DEFAULT_INTERFACES.join(', ')})`,
+  };
+}
+
+export function macFlag(description: string): FlagSpec {
+  return { name: 'mac', value: '<iface=mac>', repeatable: true, description };
+}
+
+const defaultOffload = Object.entries(DEFAULT_OFFLOAD)
+  .map(([feature, on]) => `${feature}=${on ? 'on' : 'off'}`)
+  .join(', ');
+
+export function offloadFlag(none: string): FlagSpec {
+  return {
+    name: 'offload',
+    value: '<feature=on|off>',
+    repeatable: true,
+    description: `offload policy, repeatable; 'none' ${none} (default: ${defaultOffload})`,
+  };
+}
+
+export const jsonFlag = (description: string): FlagSpec => ({ name: 'json', description });
+
+/** A flag's whole number in its documented range (digits only: no 1e3, 0x10 or 1.0). */
+export function integerFlag(flag: string, value: string, range: NumberRange): number {
+  const number = /^[0-9]{1,16}$/.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isInteger(number) || number < range.min || number > range.max) {
+    throw new UsageError(`${flag} ${value}: expected ${describeRange(range)}`);
+  }
+  return number;
+}
+
+/** `--iface GLOB` (repeatable), each glob compiled as the guard compiles it; the defaults when not given. */
+export function parseIfaceFlags(values: readonly string[] | undefined): string[] {
+  const interfaces = values ? [...values] : [...DEFAULT_INTERFACES];
+  for (const glob of interfaces) compileInterfaceGlob(glob);
+  return interfaces;
+}
+
+/** `--mac IFACE=MAC`, each name and MAC checked as the guard checks them; MACs normalized. */
+export function parseMacFlags(
+  values: readonly string[] | undefined,
+): Record<string, string> | undefined {
+  if (!values) return undefined;
+  const macs: Record<string, string> = {};
+  for (const value of values) {
+    const separator = value.indexOf('=');
+    if (separator <= 0) throw new UsageError(`--mac ${value}: expected IFACE=MAC`);
+    const device = validateInterfaceName(value.slice(0, separator));
+    macs[device] = parseMac(value.slice(separator + 1), `--mac ${value}`);
+  }
+  return macs;
+}
+
+/** Every feature name the kernel knows: the string set is the same for every device, lo included. */
+function kernelFeatureNames(netns: string | undefined): Set<string> {
+  const control = openControl(netns);
+  try {
+    return new Set(control.getFeatures('lo').features.map((feature) => feature.name));
+  } finally {
+    control.close();
+  }
+}
+
+/**
+ * `--offload FEATURE=on|off` (repeatable) or `none`; undefined when not given.
+ * Feature names are checked against the kernel's list, read in `netns`.
+ */
+export function parseOffloadFlags(
+  values: readonly string[] | undefined,
+  netns: string | undefined,
+): Record<string, boolean> | 'none' | undefined {
+  if (!values) return undefined;
+  if (values.includes('none')) {
+    if (values.length > 1) throw new UsageError('--offload none cannot be combined with features');
+    return 'none';
+  }
+  const policy: Record<string, boolean> = {};
+  let known: Set<string> | undefined;
+  for (const value of values) {
+    const match = /^([a-z0-9-]+)=(on|off)$/.exec(value);
+    if (!match?.[1] || !match[2]) {
+      throw new UsageError(`--offload ${value}: expected FEATURE=on|off or none`);
+    }
+    known ??= kernelFeatureNames(netns);
+    if (!known.has(match[1])) {
+      throw new UsageError(`--offload ${value}: unknown feature ${match[1]} (see ethtool -k)`);
+    }
+    policy[match[1]] = match[2] === 'on';
+  }
+  return policy;
+}
+
+/** `--netns`: a namespace file that exists and is one. */
+export function checkNetnsFlag(netns: string | undefined): void {
+  if (netns === undefined) return;
+  const problem = netnsPathProblem(resolveNetnsPath(netns));
+  if (problem !== null) throw new UsageError(`--netns ${netns}: ${problem}`);
+}
+
+/**
+ * The exit status for an error, after its line on stderr: 2 for a usage
+ * error (also the library's EINVAL without a system call: a value it
+ * refused), 77 for missing privileges, 1 for anything else.
+ */
+export function exitStatusOf(
+  error: unknown,
+  program: string,
+  writeErr: (text: string) => void,
+): number {
+  if (error instanceof UsageError) {
+    writeErr(`${program}: ${error.message}\n`);
+    return EXIT_USAGE;
+  }
+  if (isSystemError(error) && error.code === 'EINVAL' && error.syscall === undefined) {
+    writeErr(`${program}: ${error.message}\n`);
+    return EXIT_USAGE;
+  }
+  if (isSystemError(error) && error.code === 'EPERM') {
+    writeErr(
+      `${program}: ${error.message}\n${program}: run as root or grant ${error.capability ?? 'CAP_NET_ADMIN'}\n`,
+    );
+    return EXIT_NOPERM;
+  }
+  writeErr(`${program}: ${error instanceof Error ? error.message : String(error)}\n`);
+  return EXIT_FAILURE;
+}
