@@ -178,13 +178,18 @@ export interface RawMonitor {
   arm(
     ifindex: number,
     /**
-     * `neighbours` replaces the device's restore set; without it the native layer keeps the
-     * one it has, changed by `remove` (by family and destination) and then `upsert`.
+     * `neighbours` replaces the device's restore set, `fromMirror` replaces it with the
+     * device's permanent ARP/NDP entries in the mirror (not both); without either the native
+     * layer keeps the one it has, changed by `remove` (by family and destination) and then
+     * `upsert`.
      */
     target: {
       name: string;
       mac: Buffer;
+      /** Corrections made before the caller decides again (1..16, default 1). */
+      shots?: number;
       neighbours?: RawNeighbourEntries;
+      fromMirror?: boolean;
       remove?: RawNeighbourEntries;
       upsert?: RawNeighbourEntries;
     },
@@ -339,6 +344,8 @@ export interface RawBinding {
     error?: { offset: number; reason: string };
   };
   netnsInode(path?: string): number;
+  /** A write that never blocks (RWF_NOWAIT): bytes written, or a negative errno (-EAGAIN, -EOPNOTSUPP). */
+  writeNoWait(fd: number, bytes: Buffer): number;
 }
 
 /** The package's root: build/ and prebuilds/ are there. */

@@ -14,8 +14,10 @@
  */
 import type { EventEmitter } from 'node:events';
 import { existsSync, fstatSync, readFileSync, write, writeSync } from 'node:fs';
+import { constants } from 'node:os';
 import { join } from 'node:path';
 
+import { binding } from './binding';
 import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from './guard';
 import { doctorCommand } from './doctor/command';
 import { DEFAULT_FIGHT_POLICY } from './fight';
@@ -195,14 +197,20 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
   error: 'error',
 };
 
+const { errno } = constants;
+
 /**
- * Where `watch` writes its lines: lines
- * logged within one turn of the event loop (a rewrite and its correction are
- * two) go out in one write, so that each event costs the guard one write, not
- * one per line. Asynchronous: a full stdout pipe must never stall the guard's
- * event loop; pending lines keep the process alive until written. A regular
- * file (a log file, kubelet's redirect) is written directly: it has no reader
- * to wait for, and the thread pool's round trip would cost more than the write.
+ * Where `watch` writes its lines: the lines of one callback (a rewrite and
+ * its correction are two) go out in one write, so that each event costs the
+ * guard one write, not one per line. Never blocking: a full stdout must not
+ * stall the guard's event loop, and pending lines keep the process alive
+ * until written.
+ * - A regular file (a log file, kubelet's redirect) is written directly: it
+ *   has no reader to wait for.
+ * - A pipe or socket is written with RWF_NOWAIT (a write that fails with
+ *   EAGAIN instead of waiting, whatever the shared file's O_NONBLOCK says);
+ *   what does not fit, or everything where the kernel cannot do that, goes
+ *   through the thread pool, whose round trip costs more than the write.
  * A closed stdout (`watch | head -1`) ends the output, never the guarding.
  */
 class LineSink {
@@ -211,6 +219,7 @@ class LineSink {
   #writing = false;
   #broken = false;
   readonly #direct: boolean;
+  #noWait = true;
 
   constructor(readonly fd: number) {
     let regularFile = false;
@@ -227,7 +236,7 @@ class LineSink {
     this.#pending.push(line);
     if (!this.#scheduled && !this.#writing) {
       this.#scheduled = true;
-      setImmediate(() => {
+      queueMicrotask(() => {
         this.#scheduled = false;
         this.#flush();
       });
@@ -237,10 +246,9 @@ class LineSink {
 
   #flush(): void {
     if (this.#writing || this.#pending.length === 0) return;
-    const chunk = this.#pending.join('');
+    const buffer = Buffer.from(this.#pending.join(''));
     this.#pending = [];
     if (this.#direct) {
-      const buffer = Buffer.from(chunk);
       try {
         for (let done = 0; done < buffer.length;) done += writeSync(this.fd, buffer, done);
       } catch {
@@ -248,8 +256,20 @@ class LineSink {
       }
       return;
     }
+    let rest = buffer;
+    if (this.#noWait) {
+      const written = binding.writeNoWait(this.fd, buffer);
+      if (written === buffer.length) return;
+      if (written >= 0) {
+        rest = buffer.subarray(written);
+      } else if (written !== -errno.EAGAIN) {
+        // Not possible here (EOPNOTSUPP): the thread pool from now on. Anything else
+        // (EPIPE, EBADF) the thread pool's write reports as well.
+        this.#noWait = written !== -errno.EOPNOTSUPP && written !== -errno.EINVAL;
+      }
+    }
     this.#writing = true;
-    this.#writeFrom(Buffer.from(chunk));
+    this.#writeFrom(rest);
   }
 
   #writeFrom(buffer: Buffer): void {
@@ -294,14 +314,14 @@ class Output {
     extra: object = {},
   ): void {
     const body = payload instanceof Error ? errorFields(payload) : payload;
-    this.#write(event, GUARD_LEVELS[event], { ...body, ...extra }, describe(event, payload));
+    this.#write(event, GUARD_LEVELS[event], { ...body, ...extra }, () => describe(event, payload));
     if (event === 'ready') this.release();
   }
 
   /** A line that is not a guard event: the source's state, annotation writes, Events. */
   readonly line = (event: string, level: Level, fields: object, text: string): void => {
-    if (this.#readySeen) this.#write(event, level, fields, text);
-    else this.#held.push(() => this.#write(event, level, fields, text));
+    if (this.#readySeen) this.#write(event, level, fields, () => text);
+    else this.#held.push(() => this.#write(event, level, fields, () => text));
   };
 
   /** Writes the lines held back (after `ready`, or when exiting without it). */
@@ -310,10 +330,11 @@ class Output {
     for (const write of this.#held.splice(0)) write();
   }
 
-  #write(event: string, level: Level, fields: object, text: string): void {
+  /** `text`: the readable line, made only without --json. */
+  #write(event: string, level: Level, fields: object, text: () => string): void {
     const time = new Date().toISOString();
     this.#sink.write(
-      this.json ? `${JSON.stringify({ event, time, level, ...fields })}\n` : `${time} ${text}\n`,
+      this.json ? `${JSON.stringify({ event, time, level, ...fields })}\n` : `${time} ${text()}\n`,
     );
   }
 }

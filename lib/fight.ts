@@ -106,12 +106,21 @@ export class FightTracker {
 
   /** Whether a rewrite of `key` now would be corrected at once (read-only). */
   wouldCorrectNow(key: string): boolean {
+    return this.correctionsNow(key) > 0;
+  }
+
+  /**
+   * How many rewrites in a row, from now, would each be corrected at once:
+   * what is left of the burst, and short of the contest (0 when contested).
+   */
+  correctionsNow(key: string): number {
+    const atOnce = Math.min(this.policy.burst, this.policy.maxRewrites - 1);
     const state = this.#states.get(key);
-    if (!state) return true;
-    if (state.contestedAt !== null) return false;
+    if (!state) return Math.max(0, atOnce);
+    if (state.contestedAt !== null) return 0;
     const now = this.#now();
     const recent = state.rewrites.filter((at) => now - at < this.policy.windowMs).length;
-    return recent + 1 <= this.policy.burst && recent + 1 < this.policy.maxRewrites;
+    return Math.max(0, atOnce - recent);
   }
 
   isContested(key: string): boolean {

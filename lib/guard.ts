@@ -30,7 +30,7 @@ import type {
 } from './monitor';
 import { LinkMonitor, type LinkFilter, type NativeCorrection } from './monitor';
 import { controlPorts, type GuardPorts } from './ports';
-import { neighbourKey } from './records';
+import { isRestorable, neighbourKey } from './records';
 import { explicitMacSource, type DesiredMacSource } from './sources';
 import { StateFile, liveNetnsInodes, type PersistedDevice } from './state-file';
 import type { FeatureSetResult, LinkInfo, NeighbourInfo } from './types';
@@ -261,10 +261,12 @@ export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
   setFilter?(filter: LinkFilter | null): void;
   arm?(
     ifindex: number,
-    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[] },
+    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[]; shots?: number },
   ): void;
   disarm?(ifindex: number): void;
   neighbours(filter?: { ifindex?: number }): NeighbourInfo[];
+  /** The device's permanent ARP/NDP entries (see LinkMonitor.restoreEntries). */
+  restoreEntries(ifindex: number): readonly NeighbourInfo[];
   ready(): Promise<void>;
   ref(): unknown;
   unref(): unknown;
@@ -321,6 +323,14 @@ interface ManagedDevice {
 class RestoreSet extends Map<string, NeighbourInfo> {
   #list: readonly NeighbourInfo[] | undefined;
 
+  /** A set of `entries` whose list() is `entries` itself until it changes. */
+  static of(entries: readonly NeighbourInfo[]): RestoreSet {
+    const set = new RestoreSet();
+    for (const entry of entries) set.set(neighbourKey(entry), entry);
+    set.#list = entries;
+    return set;
+  }
+
   override set(key: string, entry: NeighbourInfo): this {
     if (super.get(key) !== entry) this.#list = undefined;
     return super.set(key, entry);
@@ -359,10 +369,6 @@ function describeRewrite(cause: RewriteCause, sinceCreation: number | null): str
     case 'found-at-start':
       return 'differs from the desired MAC when the guard began managing the device';
   }
-}
-
-function isPermanentIpNeighbour(entry: NeighbourInfo): boolean {
-  return entry.permanent && entry.family !== 'bridge' && entry.lladdr !== null;
 }
 
 /** Dependencies a test may replace. */
@@ -838,7 +844,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const device = this.#devices.get(entry.ifindex);
     if (!device || entry.family === 'bridge') return;
     const key = neighbourKey(entry);
-    if (isPermanentIpNeighbour(entry)) {
+    if (isRestorable(entry)) {
       device.neighbours.set(key, entry);
     } else if (event.portid !== 0) {
       // A process made it non-permanent on purpose. The kernel's own entries for
@@ -921,14 +927,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       rewrites: 0,
       driftSince: null,
       vanishing: false,
-      neighbours: new RestoreSet(),
+      neighbours: RestoreSet.of(this.#monitor.restoreEntries(link.ifindex)),
       deferred: new Map(),
       resumeChecks: new Map(),
       offloads: {},
     };
-    for (const entry of this.#monitor.neighbours({ ifindex: link.ifindex })) {
-      if (isPermanentIpNeighbour(entry)) device.neighbours.set(neighbourKey(entry), entry);
-    }
     this.#devices.set(link.ifindex, device);
     if (this.#started) {
       this.#updateFilter();
@@ -1000,6 +1003,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     if (!monitor.arm || !monitor.disarm) return;
     const desired = this.#desiredMac(device);
     const key = macKey(device);
+    const shots = this.#fight.correctionsNow(key);
     const allowed =
       !this.dryRun &&
       !device.vanishing &&
@@ -1007,7 +1011,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       desired !== null &&
       !(this.#strategy === 'adopt' && desired.kind === 'source') &&
       !this.#heldBack(device, key) &&
-      this.#fight.wouldCorrectNow(key);
+      shots > 0;
     if (!allowed) {
       monitor.disarm(device.ifindex);
       return;
@@ -1016,6 +1020,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       name: device.name,
       mac: desired.mac,
       neighbours: device.neighbours.list(),
+      shots,
     });
   }
 

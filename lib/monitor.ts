@@ -19,6 +19,7 @@ import {
 } from './binding';
 import type { SystemError } from './errors';
 import {
+  isRestorable,
   neighbourInfos,
   neighbourKey,
   toLinkInfo,
@@ -255,6 +256,9 @@ function abortError(signal: AbortSignal): Error {
   return Object.assign(error, { code: 'ABORT_ERR' });
 }
 
+/** The most corrections one arming makes (the native layer's bound). */
+const MAX_ARM_SHOTS = 16;
+
 export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   readonly netns: string | undefined;
   /** The socket, the corrections and the mirror of the namespace's links and entries. */
@@ -267,11 +271,16 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
    * is not sent again. Dropped whenever the native layer drops its arming.
    */
   #armed = new Map<number, string>();
+  /** The MAC last armed, parsed once: a guard arms the same one after every correction. */
+  #armedMac: { text: string; bytes: Buffer } | undefined;
   /**
    * The restore set last sent for each device: the native layer keeps it across
    * corrections until the device is deleted, so an unchanged list is not sent again.
    */
   #restoreSets = new Map<number, readonly NeighbourInfo[]>();
+  /** The last `restoreEntries()` of each device, and how many batches had been read then. */
+  #mirrorSets = new Map<number, { entries: readonly NeighbourInfo[]; batches: number }>();
+  #batches = 0;
   #ready = false;
   #closed = false;
   /** The batch being dispatched, and the index of its item being handled (see #laterChanges). */
@@ -446,23 +455,51 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   /**
-   * Arms a one-shot correction, made by the native layer in the very read
-   * that sees `ifindex` (still called `name`) with a MAC other than `mac`:
-   * the MAC set back and `neighbours` re-added before the event reaches JS.
-   * The `linkChanged` event then carries the `correction`. The caller keeps
-   * the policy: it re-arms after each correction when another is allowed.
+   * The device's permanent ARP and NDP entries as of the event being handled
+   * (what a restore set holds), frozen. Given back to `arm()` unchanged and
+   * before the next batch is read, it is not sent back at all: the native
+   * layer takes the set from its mirror, as it is now (the same entries).
+   */
+  restoreEntries(ifindex: number): readonly NeighbourInfo[] {
+    const entries = Object.freeze(this.neighbours({ ifindex }).filter(isRestorable));
+    // Mid-batch, the mirror is ahead of the event: it may hold other entries.
+    if (this.#laterChanges() === undefined) {
+      this.#mirrorSets.set(ifindex, { entries, batches: this.#batches });
+    }
+    return entries;
+  }
+
+  /**
+   * Arms a correction, made by the native layer in the very read that sees
+   * `ifindex` (still called `name`) with a MAC other than `mac`: the MAC set
+   * back and `neighbours` re-added before the event reaches JS. The
+   * `linkChanged` event then carries the `correction`. `shots` (default 1):
+   * how many it makes before the caller decides again, so that a second
+   * rewrite read with the first is answered at once when policy allows two
+   * in a row. The caller keeps the policy: it re-arms after each correction.
    */
   arm(
     ifindex: number,
-    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[] },
+    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[]; shots?: number },
   ): void {
-    const key = `${target.name}|${target.mac}`;
+    const shots = Math.max(1, Math.min(target.shots ?? 1, MAX_ARM_SHOTS));
+    const key = `${target.name}|${target.mac}|${shots}`;
     const previous = this.#restoreSets.get(ifindex);
     if (this.#armed.get(ifindex) === key && previous === target.neighbours) return;
+    const mirrored = this.#mirrorSets.get(ifindex);
+    this.#mirrorSets.delete(ifindex);
+    const fromMirror =
+      previous === undefined &&
+      mirrored?.entries === target.neighbours &&
+      mirrored.batches === this.#batches;
+    if (this.#armedMac?.text !== target.mac) {
+      this.#armedMac = { text: target.mac, bytes: macBytes(target.mac) };
+    }
     this.#native.arm(ifindex, {
       name: target.name,
-      mac: macBytes(target.mac),
-      ...restoreSetChange(previous, target.neighbours),
+      mac: this.#armedMac.bytes,
+      shots,
+      ...(fromMirror ? { fromMirror } : restoreSetChange(previous, target.neighbours)),
     });
     this.#armed.set(ifindex, key);
     this.#restoreSets.set(ifindex, target.neighbours);
@@ -585,6 +622,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   #onBatch(batch: RawMonitorItem[], arrivalMs: number): void {
+    this.#batches += 1;
     this.#receivedAt = arrivalMs;
     this.#batch = batch;
     try {
@@ -634,12 +672,13 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   #onLink(item: RawLinkItem): void {
-    // The native arming is one-shot, and void for a device gone or renamed:
-    // forget its key with it, so that the next arm() is sent.
-    if (item.disarmed) this.#armed.delete(item.ifindex);
+    // A correction used a shot, and the arming is void for a device gone or
+    // renamed: forget its key, so that the next arm() is sent.
+    if (item.disarmed || item.correction) this.#armed.delete(item.ifindex);
     if (item.change === 'removed') {
       this.#armed.delete(item.ifindex);
       this.#restoreSets.delete(item.ifindex);
+      this.#mirrorSets.delete(item.ifindex);
     }
     emitChange(this, item, {
       receivedAt: this.#receivedAt,

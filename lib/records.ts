@@ -115,6 +115,11 @@ export function neighbourInfos(columns: RawNeighbourColumns): NeighbourInfo[] {
  * Identity of a neighbour entry: ARP/NDP entries by (device, IP); FDB entries
  * by (device, MAC, remote IP, VNI), since one MAC may have several remotes.
  */
+/** What a restore set keeps: a permanent ARP or NDP entry with a MAC (not FDB). */
+export function isRestorable(entry: NeighbourInfo): boolean {
+  return entry.permanent && entry.family !== 'bridge' && entry.lladdr !== null;
+}
+
 export function neighbourKey(entry: {
   family: NeighbourFamily;
   ifindex: number;

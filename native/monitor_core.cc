@@ -119,27 +119,31 @@ constexpr size_t kMaxAutoReceiveBuffer = size_t{64} << 20;
 constexpr size_t kSpareNotifications = 512;
 }  // namespace
 
+std::vector<netlink::NeighbourEntry> MonitorCore::MirroredRestoreEntries(int32_t ifindex) const {
+  std::vector<netlink::NeighbourEntry> entries;
+  for (const auto& [key, neigh] : mirror_.neighs()) {
+    if (neigh.record.ifindex == ifindex && Restorable(neigh.record)) {
+      entries.push_back(RestoreEntryOf(neigh.record));
+    }
+  }
+  return entries;
+}
+
 void MonitorCore::FollowRestoreSet(const NeighChange& change) {
   const netlink::NeighRecord& neigh = change.neigh;
   if (neigh.family == AF_BRIDGE) return;
   auto set = restoreSets_.find(neigh.ifindex);
   if (set == restoreSets_.end()) return;
   const bool permanent = (neigh.state & NUD_PERMANENT) != 0;
-  netlink::NeighbourEntry entry;
-  entry.family = neigh.family;
-  entry.ifindex = neigh.ifindex;
-  entry.destination = neigh.destination;
   if (change.kind == ChangeKind::kRemoved) {
     // Deleted on purpose; a flush (the kernel's, after a MAC change or a down)
     // or a re-dump's miss keeps the entry for restoring.
-    if (permanent && change.cause == RemovalCause::kDeleted) set->second.Remove(entry);
-  } else if (permanent && neigh.lladdr.state == netlink::MacField::State::kValid) {
-    entry.lladdr = neigh.lladdr.bytes;
-    entry.state = neigh.state;
-    entry.flags = neigh.flags;
-    set->second.Upsert(std::move(entry));
+    if (permanent && change.cause == RemovalCause::kDeleted)
+      set->second.Remove(RestoreEntryOf(neigh));
+  } else if (Restorable(neigh)) {
+    set->second.Upsert(RestoreEntryOf(neigh));
   } else if (!permanent && change.portid != 0) {
-    set->second.Remove(entry);  // a process made it non-permanent on purpose
+    set->second.Remove(RestoreEntryOf(neigh));  // a process made it non-permanent on purpose
   }
 }
 
@@ -188,9 +192,11 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   if (link.mac.state != netlink::MacField::State::kValid || link.mac.bytes == armed->second.mac) {
     return std::nullopt;  // nothing to correct; stays armed
   }
-  const ArmedCorrection target = std::move(armed->second);
-  armed_.erase(armed);
-  *disarmed = true;
+  const std::array<uint8_t, 6> mac = armed->second.mac;
+  if (--armed->second.shots <= 0) {
+    armed_.erase(armed);
+    *disarmed = true;
+  }
   const auto started = std::chrono::steady_clock::now();
   const int64_t queuedNs =
       std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count() -
@@ -201,9 +207,9 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
         .count();
   };
   Correction correction;
-  correction.mac = target.mac;
+  correction.mac = mac;
   correction.queuedNs = queuedNs > 0 ? queuedNs : 0;
-  Result<Unit> written = writer_->SetLinkAddress(link.ifindex, target.mac);
+  Result<Unit> written = writer_->SetLinkAddress(link.ifindex, mac);
   correction.macNs = since();
   echoes_.erase(link.ifindex);
   if (!written.ok()) {

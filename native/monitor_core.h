@@ -82,6 +82,10 @@ struct LinkItem {
 struct ArmedCorrection {
   std::string name;  // the device must still be called this
   std::array<uint8_t, 6> mac{};
+  // Corrections it makes before the caller decides again: a second rewrite
+  // read in the same pass as the first (before JS has seen either) is
+  // answered at once when the caller's policy allows two in a row.
+  int shots = 1;
 };
 
 // How an arming changes the device's restore set: replaced when `assign` is
@@ -189,6 +193,9 @@ class MonitorCore {
   void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
   // Whether a restore set is kept for the device.
   bool HasRestoreSet(int32_t ifindex) const { return restoreSets_.count(ifindex) > 0; }
+  // The device's permanent ARP and NDP entries as the mirror holds them: a
+  // restore set taken from the table itself, without a round trip through JS.
+  std::vector<netlink::NeighbourEntry> MirroredRestoreEntries(int32_t ifindex) const;
 
   // Narrows the monitor to the devices `filter` lets through: the kernel keeps
   // unrelated link notifications out of the socket (see socket_filter.h), and

@@ -1,8 +1,27 @@
 #include "restore_set.h"
 
+#include <linux/neighbour.h>
+#include <sys/socket.h>
+
 #include <utility>
 
 namespace fg {
+
+netlink::NeighbourEntry RestoreEntryOf(const netlink::NeighRecord& neigh) {
+  netlink::NeighbourEntry entry;
+  entry.family = neigh.family;
+  entry.ifindex = neigh.ifindex;
+  entry.destination = neigh.destination;
+  entry.lladdr = neigh.lladdr.bytes;
+  entry.state = neigh.state;
+  entry.flags = neigh.flags;
+  return entry;
+}
+
+bool Restorable(const netlink::NeighRecord& neigh) {
+  return neigh.family != AF_BRIDGE && (neigh.state & NUD_PERMANENT) != 0 &&
+         neigh.lladdr.state == netlink::MacField::State::kValid;
+}
 
 std::string NeighbourKey(uint8_t family, const std::vector<uint8_t>& destination) {
   std::string key(1, static_cast<char>(family));

@@ -9,8 +9,15 @@
 #include <vector>
 
 #include "netlink_builder.h"
+#include "netlink_parser.h"
 
 namespace fg {
+
+// The entry that puts `neigh` back as it is: family, device, destination,
+// MAC, state and flags.
+netlink::NeighbourEntry RestoreEntryOf(const netlink::NeighRecord& neigh);
+// Whether a restore set keeps it: a permanent ARP or NDP entry with a MAC.
+bool Restorable(const netlink::NeighRecord& neigh);
 
 // The identity of an ARP/NDP entry: family, then destination bytes.
 std::string NeighbourKey(uint8_t family, const std::vector<uint8_t>& destination);

@@ -11,6 +11,7 @@ import {
   type FightDecision,
   type FightPolicy,
 } from '../lib/fight';
+import { prng } from './support/prng';
 
 /** A tracker over a hand-moved clock; `random` answers from `randoms` (0.5 when empty). */
 function tracker(
@@ -85,6 +86,32 @@ describe('FightTracker', function () {
       clock.now += 10;
     }
     assert.deepEqual(actions, ['correct', 'correct', 1_000, 2_000, 'contested', 'observe']);
+  });
+
+  it('correctionsNow(k) is the count of rewrites in a row, from now, that record as correct (seeded)', function () {
+    const random = prng(0xf16e7);
+    for (let round = 0; round < 300; round += 1) {
+      const policy = {
+        maxRewrites: 1 + Math.floor(random() * 6),
+        burst: Math.floor(random() * 5),
+        windowMs: 10 + Math.floor(random() * 1000),
+        quietMs: 10 + Math.floor(random() * 1000),
+        jitter: 0,
+      };
+      const { fight, clock } = tracker(policy);
+      // A random history: rewrites at random gaps, some past the window or the quiet time.
+      const history = Math.floor(random() * 8);
+      for (let i = 0; i < history; i += 1) {
+        fight.recordRewrite('k');
+        clock.now += Math.floor(random() * 1500);
+      }
+      const what = `round ${round}: ${JSON.stringify(policy)} after ${history} rewrites`;
+      const n = fight.correctionsNow('k');
+      assert.equal(fight.wouldCorrectNow('k'), n > 0, what);
+      const actions = Array.from({ length: n + 1 }, () => fight.recordRewrite('k').action);
+      assert.deepEqual(actions.slice(0, n), Array<string>(n).fill('correct'), what);
+      assert.notEqual(actions[n], 'correct', `${what}: one more is not corrected at once`);
+    }
   });
 
   it('keeps keys apart: a fight on one key changes nothing for another', function () {

@@ -10,16 +10,19 @@ import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import {
   closeSync,
+  constants,
   copyFileSync,
   lstatSync,
   mkdirSync,
   mkdtempSync,
   openSync,
   readFileSync,
+  readSync,
   readdirSync,
   rmSync,
   symlinkSync,
   writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -215,6 +218,102 @@ describe('hardening: never write to a device that is not VXLAN (real kernel, net
     const [code] = await exited;
     assert.equal(code, 0, stderr);
     assert.doesNotMatch(stderr, /EPIPE|Error/);
+  });
+
+  it('--json into a FIFO that is full and unread (a stalled log pipe): corrections go on, every line arrives in order once read', async function () {
+    const original = await macOf('flannel.1');
+    assert.ok(original);
+    const dir = mkdtempSync(tempDirPrefix('fifo'));
+    const fifo = join(dir, 'stdout');
+    execFileSync('mkfifo', [fifo]);
+    // Reader first, so that no open blocks; then filled to the brim by another writer.
+    const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    const filler = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK);
+    let filled = 0;
+    try {
+      for (let i = 0; i < 4096; i++) filled += writeSync(filler, Buffer.alloc(4096, 0x23));
+      assert.fail('a pipe holds less than 16 MiB');
+    } catch (error) {
+      assert.equal((error as NodeJS.ErrnoException).code, 'EAGAIN');
+    }
+    closeSync(filler);
+    await ns.ip('link set flannel.1 address 02:00:00:00:12:09');
+    const writer = openSync(fifo, constants.O_WRONLY); // the guard's own, blocking file
+    const child = trackChild(
+      spawn(
+        process.execPath,
+        [
+          CLI_PATH,
+          'watch',
+          '--json',
+          '--netns',
+          ns.name,
+          '--offload',
+          'none',
+          '--rewrite-window',
+          '1',
+          '--mac',
+          `flannel.1=${original}`,
+        ],
+        { stdio: ['ignore', writer, 'pipe'] },
+      ),
+    );
+    closeSync(writer);
+    let text = '';
+    const drain = (): void => {
+      const buffer = Buffer.alloc(65536);
+      for (;;) {
+        let n: number;
+        try {
+          n = readSync(reader, buffer);
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code === 'EAGAIN') return;
+          throw error;
+        }
+        if (n === 0) return;
+        text += buffer.toString('latin1', 0, n);
+      }
+    };
+    try {
+      // Nothing read: the MAC found wrong at start, then each rewrite, is put back all the same.
+      await waitFor(async () => (await macOf('flannel.1')) === original, {
+        timeoutMs: 10_000,
+        what: 'the MAC found at start corrected with stdout full',
+      });
+      for (const [round, mac] of ['02:00:00:00:12:0a', '02:00:00:00:12:0b'].entries()) {
+        await ns.ip(`link set flannel.1 address ${mac}`);
+        await waitFor(async () => (await macOf('flannel.1')) === original, {
+          timeoutMs: 10_000,
+          what: `rewrite ${round + 1} corrected with stdout full`,
+        });
+      }
+      assert.equal(child.exitCode, null);
+      const lines = (): string[] =>
+        text
+          .slice(filled)
+          .split('\n')
+          .filter((line) => line !== '');
+      await waitFor(
+        async () => {
+          drain();
+          return lines().filter((line) => line.includes('"event":"restored"')).length >= 3;
+        },
+        { timeoutMs: 10_000, what: 'the lines held back, once read' },
+      );
+      assert.equal(text.slice(0, filled), '#'.repeat(filled), 'the filler first, untouched');
+      const events = lines().map((line) => (JSON.parse(line) as { event: string }).event);
+      assert.equal(events[0], 'ready');
+      assert.deepEqual(
+        events.filter((event) => event === 'rewrite' || event === 'restored').slice(-6),
+        ['rewrite', 'restored', 'rewrite', 'restored', 'rewrite', 'restored'],
+      );
+    } finally {
+      // A guard whose last lines are still unread waits for them: no SIGTERM here.
+      child.kill('SIGKILL');
+      await once(child, 'close');
+      closeSync(reader);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('--json into a regular file (a log file): written directly, every line, in order', async function () {

@@ -168,6 +168,52 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(last.correction, undefined);
   });
 
+  it('an arming with shots: 2 answers two rewrites without being armed again, then none', async function () {
+    const pinned = '0e:00:00:00:00:01';
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip(`link set vx1 address ${pinned} up`);
+    await ns.ip('neigh replace 198.18.0.1 lladdr 0e:00:00:00:00:aa dev vx1 nud permanent');
+    const m = await open();
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    m.arm(link.ifindex, {
+      name: 'vx1',
+      mac: pinned,
+      neighbours: m.restoreEntries(link.ifindex),
+      shots: 2,
+    });
+    const answered: (string | undefined)[] = [];
+    for (const foreign of ['0e:00:00:00:00:02', '0e:00:00:00:00:03', '0e:00:00:00:00:04']) {
+      const changed = nextEvent(m, 'linkChanged', (e) => e.link.mac === foreign);
+      await ns.ip(`link set vx1 address ${foreign}`);
+      const [event] = await changed;
+      answered.push(event.correction?.mac);
+      if (event.correction) assert.equal(event.correction.neighbours, 1);
+    }
+    assert.deepEqual(answered, [pinned, pinned, undefined]);
+    // Two rewrites in one burst (one ip -batch), armed again with two shots: both answered
+    // natively, whether the monitor reads them in one pass or two.
+    await ns.ip(`link set vx1 address ${pinned}`);
+    m.arm(link.ifindex, {
+      name: 'vx1',
+      mac: pinned,
+      neighbours: m.restoreEntries(link.ifindex),
+      shots: 2,
+    });
+    const corrections = collectEvents(m, 'linkChanged');
+    await ns.ipBatch([
+      'link set vx1 address 0e:00:00:00:00:05',
+      'link set vx1 address 0e:00:00:00:00:06',
+    ]);
+    await waitFor(async () => corrections.events.filter((e) => e.correction).length === 2, {
+      timeoutMs: 5000,
+      what: 'both rewrites corrected natively',
+    });
+    corrections.stop();
+    const shown = await ns.ipJson<IpLink[]>('link show vx1');
+    assert.equal(shown[0]?.address, pinned);
+  });
+
   it("a native correction's echoes stay native; a delete after it is a delete, not a flush", async function () {
     const pinned = '0e:00:00:00:00:01';
     await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
@@ -206,6 +252,81 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal((await deleted)[0].cause, 'deleted');
     removed.stop();
     added.stop();
+  });
+
+  it("restoreEntries(): the permanent ARP/NDP entries; armed with them unchanged the set is the mirror's, armed after a read the list given", async function () {
+    const pinned = '0e:00:00:00:00:01';
+    await ns.ip('link add va type veth peer name vb');
+    await ns.ip('addr add 192.0.2.1/24 dev va');
+    await ns.ip('link set va up');
+    await ns.ip(
+      `link add vx1 address ${pinned} type vxlan id 1 dstport 8472 local 192.0.2.1 dev va nolearning`,
+    );
+    await ns.ip('link set vx1 up');
+    await ns.ipBatch([
+      ...[1, 2, 3].map(
+        (i) => `neigh replace 198.18.0.${i} lladdr 0e:00:00:00:00:a${i} dev vx1 nud permanent`,
+      ),
+      'neigh replace 198.18.0.9 lladdr 0e:00:00:00:00:a9 dev vx1 nud reachable',
+      'neigh replace fd00::1 lladdr 0e:00:00:00:00:b1 dev vx1 nud permanent',
+    ]);
+    await ns.bridge('fdb append 0e:00:00:00:00:a1 dev vx1 dst 192.0.2.2');
+    await ns.ip(
+      `link add vx2 address ${pinned} type vxlan id 2 dstport 8472 local 192.0.2.1 dev va nolearning`,
+    );
+    await ns.ip('link set vx2 up');
+    await ns.ipBatch(
+      [1, 2].map(
+        (i) => `neigh replace 198.18.1.${i} lladdr 0e:00:00:00:01:a${i} dev vx2 nud permanent`,
+      ),
+    );
+    const m = await open();
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    const entries = m.restoreEntries(link.ifindex);
+    assert.ok(Object.isFrozen(entries));
+    assert.deepEqual(entries.map((n) => n.destination).sort(), [
+      '198.18.0.1',
+      '198.18.0.2',
+      '198.18.0.3',
+      'fd00::1',
+    ]);
+    const permanentTable = async (): Promise<string[]> =>
+      (await ns.ipJson<{ dst: string }[]>('neigh show dev vx1 nud permanent'))
+        .map((row) => row.dst)
+        .sort();
+
+    // Unchanged, before another read: the native layer takes the set from its mirror.
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: entries });
+    const first = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
+    await ns.ip('link set vx1 address 0e:00:00:00:00:02');
+    assert.equal((await first)[0].correction?.neighbours, 4);
+    await waitFor(async () => (await permanentTable()).length === 4, {
+      timeoutMs: 5000,
+      what: 'the four entries back',
+    });
+
+    // Taken, then an entry deleted and read before the first arming: arming with the
+    // list taken before must restore that list (the deleted entry too), not the mirror.
+    const vx2 = m.getLink('vx2');
+    assert.ok(vx2);
+    const before = m.restoreEntries(vx2.ifindex);
+    assert.equal(before.length, 2);
+    const removed = nextEvent(
+      m,
+      'neighbourRemoved',
+      (e) => e.neighbour.destination === '198.18.1.2',
+    );
+    await ns.ip('neigh del 198.18.1.2 dev vx2');
+    await removed;
+    const inet = m.neighbours({ ifindex: vx2.ifindex }).filter((n) => n.family === 'inet');
+    assert.equal(inet.length, 1, 'the mirror saw the delete');
+    m.arm(vx2.ifindex, { name: 'vx2', mac: pinned, neighbours: before });
+    const second = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
+    await ns.ip('link set vx2 address 0e:00:00:00:00:03');
+    assert.equal((await second)[0].correction?.neighbours, 2, 'the list given, not the mirror');
+    const vx2Table = await ns.ipJson<{ dst: string }[]>('neigh show dev vx2 nud permanent');
+    assert.deepEqual(vx2Table.map((row) => row.dst).sort(), ['198.18.1.1', '198.18.1.2']);
   });
 
   it('a restore set changed by a few entries is sent as the change; the correction puts back the new set', async function () {

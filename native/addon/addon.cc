@@ -2,6 +2,9 @@
 // it loads in worker_threads) exposing the Monitor and Control classes, and
 // the pure parser and state mirror for tests.
 #include <napi.h>
+#include <sys/uio.h>
+
+#include <cerrno>
 
 #include "control_wrap.h"
 #include "convert.h"
@@ -22,6 +25,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
                              InstanceValue("Mirror", MirrorWrap::Define(env)),
                              InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
+                             InstanceMethod<&FlannelGuardAddon::WriteNoWait>("writeNoWait"),
                          });
   }
 
@@ -43,6 +47,25 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
       js.Set(result, "error", error);
     }
     return Finish(js, result);
+  }
+
+  // writeNoWait(fd, bytes: Buffer) -> bytes written, or a negative errno: a
+  // write that never blocks, whatever the file's O_NONBLOCK flag (RWF_NOWAIT:
+  // EAGAIN where it would wait). stdout is shared with the process that gave
+  // it, so its flags are not ours to change. -EOPNOTSUPP where the kernel
+  // cannot (pipes on older kernels, some file systems): the caller falls back.
+  Napi::Value WriteNoWait(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsNumber() || !info[1].IsBuffer()) {
+      throw Napi::TypeError::New(env, "writeNoWait(fd: number, bytes: Buffer)");
+    }
+    auto bytes = info[1].As<Napi::Buffer<uint8_t>>();
+    iovec chunk{bytes.Data(), bytes.Length()};
+    ssize_t written;
+    do {
+      written = pwritev2(info[0].As<Napi::Number>().Int32Value(), &chunk, 1, -1, RWF_NOWAIT);
+    } while (written < 0 && errno == EINTR);
+    return Napi::Number::New(env, written < 0 ? -errno : static_cast<double>(written));
   }
 
   // netnsInode(path?: string) -> number: the namespace's inode (own when omitted).

@@ -193,9 +193,16 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// arm(ifindex, { name, mac: Buffer(6), neighbours?: [...], remove?: [...], upsert?: [...] }):
-// `neighbours` replaces the device's restore set; `remove` and `upsert` change the one kept
-// (there must be one).
+namespace {
+// More than any fight policy lets through without delay.
+constexpr int kMaxShots = 16;
+}  // namespace
+
+// arm(ifindex, { name, mac: Buffer(6), shots?: 1..16, neighbours?: [...] | fromMirror?: true,
+// remove?: [...], upsert?: [...] }): `shots` corrections before the caller decides again
+// (default 1); `neighbours` replaces the device's restore set, `fromMirror` replaces it with
+// the device's permanent ARP/NDP entries in the mirror; `remove` and `upsert` change the one
+// kept (there must be one).
 Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() || !info[1].IsObject()) {
@@ -206,8 +213,17 @@ Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   ArmedCorrection correction;
   correction.name = target.Get("name").ToString().Utf8Value();
   correction.mac = MacFromJs(target.Get("mac"), "mac");
+  if (const Napi::Value shots = target.Get("shots"); !shots.IsUndefined()) {
+    const double count = shots.ToNumber().DoubleValue();
+    if (!(count >= 1 && count <= kMaxShots)) {
+      throw Napi::RangeError::New(env, "arm: shots must be 1.." + std::to_string(kMaxShots));
+    }
+    correction.shots = static_cast<int>(count);
+  }
   RestoreSetChange change;
+  const bool fromMirror = target.Get("fromMirror").ToBoolean().Value();
   if (!target.Get("neighbours").IsUndefined()) {
+    if (fromMirror) throw Napi::TypeError::New(env, "arm: neighbours or fromMirror, not both");
     change.assign = NeighbourEntriesFromJs(target.Get("neighbours"));
   }
   if (!target.Get("remove").IsUndefined())
@@ -215,6 +231,7 @@ Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   if (!target.Get("upsert").IsUndefined())
     change.upsert = NeighbourEntriesFromJs(target.Get("upsert"));
   if (!poll_) throw Napi::Error::New(env, "monitor is closed");
+  if (fromMirror) change.assign = poll_->core->MirroredRestoreEntries(ifindex);
   if (!change.assign && !poll_->core->HasRestoreSet(ifindex)) {
     throw Napi::TypeError::New(env, "arm: no neighbour entries kept for this device yet");
   }

@@ -29,6 +29,7 @@
 
 #include "netlink_builder.h"
 #include "netlink_parser.h"
+#include "restore_set.h"
 
 namespace {
 
@@ -102,14 +103,8 @@ void RoundTripLink(const LinkRecord& link, uint32_t seq) {
 
 void RoundTripNeigh(const NeighRecord& neigh, uint32_t seq) {
   if (neigh.lladdr.state != MacField::State::kValid) return;
-  fg::netlink::NeighbourEntry entry;
-  entry.family = neigh.family;
-  entry.ifindex = neigh.ifindex;
-  entry.destination = neigh.destination;
-  entry.lladdr = neigh.lladdr.bytes;
-  entry.state = neigh.state;
-  entry.flags = neigh.flags;
-  const std::vector<uint8_t> request = fg::netlink::BuildNeighbourReplaceRequest(entry, seq);
+  const std::vector<uint8_t> request =
+      fg::netlink::BuildNeighbourReplaceRequest(fg::RestoreEntryOf(neigh), seq);
   const ParsedDatagram back = fg::netlink::ParseDatagram(request.data(), request.size());
   Check(!back.error && back.messages.size() == 1);
   Check(back.messages[0].type == RTM_NEWNEIGH && back.messages[0].seq == seq);

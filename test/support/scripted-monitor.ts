@@ -37,7 +37,7 @@ import {
   type NativeCorrection,
 } from '../../lib/monitor';
 import type { GuardPorts } from '../../lib/ports';
-import { neighbourInfos, neighbourKey, toLinkInfo } from '../../lib/records';
+import { isRestorable, neighbourInfos, neighbourKey, toLinkInfo } from '../../lib/records';
 import { delLinkMessage, linkMessage, neighMessage } from './netlink-bytes';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/types';
 
@@ -425,6 +425,10 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
 
   neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
     return neighbourInfos(this.#mirror.neighbours(filter.ifindex));
+  }
+
+  restoreEntries(ifindex: number): readonly NeighbourInfo[] {
+    return Object.freeze(this.neighbours({ ifindex }).filter(isRestorable));
   }
 
   ready(): Promise<void> {
