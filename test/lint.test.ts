@@ -1,9 +1,12 @@
 /**
  * The code style the project holds itself to: eslint (typescript-eslint's
- * strict rules, type-checked for lib/), prettier, and clang-format for C++.
+ * strict rules, type-checked for lib/), prettier, and clang-format for C++;
+ * and the reliability case IDs the tests cite, each defined in
+ * docs/reliability.md and each tested.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 const root = join(__dirname, '..', '..');
@@ -35,5 +38,53 @@ describe('lint and format', function () {
 
   it('clang-format finds every C++ file formatted', function () {
     check(process.execPath, [join(root, 'scripts', 'clang-format.mjs'), '--check']);
+  });
+});
+
+/** Case IDs cited in the sources under `folder` (`N5`, `S11`, `F7`…), with where. */
+function citedCaseIds(folder: string): Map<string, string> {
+  const cited = new Map<string, string>();
+  for (const name of readdirSync(join(root, folder))) {
+    if (!name.endsWith('.ts')) continue;
+    const text = readFileSync(join(root, folder, name), 'utf8');
+    // As comments and test names cite them: `(N5)`, `'N3: …`, `N5-N8`, `S6/S8`, `N5,`; not
+    // inside a MAC ('D6:02:E3:DF:…') or a word.
+    for (const match of text.matchAll(
+      /(?<![\w.:-])([NSEF][0-9]{1,2})(?=[,)/ -]|:(?![0-9A-F])|$)/gm,
+    )) {
+      const id = match[1] ?? '';
+      if (!cited.has(id)) cited.set(id, `${folder}/${name}`);
+    }
+  }
+  return cited;
+}
+
+describe('reliability case IDs (docs/reliability.md)', function () {
+  const doc = readFileSync(join(root, 'docs', 'reliability.md'), 'utf8');
+  const defined = new Set([...doc.matchAll(/^\| ([NSEF][0-9]{1,2}) \|/gm)].map((m) => m[1] ?? ''));
+
+  it('every ID a test or the library cites is defined there', function () {
+    const cited = new Map([...citedCaseIds('test'), ...citedCaseIds('lib')]);
+    const undefinedIds = [...cited]
+      .filter(([id]) => !defined.has(id))
+      .map(([id, at]) => `${id} (${at})`);
+    assert.deepEqual(undefinedIds, []);
+  });
+
+  it('every ID defined there is cited by a test', function () {
+    const cited = citedCaseIds('test');
+    // A range (N5-N8) cites the IDs between its ends.
+    for (const file of readdirSync(join(root, 'test')).filter((name) => name.endsWith('.ts'))) {
+      const text = readFileSync(join(root, 'test', file), 'utf8');
+      for (const [, letter, from, to] of text.matchAll(
+        /\b([NSEF])([0-9]{1,2})-\1([0-9]{1,2})\b/g,
+      )) {
+        for (let n = Number(from); n <= Number(to); n++) cited.set(`${letter}${n}`, `test/${file}`);
+      }
+    }
+    assert.deepEqual(
+      [...defined].filter((id) => !cited.has(id)),
+      [],
+    );
   });
 });

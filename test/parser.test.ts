@@ -1,7 +1,7 @@
 /**
  * The native rtnetlink parser as JavaScript sees it (`binding.parseDatagram`): real datagrams
  * captured from Linux 6.18 (test/fixtures/*.hex) and the malformed cases of
- * reliability-cases.md N5-N8, N16 and S13, built here byte by byte. No privileges needed.
+ * docs/reliability.md N5-N8, N16 and S13, built here byte by byte. No privileges needed.
  *
  * The C++ side of the same cases is native/tests/netlink_parser_test.cc; this file checks
  * what reaches JS: `mac: null` plus `macError` rather than a garbled address, `error`
