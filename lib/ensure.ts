@@ -14,7 +14,7 @@
 import { monotonicMs } from './clock';
 import type { RawControl, RawNeighbour } from './binding';
 import { AF_BRIDGE, AF_INET, AF_INET6, AF_UNSPEC, NTF_SELF, NUD_PERMANENT } from './constants';
-import { invalidArgument, type SystemError } from './errors';
+import { invalidArgument, systemError, type SystemError } from './errors';
 import { openControl, toFeatureSetResult } from './oneshot';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
@@ -175,14 +175,14 @@ function plan(options: EnsureVtepOptions): Plan {
 }
 
 function notVxlan(link: LinkInfo): SystemError {
-  const error = new Error(
-    `EINVAL: ${link.name} is not a VXLAN device (kind ${JSON.stringify(link.kind)})`,
-  ) as SystemError;
-  error.code = 'EINVAL';
-  error.errno = -22;
-  error.interface = link.name;
-  error.ifindex = link.ifindex;
-  return error;
+  return systemError(
+    'EINVAL',
+    `${link.name} is not a VXLAN device (kind ${JSON.stringify(link.kind)})`,
+    {
+      interface: link.name,
+      ifindex: link.ifindex,
+    },
+  );
 }
 
 function ipFamily(address: string): 'inet' | 'inet6' {

@@ -1,8 +1,10 @@
 /**
  * Errors in Node core's shape. Native failures arrive already shaped (code,
- * negative errno, syscall, interface, netns, extack); argument problems found
- * before any system call are made here, with code 'EINVAL'.
+ * negative errno, syscall, interface, netns, extack); the library's own are
+ * made here by one constructor, argument problems found before any system
+ * call with code 'EINVAL'.
  */
+import { constants } from 'node:os';
 
 export interface SystemErrorFields {
   /** errno name: 'EPERM', 'ENODEV', 'EINVAL', ... */
@@ -20,11 +22,13 @@ export interface SystemErrorFields {
   detail?: string;
   /** For EPERM: the capability that is missing. */
   capability?: string;
+  /** A file the error is about (the state file). */
+  path?: string;
+  /** The option the message names as `option NAME` (a CLI shows its flag instead). */
+  option?: string;
 }
 
 export type SystemError = Error & SystemErrorFields;
-
-const EINVAL = 22;
 
 /** True for errors carrying an errno `code` (from the addon or from here). */
 export function isSystemError(error: unknown): error is SystemError {
@@ -35,14 +39,29 @@ export function isSystemError(error: unknown): error is SystemError {
   );
 }
 
-/** An argument rejected before any system call. */
+export type ErrnoCode = keyof typeof constants.errno;
+
+/**
+ * An error as Node core makes them: the message `CODE: message`, `code`, the
+ * negative `errno` of that code (os.constants.errno), and the other fields.
+ */
+export function systemError(
+  code: ErrnoCode,
+  message: string,
+  fields: Omit<SystemErrorFields, 'code' | 'errno'> = {},
+  Kind: new (message: string) => Error = Error,
+): SystemError {
+  const error = new Kind(`${code}: ${message}`) as SystemError;
+  error.code = code;
+  error.errno = -constants.errno[code];
+  Object.assign(error, fields);
+  return error;
+}
+
+/** An argument rejected before any system call: a RangeError with code EINVAL. */
 export function invalidArgument(
   message: string,
   fields: Omit<SystemErrorFields, 'code' | 'errno'> = {},
 ): SystemError {
-  const error = new RangeError(`EINVAL: ${message}`) as RangeError & SystemErrorFields;
-  error.code = 'EINVAL';
-  error.errno = -EINVAL;
-  Object.assign(error, fields);
-  return error;
+  return systemError('EINVAL', message, fields, RangeError);
 }

@@ -16,7 +16,7 @@ import { dirname } from 'node:path';
 
 import { monotonicMs } from './clock';
 import { binding, type RawControl } from './binding';
-import { invalidArgument, isSystemError, type SystemError } from './errors';
+import { invalidArgument, isSystemError, systemError, type SystemError } from './errors';
 import { FightTracker, type FightDecision, type FightPolicy } from './fight';
 import type {
   LinkAddedEvent,
@@ -400,11 +400,10 @@ function openStateFile(
   if (dir === undefined) return {};
   if (control.netnsCookie === null) {
     return {
-      stateProblem: Object.assign(
-        new Error(
-          `ENOPROTOOPT: the kernel has no SO_NETNS_COOKIE (Linux 5.14+) to tell namespaces apart: no state kept in ${dir}`,
-        ),
-        { code: 'ENOPROTOOPT', errno: -92, syscall: 'getsockopt' },
+      stateProblem: systemError(
+        'ENOPROTOOPT',
+        `the kernel has no SO_NETNS_COOKIE (Linux 5.14+) to tell namespaces apart: no state kept in ${dir}`,
+        { syscall: 'getsockopt' },
       ),
     };
   }
@@ -415,11 +414,10 @@ function openStateFile(
 }
 
 function stateError(file: StateFile, what: string, error: unknown): SystemError {
-  return Object.assign(
-    new Error(
-      `state file ${file.path} ${what}: ${error instanceof Error ? error.message : String(error)}`,
-    ),
-    { code: 'EINVAL', errno: -22, path: file.path },
+  return systemError(
+    'EINVAL',
+    `state file ${file.path} ${what}: ${error instanceof Error ? error.message : String(error)}`,
+    { path: file.path },
   );
 }
 
@@ -469,15 +467,13 @@ export function userNamespaceMapping(
 function openInternals(options: FlannelGuardOptions): GuardInternals {
   const mapping = options.allowUserNamespace ? null : userNamespaceMapping();
   if (mapping !== null) {
-    throw Object.assign(
-      new Error(
-        `EPERM: running inside a user namespace (uid_map "${mapping}"): its capabilities do not reach the node's own devices; allow it explicitly (--allow-user-namespace) to guard this namespace anyway`,
-      ),
+    throw systemError(
+      'EPERM',
+      `running inside a user namespace (uid_map "${mapping}"): its capabilities do not reach the node's own devices; allow it explicitly (option allowUserNamespace) to guard this namespace anyway`,
       {
-        code: 'EPERM',
-        errno: -1,
         syscall: 'userns',
         capability: 'CAP_NET_ADMIN in the initial user namespace',
+        option: 'allowUserNamespace',
       },
     );
   }
@@ -696,11 +692,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   #onNetnsDeleted(then: 'close' | 'continue'): void {
     this.#fail(
-      Object.assign(
-        new Error(
-          `ENOENT: network namespace ${this.netns ?? ''} was deleted${then === 'close' ? '; closing' : '; still guarding what its sockets hold'}`,
-        ),
-        { code: 'ENOENT', errno: -2, syscall: 'netns', netns: this.netns ?? '' },
+      systemError(
+        'ENOENT',
+        `network namespace ${this.netns ?? ''} was deleted${then === 'close' ? '; closing' : '; still guarding what its sockets hold'}`,
+        { syscall: 'netns', netns: this.netns ?? '' },
       ),
     );
     if (then === 'close') this.close();
@@ -1150,11 +1145,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
    */
   #verify(device: ManagedDevice, desired: string, after: { name: string } | null): void {
     if (after && after.name === device.name) return;
-    throw Object.assign(
-      new Error(
-        `EIO: ${device.name} changed under its correction to ${desired} (re-read: ${after ? `now ${after.name}` : 'gone'})`,
-      ),
-      { code: 'EIO', errno: -5, interface: device.name, ifindex: device.ifindex },
+    throw systemError(
+      'EIO',
+      `${device.name} changed under its correction to ${desired} (re-read: ${after ? `now ${after.name}` : 'gone'})`,
+      { interface: device.name, ifindex: device.ifindex },
     );
   }
 
@@ -1343,11 +1337,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       return null;
     }
     if (!this.#isManaged(current)) {
-      const error = Object.assign(
-        new Error(
-          `EACCES: interface not managed: ifindex ${device.ifindex} is now ${current.name}, not ${device.name}; nothing written`,
-        ),
-        { code: 'EACCES', errno: -13, interface: current.name, ifindex: device.ifindex },
+      const error = systemError(
+        'EACCES',
+        `interface not managed: ifindex ${device.ifindex} is now ${current.name}, not ${device.name}; nothing written`,
+        { interface: current.name, ifindex: device.ifindex },
       );
       this.#fail(error);
       return null;
@@ -1392,9 +1385,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const unknown = Object.keys(policy).filter((name) => !active.has(name));
     if (unknown.length > 0 && reason !== 'drift') {
       this.#fail(
-        Object.assign(new Error(`ENODATA: ${device.name} has no feature ${unknown.join(', ')}`), {
-          code: 'ENODATA',
-          errno: -61,
+        systemError('ENODATA', `${device.name} has no feature ${unknown.join(', ')}`, {
           interface: device.name,
         }),
       );

@@ -23,6 +23,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const UNIT_SUITES = [
   'parser',
   'validate',
+  'errors',
   'fight',
   'cli-flags',
   'guard-policy',

@@ -21,6 +21,8 @@ import {
   type ProgramSpec,
 } from '../lib/cli/flags';
 import { prng } from './support/prng';
+import { exitStatusOf, flagOf } from '../lib/cli/common';
+import { invalidArgument, systemError } from '../lib/errors';
 
 const FLAGS: FlagSpec[] = [
   { name: 'iface', value: '<glob>', repeatable: true, description: 'interfaces' },
@@ -189,5 +191,39 @@ describe('the CLI flag layer (pure)', function () {
         else assert.equal(flags.value(spec.name), want ?? spec.default, what);
       }
     }
+  });
+
+  it('one exit status per kind of error, one line each, options named by their flags', function () {
+    const cases: [unknown, number, RegExp][] = [
+      [new UsageError('--pin x: expected first-seen or none'), 2, /^prog: --pin x: expected/],
+      [invalidArgument('--mac x: expected IFACE=MAC'), 2, /^prog: EINVAL: --mac x/],
+      [
+        systemError('EPERM', 'inside a user namespace; allow it (option allowUserNamespace)', {
+          syscall: 'userns',
+          capability: 'CAP_NET_ADMIN in the initial user namespace',
+          option: 'allowUserNamespace',
+        }),
+        77,
+        /^prog: EPERM: inside a user namespace; allow it \(--allow-user-namespace\)\nprog: run as root or grant CAP_NET_ADMIN in the initial user namespace\n$/,
+      ],
+      [
+        systemError('EINVAL', 'refused by the kernel', { syscall: 'setlink' }),
+        1,
+        /^prog: EINVAL: refused/,
+      ],
+      [new Error('anything else'), 1, /^prog: anything else\n$/],
+      ['a string', 1, /^prog: a string\n$/],
+    ];
+    for (const [error, code, text] of cases) {
+      let written = '';
+      assert.equal(
+        exitStatusOf(error, 'prog', (line) => (written += line)),
+        code,
+        String(error),
+      );
+      assert.match(written, text);
+    }
+    assert.equal(flagOf('allowUserNamespace'), '--allow-user-namespace');
+    assert.equal(flagOf('json'), '--json');
   });
 });

@@ -131,6 +131,20 @@ export function checkNetnsFlag(netns: string | undefined): void {
   if (problem !== null) throw new UsageError(`--netns ${netns}: ${problem}`);
 }
 
+/** The flag of a library option: allowUserNamespace is --allow-user-namespace. */
+export function flagOf(option: string): string {
+  return `--${option.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`)}`;
+}
+
+/** An error's message as the CLI says it: the option it names, as its flag. */
+function messageOf(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const option = isSystemError(error) ? error.option : undefined;
+  return option === undefined
+    ? error.message
+    : error.message.replaceAll(`option ${option}`, flagOf(option));
+}
+
 /**
  * The exit status for an error, after its line on stderr: 2 for a usage
  * error (also the library's EINVAL without a system call: a value it
@@ -141,20 +155,21 @@ export function exitStatusOf(
   program: string,
   writeErr: (text: string) => void,
 ): number {
+  const message = messageOf(error);
   if (error instanceof UsageError) {
-    writeErr(`${program}: ${error.message}\n`);
+    writeErr(`${program}: ${message}\n`);
     return EXIT_USAGE;
   }
   if (isSystemError(error) && error.code === 'EINVAL' && error.syscall === undefined) {
-    writeErr(`${program}: ${error.message}\n`);
+    writeErr(`${program}: ${message}\n`);
     return EXIT_USAGE;
   }
   if (isSystemError(error) && error.code === 'EPERM') {
     writeErr(
-      `${program}: ${error.message}\n${program}: run as root or grant ${error.capability ?? 'CAP_NET_ADMIN'}\n`,
+      `${program}: ${message}\n${program}: run as root or grant ${error.capability ?? 'CAP_NET_ADMIN'}\n`,
     );
     return EXIT_NOPERM;
   }
-  writeErr(`${program}: ${error instanceof Error ? error.message : String(error)}\n`);
+  writeErr(`${program}: ${message}\n`);
   return EXIT_FAILURE;
 }

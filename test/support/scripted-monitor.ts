@@ -28,6 +28,7 @@ import {
   NUD_PERMANENT,
   NUD_REACHABLE,
 } from '../../lib/constants';
+import { systemError, type SystemError } from '../../lib/errors';
 import type { GuardClock, GuardMonitor } from '../../lib/guard';
 import { binding, type RawMirror } from '../../lib/binding';
 import {
@@ -51,17 +52,9 @@ export const IP_PORTID = 7777;
 
 // --- errors --------------------------------------------------------------------
 
-export type ErrnoError = Error & { code: string; errno: number };
-
-export function errnoError(code: string, errno: number, message: string): ErrnoError {
-  return Object.assign(new Error(`${code}: ${message}`), { code, errno });
-}
-
-export const enodev = (what = 'no such device'): ErrnoError => errnoError('ENODEV', -19, what);
-export const eperm = (what = 'operation not permitted'): ErrnoError =>
-  errnoError('EPERM', -1, what);
-export const eopnotsupp = (what = 'not supported'): ErrnoError =>
-  errnoError('EOPNOTSUPP', -95, what);
+export const enodev = (what = 'no such device'): SystemError => systemError('ENODEV', what);
+export const eperm = (what = 'operation not permitted'): SystemError => systemError('EPERM', what);
+export const eopnotsupp = (what = 'not supported'): SystemError => systemError('EOPNOTSUPP', what);
 
 // --- records ---------------------------------------------------------------------
 
@@ -284,7 +277,7 @@ export class FakeKernel {
   deleteNeighbour(entry: NeighbourInfo, portid = IP_PORTID): void {
     const key = neighbourKey(entry);
     const previous = this.neighbours.get(key);
-    if (!previous) throw errnoError('ENOENT', -2, `no neighbour ${key}`);
+    if (!previous) throw systemError('ENOENT', `no neighbour ${key}`);
     this.neighbours.delete(key);
     this.#send({ kind: 'delneigh', neighbour: cloneNeighbour(previous), portid });
   }
@@ -319,7 +312,7 @@ export class FakeKernel {
     const before = new Map([...table].map(([name, row]) => [name, row.active]));
     for (const [name, on] of Object.entries(wanted)) {
       const row = table.get(name);
-      if (!row) throw errnoError('ENODATA', -61, `unknown feature ${name}`);
+      if (!row) throw systemError('ENODATA', `unknown feature ${name}`);
       if (row.fixed) throw eopnotsupp(`${name} is fixed`);
       row.requested = on;
     }
