@@ -1,77 +1,74 @@
 #include "arrival_watch.h"
 
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 
 namespace fg {
 Result<std::unique_ptr<ArrivalWatch>> ArrivalWatch::Start(int fd) {
+  const int epoll = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll < 0) return SysError(errno, "epoll_create1");
   const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) return SysError(errno, "eventfd");
-  std::unique_ptr<ArrivalWatch> watch(new ArrivalWatch(fd, wake));
+  if (wake < 0) {
+    const int error = errno;
+    close(epoll);
+    return SysError(error, "eventfd");
+  }
+  // The socket starts disabled (no events until the first Arm); the eventfd
+  // always wakes the thread.
+  epoll_event socket{};
+  socket.events = EPOLLONESHOT;
+  socket.data.fd = fd;
+  epoll_event stop{};
+  stop.events = EPOLLIN;
+  stop.data.fd = wake;
+  if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &socket) != 0 ||
+      epoll_ctl(epoll, EPOLL_CTL_ADD, wake, &stop) != 0) {
+    const int error = errno;
+    close(wake);
+    close(epoll);
+    return SysError(error, "epoll_ctl");
+  }
+  std::unique_ptr<ArrivalWatch> watch(new ArrivalWatch(fd, epoll, wake));
   watch->thread_ = std::thread([raw = watch.get()] { raw->Run(); });
   return watch;
 }
 
 ArrivalWatch::~ArrivalWatch() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_one();
-  Wake();
+  stop_.store(true);
+  const uint64_t one = 1;
+  // EAGAIN: the counter is already set, which wakes the thread just as well.
+  [[maybe_unused]] const ssize_t written = write(wake_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
   close(wake_);
-}
-
-void ArrivalWatch::Wake() {
-  const uint64_t one = 1;
-  // EAGAIN: the counter is already set, which wakes the poll just as well.
-  [[maybe_unused]] const ssize_t written = write(wake_, &one, sizeof(one));
+  close(epoll_);
 }
 
 void ArrivalWatch::Arm() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    armed_ = true;
-    arrival_ = 0;
-  }
-  changed_.notify_one();
+  arrival_.store(0);
+  epoll_event socket{};
+  socket.events = EPOLLIN | EPOLLONESHOT;
+  socket.data.fd = fd_;
+  // Data already waiting wakes the thread at once. A failure leaves the
+  // socket disabled: latencies fall back to the read time.
+  [[maybe_unused]] const int modified = epoll_ctl(epoll_, EPOLL_CTL_MOD, fd_, &socket);
 }
 
-int64_t ArrivalWatch::Take() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t arrival = arrival_;
-  arrival_ = 0;
-  return arrival;
-}
+int64_t ArrivalWatch::Take() { return arrival_.exchange(0); }
 
 void ArrivalWatch::Run() {
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [this] { return armed_ || stop_; });
-      if (stop_) return;
-    }
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+  while (!stop_.load()) {
+    epoll_event events[2];
+    const int ready = epoll_wait(epoll_, events, 2, -1);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       return;  // nothing sensible to watch: latencies fall back to the read time
     }
-    if (fds[1].revents & POLLIN) {
-      uint64_t count = 0;
-      [[maybe_unused]] const ssize_t read_ = read(wake_, &count, sizeof(count));
-      continue;
-    }
-    if (fds[0].revents != 0) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (armed_) {
-        arrival_ = SteadyNowNs();
-        armed_ = false;  // until the next read: the socket stays readable until then
-      }
+    for (int i = 0; i < ready; ++i) {
+      // One stamp per arming: the socket is disabled again until the next Arm().
+      if (events[i].data.fd == fd_) arrival_.store(SteadyNowNs());
     }
   }
 }

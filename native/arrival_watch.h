@@ -6,11 +6,10 @@
 // reads the socket. No Node dependency.
 #pragma once
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "result.h"
@@ -39,17 +38,16 @@ class ArrivalWatch {
   int64_t Take();
 
  private:
-  ArrivalWatch(int fd, int wake) : fd_(fd), wake_(wake) {}
+  ArrivalWatch(int fd, int epoll, int wake) : fd_(fd), epoll_(epoll), wake_(wake) {}
   void Run();
-  void Wake();
 
   const int fd_;
-  const int wake_;  // eventfd: stop, or look at `armed_` again
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool armed_ = false;
-  bool stop_ = false;
-  int64_t arrival_ = 0;
+  // The socket registered EPOLLONESHOT: each Arm() enables it for exactly one
+  // wake of the thread, with no handshake between the threads.
+  const int epoll_;
+  const int wake_;  // eventfd: stop
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> arrival_{0};
   std::thread thread_;
 };
 
