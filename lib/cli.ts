@@ -556,12 +556,19 @@ function packageVersion(): string {
   return manifest.version;
 }
 
+/** Which devices, their desired MACs and offloads, where: what `watch` and `status` share. */
+const deviceFlags = [
+  ifaceFlag('manage'),
+  macFlag('desired MAC of a device, repeatable (default: none)'),
+  offloadFlag('leaves offloads alone'),
+  netnsFlag,
+];
+
 const watchCommand: CommandSpec = {
   name: 'watch',
   description: 'guard the devices until SIGINT or SIGTERM',
   flags: [
-    ifaceFlag('manage'),
-    macFlag('desired MAC of a device, repeatable (default: none)'),
+    ...deviceFlags,
     {
       name: 'pin',
       value: '<mode>',
@@ -569,8 +576,6 @@ const watchCommand: CommandSpec = {
       choices: ['first-seen', 'none'],
       default: 'first-seen',
     },
-    offloadFlag('leaves offloads alone'),
-    netnsFlag,
     { name: 'dry-run', description: 'report what would be done, never write' },
     jsonFlag('one JSON object per line (field "event" first)'),
     {
@@ -658,13 +663,7 @@ const watchCommand: CommandSpec = {
 const statusCommand: CommandSpec = {
   name: 'status',
   description: 'print the managed devices once: MAC vs desired, offloads, neighbours',
-  flags: [
-    ifaceFlag('manage'),
-    macFlag('desired MAC of a device, repeatable (default: none)'),
-    offloadFlag('leaves offloads alone'),
-    netnsFlag,
-    jsonFlag('print JSON'),
-  ],
+  flags: [...deviceFlags, jsonFlag('print JSON')],
   run: (flags) => status(commonFlags(flags)),
 };
 
@@ -672,7 +671,7 @@ const PROGRAM: ProgramSpec = {
   name: 'flannel-guard',
   description: "Keeps flannel's VXLAN device at its published MAC and offload policy",
   version: packageVersion,
-  commands: [watchCommand, statusCommand, doctorCommand()],
+  commands: [watchCommand, statusCommand, doctorCommand],
 };
 
 export async function main(argv: readonly string[]): Promise<number> {

@@ -8,11 +8,12 @@
 // Extra arguments go to mocha, e.g. `npm test -- --grep LinkMonitor`.
 //
 // `--unit` (`npm run test:unit`): only the suites that need neither root nor
-// network namespaces (the parser, validation, fight control, the flag layer,
-// the guard's policy over the real state mirror, the doctor on configuration
-// files, the Kubernetes layer against the fake API server), for contributors:
-// seconds, as any user. `npm test` runs them too, and runs them once more as
-// an unprivileged user to keep this list honest. `--no-build` skips compiling.
+// network namespaces (the parser, validation, errors, fight control, the flag
+// layer, the guard's policy over the real state mirror, the state file, the
+// doctor on configuration files, the Kubernetes layer against the fake API
+// server), for contributors: seconds, without privileges. `npm test` runs them
+// too, and once more with every capability dropped (test/unit-suite.test.ts)
+// to keep this list honest. `--no-build` skips compiling.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

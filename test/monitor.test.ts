@@ -53,6 +53,19 @@ describe('LinkMonitor (real kernel, netns)', function () {
     return monitor;
   }
 
+  const pinned = '0e:00:00:00:00:01';
+
+  /** vx1 at `pinned`, up, with one permanent ARP entry; the monitor opened on it. */
+  async function openWithArmableVx1(): Promise<{ m: LinkMonitor; link: LinkInfo }> {
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip(`link set vx1 address ${pinned} up`);
+    await ns.ip('neigh replace 198.18.0.1 lladdr 0e:00:00:00:00:aa dev vx1 nud permanent');
+    const m = await open();
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    return { m, link };
+  }
+
   it('loads the namespace as its first snapshot, then stays in its own namespace', async function () {
     const before = binding.netnsInode();
     await ns.ip('link add vx9 type vxlan id 9 dstport 8472 nolearning');
@@ -135,13 +148,7 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   it('an armed correction answers one MAC change natively; the same target armed again answers the next', async function () {
-    const pinned = '0e:00:00:00:00:01';
-    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
-    await ns.ip(`link set vx1 address ${pinned} up`);
-    await ns.ip('neigh replace 198.18.0.1 lladdr 0e:00:00:00:00:aa dev vx1 nud permanent');
-    const m = await open();
-    const link = m.getLink('vx1');
-    assert.ok(link);
+    const { m, link } = await openWithArmableVx1();
     const target = {
       name: 'vx1',
       mac: pinned,
@@ -169,13 +176,7 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   it('an arming with shots: 2 answers two rewrites without being armed again, then none', async function () {
-    const pinned = '0e:00:00:00:00:01';
-    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
-    await ns.ip(`link set vx1 address ${pinned} up`);
-    await ns.ip('neigh replace 198.18.0.1 lladdr 0e:00:00:00:00:aa dev vx1 nud permanent');
-    const m = await open();
-    const link = m.getLink('vx1');
-    assert.ok(link);
+    const { m, link } = await openWithArmableVx1();
     m.arm(link.ifindex, {
       name: 'vx1',
       mac: pinned,
@@ -215,7 +216,6 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   it("a native correction's echoes stay native; a delete after it is a delete, not a flush", async function () {
-    const pinned = '0e:00:00:00:00:01';
     await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
     await ns.ip(`link set vx1 address ${pinned} up`);
     const ips = ['198.18.0.1', '198.18.0.2', '198.18.0.3'];
@@ -255,7 +255,6 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   it("restoreEntries(): the permanent ARP/NDP entries; armed with them unchanged the set is the mirror's, armed after a read the list given", async function () {
-    const pinned = '0e:00:00:00:00:01';
     await ns.ip('link add va type veth peer name vb');
     await ns.ip('addr add 192.0.2.1/24 dev va');
     await ns.ip('link set va up');
@@ -330,7 +329,6 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   it('a restore set changed by a few entries is sent as the change; the correction puts back the new set', async function () {
-    const pinned = '0e:00:00:00:00:01';
     await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
     await ns.ip(`link set vx1 address ${pinned} up`);
     await ns.ipBatch(
@@ -553,7 +551,6 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   it('a delete read in the same batch as a rewrite is not put back by its correction', async function () {
-    const pinned = '0e:00:00:00:00:01';
     await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
     await ns.ip(`link set vx1 address ${pinned} up`);
     await ns.ipBatch(

@@ -17,8 +17,8 @@ import {
 import { UsageError, type FlagSpec } from './flags';
 
 export const EXIT_FAILURE = 1;
-export const EXIT_USAGE = 2;
-export const EXIT_NOPERM = 77;
+const EXIT_USAGE = 2;
+const EXIT_NOPERM = 77;
 
 export const netnsFlag: FlagSpec = {
   name: 'netns',

@@ -54,8 +54,11 @@ export class Flags {
   readonly #specs: ReadonlyMap<string, FlagSpec>;
   readonly #values: ReadonlyMap<string, string | string[] | true>;
 
-  constructor(specs: readonly FlagSpec[], values: ReadonlyMap<string, string | string[] | true>) {
-    this.#specs = new Map(specs.map((spec) => [spec.name, spec]));
+  constructor(
+    specs: ReadonlyMap<string, FlagSpec>,
+    values: ReadonlyMap<string, string | string[] | true>,
+  ) {
+    this.#specs = specs;
     this.#values = values;
   }
 
@@ -155,7 +158,7 @@ export function parseFlags(
       values.set(name, value);
     }
   }
-  return new Flags(command.flags, values);
+  return new Flags(specs, values);
 }
 
 function table(rows: readonly (readonly [string, string])[]): string {

@@ -5,6 +5,7 @@
  * as "NOT FIXED".
  */
 import {
+  EXIT_FAILURE,
   checkNetnsFlag,
   ifaceFlag,
   jsonFlag,
@@ -80,45 +81,43 @@ async function doctor(flags: Flags): Promise<number> {
   writeOut(
     flags.has('json') ? `${JSON.stringify(report)}\n` : formatReport(report, flags.has('verbose')),
   );
-  return report.verdict === 'fail' ? 1 : 0;
+  return report.verdict === 'fail' ? EXIT_FAILURE : 0;
 }
 
-export function doctorCommand(): CommandSpec {
-  return {
-    name: 'doctor',
-    description:
-      "diagnose the node: .link files, udev rules, NetworkManager, the VTEP's MAC, neighbours, offloads, underlay driver, NAT, VXLAN port",
-    flags: [
-      jsonFlag('print the report as one JSON object (schema flannel-guard/doctor/v1)'),
-      {
-        name: 'fix',
-        description:
-          'write the MACAddressPolicy=none .link file, set the published MAC back, re-install neighbours, apply the offload policy; prints what it changed',
-      },
-      { name: 'verbose', description: 'show the evidence of passing checks too' },
-      {
-        name: 'root',
-        value: '<dir>',
-        description: 'read configuration files under this directory',
-        default: '/',
-      },
-      netnsFlag,
-      ifaceFlag('check'),
-      macFlag('the MAC the node published for a device, repeatable'),
-      {
-        name: 'peer',
-        value: '<vtep-ip=mac[@underlay-ip]>',
-        repeatable: true,
-        description:
-          "another node's published VTEP (its flannel subnet's .0, VtepMAC, public IP), repeatable",
-      },
-      {
-        name: 'peers-file',
-        value: '<file>',
-        description: 'published peers as JSON: [{ "vtepIp", "mac", "underlayIp" }]',
-      },
-      offloadFlag('checks nothing'),
-    ],
-    run: doctor,
-  };
-}
+export const doctorCommand: CommandSpec = {
+  name: 'doctor',
+  description:
+    "diagnose the node: .link files, udev rules, NetworkManager, the VTEP's MAC, neighbours, offloads, underlay driver, NAT, VXLAN port",
+  flags: [
+    jsonFlag('print the report as one JSON object (schema flannel-guard/doctor/v1)'),
+    {
+      name: 'fix',
+      description:
+        'write the MACAddressPolicy=none .link file, set the published MAC back, re-install neighbours, apply the offload policy; prints what it changed',
+    },
+    { name: 'verbose', description: 'show the evidence of passing checks too' },
+    {
+      name: 'root',
+      value: '<dir>',
+      description: 'read configuration files under this directory',
+      default: '/',
+    },
+    netnsFlag,
+    ifaceFlag('check'),
+    macFlag('the MAC the node published for a device, repeatable'),
+    {
+      name: 'peer',
+      value: '<vtep-ip=mac[@underlay-ip]>',
+      repeatable: true,
+      description:
+        "another node's published VTEP (its flannel subnet's .0, VtepMAC, public IP), repeatable",
+    },
+    {
+      name: 'peers-file',
+      value: '<file>',
+      description: 'published peers as JSON: [{ "vtepIp", "mac", "underlayIp" }]',
+    },
+    offloadFlag('checks nothing'),
+  ],
+  run: doctor,
+};
