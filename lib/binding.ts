@@ -80,6 +80,7 @@ export interface RawCorrection {
   /** The device re-read after the writes: its name ('' when gone) and MAC. */
   afterName: string;
   afterMac: string | null;
+  echoed?: true;
 }
 
 /** A link as the native mirror keeps it: the record and its addr_assign_type (null: unknown). */
@@ -143,6 +144,8 @@ export interface RawMonitorStats {
   staleReplies: number;
   /** Neighbour notifications of a native correction (its flush, its re-adds), not passed on. */
   correctionEchoes: number;
+  /** A native correction's own RTM_NEWLINK, folded into the change that carries it. */
+  foldedEchoes: number;
   receiveBuffer: number;
   /** Links and neighbour/FDB entries in the native mirror. */
   links: number;

@@ -1036,9 +1036,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const key = macKey(device);
     if (link.mac === desired.mac) {
       // Back at the desired value: our own write's echo, or someone else's fix.
-      this.#counters.echoes += 1;
-      device.driftSince = null;
-      this.#cancelDeferred(device, key);
+      this.#backAtDesired(device, key);
       return;
     }
     device.driftSince ??= this.#eventAt;
@@ -1079,6 +1077,12 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       },
       contested: (rewrites) => this.#macContest(device, desired.mac, link.mac ?? 'none', rewrites),
     });
+  }
+
+  #backAtDesired(device: ManagedDevice, key: string): void {
+    this.#counters.echoes += 1;
+    device.driftSince = null;
+    this.#cancelDeferred(device, key);
   }
 
   #macContest(
@@ -1135,6 +1139,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
         contested: (rewrites) => this.#macContest(device, desired, observed, rewrites),
       });
     }
+    // The write's own notification, when folded into this change, is the echo that follows.
+    if (correction.echoed) this.#backAtDesired(device, macKey(device));
     this.#verify(device, desired, correction.after);
   }
 

@@ -82,6 +82,12 @@ export interface NativeCorrection {
   error?: SystemError;
   /** The device re-read after the writes: null when it is gone. */
   after: { name: string; mac: string | null } | null;
+  /**
+   * The kernel's notification of the MAC write itself came in the same read and changed
+   * nothing else: it is not reported as another `linkChanged` (links() shows the device as
+   * corrected). False when it comes later, or with other changes: then it is its own event.
+   */
+  echoed: boolean;
 }
 
 /**
@@ -224,6 +230,7 @@ function toNativeCorrection(raw: RawCorrection): NativeCorrection {
     macMs: raw.macNs / 1e6,
     doneMs: raw.doneNs / 1e6,
     after: raw.afterName === '' ? null : { name: raw.afterName, mac: raw.afterMac },
+    echoed: raw.echoed === true,
     ...(raw.error ? { error: raw.error as SystemError } : {}),
   };
 }

@@ -416,9 +416,24 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
     changes_.pop_back();
   }
   Emit(changes_, out);
+  if (own && own->correctionEcho && !correction && !disarmed && FoldEcho(ifindex, out)) return;
   if (!own && !correction && !disarmed) return;
   if (own) Resolve(*own);
   out->push_back(LinkItem{ifindex, std::move(own), std::move(correction), disarmed});
+}
+
+// The echo of a correction made in this batch is part of it: the item that
+// carries the correction says so, and listeners see one change per rewrite.
+bool MonitorCore::FoldEcho(int32_t ifindex, std::vector<MonitorItem>* out) {
+  for (auto item = out->rbegin(); item != out->rend(); ++item) {
+    auto* link = std::get_if<LinkItem>(&*item);
+    if (!link || link->ifindex != ifindex) continue;
+    if (!link->correction || link->correction->error || link->correction->echoed) return false;
+    link->correction->echoed = true;
+    ++stats_.foldedEchoes;
+    return true;
+  }
+  return false;
 }
 
 void AppendChangeItems(std::vector<MirrorChange>& changes, NeighbourEvents events,

@@ -65,6 +65,9 @@ struct Correction {
   // empty when it is gone, and its MAC.
   std::string afterName;
   netlink::MacField afterMac;
+  // The write's own RTM_NEWLINK was read in the same batch and changed nothing
+  // but the MAC: folded into this item instead of reported as another change.
+  bool echoed = false;
 };
 
 // A device changed (see StateMirror), and/or the record disarmed it: the
@@ -150,6 +153,7 @@ struct MonitorStats {
   uint64_t malformed = 0;
   uint64_t staleReplies = 0;
   uint64_t correctionEchoes = 0;  // neighbour notifications of a correction, not passed on
+  uint64_t foldedEchoes = 0;      // a correction's own RTM_NEWLINK, folded into its item
 };
 
 class MonitorCore {
@@ -254,6 +258,7 @@ class MonitorCore {
                  bool disarmed, std::vector<MonitorItem>* out);
   // The mirror's changes as items (neighbour changes as neighbourEvents_ says).
   void Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out);
+  bool FoldEcho(int32_t ifindex, std::vector<MonitorItem>* out);
   // Fills in addr_assign_type for a change about to be handed over.
   void Resolve(LinkChange& change);
 

@@ -57,7 +57,11 @@ std::string MirrorKey(const NeighRecord& neigh) {
 }
 
 bool SameLink(const LinkRecord& a, const LinkRecord& b) {
-  return a.name == b.name && SameMac(a.mac, b.mac) && a.flags == b.flags &&
+  return SameMac(a.mac, b.mac) && SameLinkButMac(a, b);
+}
+
+bool SameLinkButMac(const LinkRecord& a, const LinkRecord& b) {
+  return a.name == b.name && a.flags == b.flags &&
          a.operstate.value_or(0) == b.operstate.value_or(0) && a.mtu == b.mtu && a.kind == b.kind &&
          a.master == b.master && a.lowerIfindex == b.lowerIfindex &&
          a.linkNetnsid == b.linkNetnsid && SameVxlan(a.vxlan, b.vxlan);
@@ -87,6 +91,7 @@ void StateMirror::ApplyLink(LinkRecord link, bool fromDump, std::vector<MirrorCh
     return;
   }
   const Link* previous = found == links_.end() ? nullptr : &found->second;
+  bool correctionEcho = false;
   if (!fromDump) {
     // The DELNEIGHs a MAC change or a down causes follow its RTM_NEWLINK directly.
     const bool wentDown =
@@ -95,6 +100,8 @@ void StateMirror::ApplyLink(LinkRecord link, bool fromDump, std::vector<MirrorCh
     const bool echo = corrected != corrected_.end() && link.mac.state == MacField::State::kValid &&
                       link.mac.bytes == corrected->second && !wentDown;
     if (corrected != corrected_.end()) corrected_.erase(corrected);
+    correctionEcho =
+        echo && previous && !NamedKernelEvent(link.event) && SameLinkButMac(previous->record, link);
     if (!echo && ((previous && !SameMac(previous->record.mac, link.mac)) || wentDown)) {
       flushing_.insert(ifindex);
     } else {
@@ -124,6 +131,7 @@ void StateMirror::ApplyLink(LinkRecord link, bool fromDump, std::vector<MirrorCh
       changed.addrAssignType = next.addrAssignType;
       changed.previousAddrAssignType = previous->addrAssignType;
       changed.fromDump = fromDump;
+      changed.correctionEcho = correctionEcho;
       change = std::move(changed);
     }
   }

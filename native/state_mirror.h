@@ -40,6 +40,9 @@ struct LinkChange {
   int16_t previousAddrAssignType = kAddrAssignTypeUnread;
   bool fromDump = false;
   bool created = false;  // added by a notification announcing the device's creation
+  // changed only: the notification of a correction's own MAC write (NoteCorrection),
+  // differing from the previous state in the MAC alone
+  bool correctionEcho = false;
 };
 
 struct NeighChange {
@@ -59,6 +62,7 @@ std::string MirrorKey(const netlink::NeighRecord& neigh);
 
 // Equal in every field a change reports (addr_assign_type follows the MAC).
 bool SameLink(const netlink::LinkRecord& a, const netlink::LinkRecord& b);
+bool SameLinkButMac(const netlink::LinkRecord& a, const netlink::LinkRecord& b);
 bool SameNeigh(const netlink::NeighRecord& a, const netlink::NeighRecord& b);
 
 class StateMirror {

@@ -58,6 +58,7 @@ class NativeScriptedMonitor extends ScriptedMonitor {
       macMs: 0.05,
       doneMs: 0.2,
       after: { name: link.name, mac: target.mac },
+      echoed: false,
     };
   }
 }
@@ -193,6 +194,7 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
         macMs: 0.1,
         doneMs: 0.1,
         after: null,
+        echoed: false,
         error: Object.assign(new Error('ENODEV'), { code: 'ENODEV', errno: -19 }),
       },
     });
@@ -209,7 +211,15 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
       previous: { ...current },
       source: 'event',
       kernelEvent: null,
-      correction: { mac: PINNED, neighbours: 2, queuedMs: 0, macMs: 0.1, doneMs: 0.1, after: null },
+      correction: {
+        mac: PINNED,
+        neighbours: 2,
+        queuedMs: 0,
+        macMs: 0.1,
+        doneMs: 0.1,
+        after: null,
+        echoed: false,
+      },
     });
     assert.deepEqual(seen, ['EIO']);
     s.guard.close();

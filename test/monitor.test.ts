@@ -215,7 +215,7 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(shown[0]?.address, pinned);
   });
 
-  it("a native correction's echoes stay native; a delete after it is a delete, not a flush", async function () {
+  it("a native correction's echoes stay native (its RTM_NEWLINK folded into the rewrite's event); a delete after it is a delete, not a flush", async function () {
     await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
     await ns.ip(`link set vx1 address ${pinned} up`);
     const ips = ['198.18.0.1', '198.18.0.2', '198.18.0.3'];
@@ -229,13 +229,22 @@ describe('LinkMonitor (real kernel, netns)', function () {
     m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours });
     const removed = collectEvents(m, 'neighbourRemoved');
     const added = collectEvents(m, 'neighbourAdded');
+    const linkChanges = collectEvents(m, 'linkChanged');
     const changed = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
-    const back = nextEvent(m, 'linkChanged', (e) => e.link.mac === pinned);
     await ns.ip('link set vx1 address 0e:00:00:00:00:02');
     const [event] = await changed;
     assert.equal(event.correction?.neighbours, 3);
-    await back;
     await settled(m);
+    // One change per rewrite: the write's own notification is the correction's, not another event.
+    assert.equal(event.link.mac, '0e:00:00:00:00:02');
+    assert.equal(event.correction?.echoed, true);
+    assert.deepEqual(
+      linkChanges.events.map((e) => e.link.mac),
+      ['0e:00:00:00:00:02'],
+    );
+    assert.equal(m.getLink('vx1')?.mac, pinned, 'the mirror has the echo');
+    assert.equal(m.stats().foldedEchoes, 1);
+    linkChanges.stop();
     // Only the restored entries' echoes stay native (IPv6 NOARP entries are flushed too).
     const restored = (e: { neighbour: { destination: string | null } }): boolean =>
       ips.includes(e.neighbour.destination ?? '');

@@ -143,6 +143,7 @@ napi_value CorrectionToJs(JsWriter& js, const Correction& done, const std::strin
   js.Set(correction, "macNs", done.macNs);
   js.Set(correction, "doneNs", done.doneNs);
   if (done.error) js.Set(correction, "error", SysErrorToJs(js, *done.error, netnsLabel));
+  if (done.echoed) js.Set(correction, "echoed", true);
   js.Set(correction, "afterName", done.afterName);
   js.Set(correction, "afterMac",
          done.afterMac.state == netlink::MacField::State::kValid

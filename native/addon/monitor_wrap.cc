@@ -46,6 +46,7 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuff
   set("malformed", stats.malformed);
   set("staleReplies", stats.staleReplies);
   set("correctionEchoes", stats.correctionEchoes);
+  set("foldedEchoes", stats.foldedEchoes);
   object.Set("receiveBuffer", receiveBuffer);
   set("links", mirror.linkCount());
   set("neighbours", mirror.neighCount());

@@ -151,6 +151,34 @@ TEST_CASE("mirror: a correction's own RTM_NEWLINK flushes nothing") {
   EXPECT_TRUE(AsNeigh(changes.back()).cause == RemovalCause::kFlush);
 }
 
+TEST_CASE("mirror: a correction's echo is marked only when it changes nothing but the MAC") {
+  StateMirror mirror = ReadyMirror({Link(2, 1)}, {});
+  std::vector<MirrorChange> changes;
+  mirror.ApplyLink(Link(2, 9), false, &changes);
+  mirror.NoteCorrection(2, Mac(1).bytes);
+  mirror.ApplyLink(Link(2, 1), false, &changes);
+  EXPECT_EQ(changes.size(), size_t{2});
+  EXPECT_FALSE(AsLink(changes[0]).correctionEcho);  // the rewrite itself
+  EXPECT_TRUE(AsLink(changes[1]).correctionEcho);
+  // An echo that also went down, or was renamed, or came without a note, is a change of its own.
+  mirror.ApplyLink(Link(2, 9), false, &changes);
+  mirror.NoteCorrection(2, Mac(1).bytes);
+  mirror.ApplyLink(Link(2, 1, false), false, &changes);
+  EXPECT_FALSE(AsLink(changes.back()).correctionEcho);
+  mirror.ApplyLink(Link(2, 9, false), false, &changes);
+  mirror.NoteCorrection(2, Mac(1).bytes);
+  mirror.ApplyLink(Link(2, 1, false, "other"), false, &changes);
+  EXPECT_FALSE(AsLink(changes.back()).correctionEcho);
+  mirror.ApplyLink(Link(2, 9, false, "other"), false, &changes);
+  mirror.ApplyLink(Link(2, 1, false, "other"), false, &changes);
+  EXPECT_FALSE(AsLink(changes.back()).correctionEcho);
+  // A note for another MAC than the one seen is not this echo.
+  mirror.ApplyLink(Link(2, 9, false, "other"), false, &changes);
+  mirror.NoteCorrection(2, Mac(3).bytes);
+  mirror.ApplyLink(Link(2, 1, false, "other"), false, &changes);
+  EXPECT_FALSE(AsLink(changes.back()).correctionEcho);
+}
+
 TEST_CASE("mirror: a deleted device takes its entries, reported before it; others stay") {
   StateMirror mirror =
       ReadyMirror({Link(2, 1), Link(3, 2)}, {Arp(2, 1, 0xa1), Fdb(2, 0xa1, 11), Arp(3, 1, 0xb1)});
