@@ -350,16 +350,9 @@ function printer(
 
 // --- Kubernetes, metrics -------------------------------------------------------
 
+/** Errors name options (EINVAL, a usage error): the exit mapper says their flags. */
 function clusterOf(flags: WatchFlags): ClusterSettings | null {
-  try {
-    return detectCluster(
-      { node: flags.node, kubeconfig: flags.kubeconfig },
-      process.env,
-      existsSync,
-    );
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
+  return detectCluster({ node: flags.node, kubeconfig: flags.kubeconfig }, process.env, existsSync);
 }
 
 /**

@@ -106,7 +106,7 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
       ],
       [
         ['--kubeconfig', '/nonexistent/kubeconfig', '--node', 'node1', '--metrics-address', 'off'],
-        /--kubeconfig \/nonexistent\/kubeconfig: no such file/,
+        /--kubeconfig: kubeconfig \/nonexistent\/kubeconfig: no such file/,
       ],
       [['--node', 'Node_1', '--kubeconfig', kubeconfig], /not a valid Kubernetes name/],
       [
@@ -127,6 +127,37 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     }
     const [link] = await ns.ipJson<{ address: string }[]>(['link', 'show', 'flannel.1']);
     assert.equal(link?.address, DEVICE_MAC, 'nothing written');
+  });
+
+  it('a metrics address in use: exit 1, one line naming the flag and the errno', async function () {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = taken.address() as { port: number };
+      const result = await runCommand(
+        [
+          process.execPath,
+          CLI_PATH,
+          'watch',
+          '--json',
+          '--netns',
+          ns.name,
+          '--metrics-address',
+          `127.0.0.1:${port}`,
+        ],
+        { env: { ...process.env, NODE_NAME: '', KUBECONFIG: '' }, timeoutMs: 15_000 },
+      );
+      assert.equal(result.code, 1, result.stdout + result.stderr);
+      const lines = result.stderr.trim().split('\n');
+      assert.equal(lines.length, 1, result.stderr);
+      assert.match(
+        lines[0] ?? '',
+        new RegExp(`^flannel-guard: EADDRINUSE: --metrics-address 127\\.0\\.0\\.1:${port}: `),
+      );
+      assert.doesNotMatch(result.stderr, /option metricsAddress/);
+    } finally {
+      taken.close();
+    }
   });
 
   it('API server away at start: not ready while waiting, then guards with first-seen, and recovers by itself', async function () {

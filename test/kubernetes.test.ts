@@ -176,7 +176,7 @@ describe('Kubernetes', function () {
           nodeName: 'n2',
           kubeconfig: '/k',
           inCluster: false,
-          via: '--kubeconfig',
+          via: 'kubeconfig',
         },
       );
       assert.deepEqual(detectCluster({}, { KUBECONFIG: '/k', NODE_NAME: 'node1' }, token), {
@@ -186,16 +186,30 @@ describe('Kubernetes', function () {
       });
     });
 
-    it('refuses incomplete settings', function () {
-      assert.throws(() => detectCluster({ kubeconfig: '/k' }, {}, none), /needs the node name/);
-      assert.throws(() => detectCluster({ node: 'node1' }, {}, none), /--node needs a cluster/);
+    it('refuses incomplete settings with EINVAL errors that name options, not flags', function () {
+      const refused = (option: string | undefined, message: RegExp) => (error: unknown) => {
+        assert.ok(error instanceof RangeError);
+        assert.equal((error as { code?: string }).code, 'EINVAL');
+        assert.equal((error as { option?: string }).option, option);
+        assert.match(error.message, message);
+        assert.doesNotMatch(error.message, /--/, 'a library error names no CLI flag');
+        return true;
+      };
+      assert.throws(
+        () => detectCluster({ kubeconfig: '/k' }, {}, none),
+        refused('kubeconfig', /option kubeconfig needs the node name: option node or NODE_NAME/),
+      );
+      assert.throws(
+        () => detectCluster({ node: 'node1' }, {}, none),
+        refused('node', /option node needs a cluster/),
+      );
       assert.throws(
         () => detectCluster({}, { KUBERNETES_SERVICE_HOST: '10.96.0.1' }, token),
-        /NODE_NAME from the downward API/,
+        refused('node', /NODE_NAME from the downward API/),
       );
       assert.throws(
         () => detectCluster({ node: 'Node_1', kubeconfig: '/k' }, {}, none),
-        /not a valid/,
+        refused(undefined, /not a valid/),
       );
     });
   });

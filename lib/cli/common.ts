@@ -136,13 +136,13 @@ export function flagOf(option: string): string {
   return `--${option.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`)}`;
 }
 
-/** An error's message as the CLI says it: the option it names, as its flag. */
+/** An error's message as the CLI says it: the options it names (`option NAME`), as flags. */
 function messageOf(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
-  const option = isSystemError(error) ? error.option : undefined;
-  return option === undefined
+  const { option } = error as { option?: unknown };
+  return typeof option !== 'string'
     ? error.message
-    : error.message.replaceAll(`option ${option}`, flagOf(option));
+    : error.message.replace(/\boption ([a-z][A-Za-z0-9]*)/g, (_, name: string) => flagOf(name));
 }
 
 /**

@@ -737,7 +737,7 @@ const MAX_KUBECONFIG_BYTES = 1024 * 1024;
 
 /** Loads a kubeconfig file, read once within bounds, its relative paths taken from its folder. */
 function loadKubeconfig(config: KubeConfigLike, file: string): void {
-  const text = readRegularFile(file, MAX_KUBECONFIG_BYTES, '--kubeconfig');
+  const text = readRegularFile(file, MAX_KUBECONFIG_BYTES, 'kubeconfig');
   if (text.trim() === '') throw new Error('the file is empty');
   try {
     config.loadFromString(text);

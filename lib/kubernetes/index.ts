@@ -32,7 +32,7 @@ export type {
   WatchStream,
 } from './client';
 export { SERVICE_ACCOUNT_TOKEN, detectCluster, validateNodeName } from './cluster';
-export type { ClusterFlags, ClusterSettings } from './cluster';
+export type { ClusterOptions, ClusterSettings } from './cluster';
 export {
   EVENT_COMPONENT,
   EVENT_REASONS,

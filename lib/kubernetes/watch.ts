@@ -5,7 +5,9 @@
  * a rewrite that happened before is corrected from it) and the Event
  * recorder; their log lines; their orderly shutdown.
  */
-import { invalidArgument } from '../errors';
+import { constants } from 'node:os';
+
+import { invalidArgument, isSystemError, systemError, type ErrnoCode } from '../errors';
 import type { FlannelGuard } from '../guard';
 import { backendDataKey } from './annotation';
 import { createKubernetesClient, type KubernetesApi } from './client';
@@ -187,10 +189,14 @@ export class WatchServices {
           health: this.health,
         });
       } catch (error) {
-        throw new Error(
-          `--metrics-address ${address.host}:${address.port}: ${(error as Error).message}`,
-          { cause: error },
-        );
+        const message = `option metricsAddress ${address.host}:${address.port}: ${(error as Error).message}`;
+        if (!isSystemError(error) || !(error.code in constants.errno)) {
+          throw Object.assign(new Error(message, { cause: error }), { option: 'metricsAddress' });
+        }
+        throw systemError(error.code as ErrnoCode, message, {
+          option: 'metricsAddress',
+          ...(error.syscall === undefined ? {} : { syscall: error.syscall }),
+        });
       }
     }
     const cluster = options.cluster;
@@ -203,9 +209,14 @@ export class WatchServices {
           : { kubeconfig: cluster.kubeconfig },
       );
     } catch (error) {
-      const what =
-        cluster.kubeconfig === undefined ? cluster.via : `--kubeconfig ${cluster.kubeconfig}`;
-      throw invalidArgument(`${what}: ${(error as Error).message}`);
+      // The file's own errors name it; the option is said once, as `option kubeconfig`.
+      const inner = (error as Error).message.replace(/^E[A-Z]+: /, '');
+      if (cluster.kubeconfig === undefined) throw invalidArgument(`${cluster.via}: ${inner}`);
+      const file = cluster.kubeconfig;
+      throw invalidArgument(
+        `option kubeconfig: ${inner.includes(file) ? inner : `${file}: ${inner}`}`,
+        { option: 'kubeconfig' },
+      );
     }
     this.#api = api;
     const source = new KubernetesMacSource({ api, nodeName: cluster.nodeName });
