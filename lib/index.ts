@@ -1,3 +1,8 @@
+/**
+ * The package's entry point: what the README's "Exports" section lists, and nothing else (the
+ * package test compares the two). The rest of the Kubernetes integration is the subpath
+ * `flannel-guard/kubernetes`; everything else is internal.
+ */
 export { LinkMonitor } from './monitor';
 export type {
   ChangeSource,
@@ -62,59 +67,18 @@ export type {
 } from './guard';
 export { DEFAULT_FIGHT_POLICY } from './fight';
 export type { FightPolicy } from './fight';
-export { explicitMacSource } from './sources';
 export type { DesiredMacSource } from './sources';
-export { readStatus } from './status';
-export type { OffloadStatus, StatusDevice, StatusOptions, StatusReport } from './status';
-export {
-  ADDRESS_FAMILIES,
-  DEFAULT_ANNOTATION_PREFIX,
-  EVENT_COMPONENT,
-  EVENT_REASONS,
-  EventRecorder,
-  GuardHealth,
-  GuardMetrics,
-  KubernetesApiError,
-  KubernetesMacSource,
-  backendDataKey,
-  createKubernetesClient,
-  detectCluster,
-  isKubernetesApiError,
-  nodeReference,
-  parseListenAddress,
-  readBackendData,
-  recordGuardEvents,
-  startMetricsServer,
-  vtepDeviceName,
-  withVtepMac,
-} from './kubernetes';
+export { KubernetesMacSource } from './kubernetes/source';
 export type {
-  AddressFamily,
-  AdoptEvent,
-  BackendDataReading,
-  ClusterSettings,
-  DroppedEvent,
-  EventRecorderOptions,
-  GuardEventOptions,
-  GuardMetricsOptions,
-  HealthReport,
-  InvolvedObject,
-  KubeEvent,
-  KubeNode,
-  KubernetesApi,
-  KubernetesClientOptions,
   KubernetesMacSourceEvents,
   KubernetesMacSourceOptions,
-  ListenAddress,
-  MetricsServer,
-  MetricsServerOptions,
-  RecordedEvent,
   SourceProblem,
   SourceState,
   SourceStatus,
-  WatchRestartEvent,
-} from './kubernetes';
-export { ENSURE_DEFAULT_OFFLOAD, ensureVtep, parsePeerSpec } from './ensure';
+} from './kubernetes/source';
+export { createKubernetesClient } from './kubernetes/client';
+export type { KubernetesApi, KubernetesClientOptions } from './kubernetes/client';
+export { ensureVtep } from './ensure';
 export type {
   Drift,
   DriftKind,
@@ -123,7 +87,7 @@ export type {
   EnsureVtepResult,
   PeerExpectation,
 } from './ensure';
-export { CHECK_IDS, DOCTOR_SCHEMA, runDoctor } from './doctor/index';
+export { runDoctor } from './doctor/index';
 export type {
   CheckId,
   CheckResult,

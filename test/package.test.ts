@@ -26,6 +26,8 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 
+import ts from 'typescript';
+
 import { Netns } from './support/netns';
 
 const root = join(__dirname, '..', '..');
@@ -217,6 +219,48 @@ console.log(JSON.stringify({
   classes: [typeof FlannelGuard, typeof LinkMonitor, typeof flannelGuard.FlannelGuard],
 }));
 `;
+
+const byName = (a: string, b: string): number => a.localeCompare(b);
+
+/** The README's "Exports" section: per entry point, the value and the type names it lists. */
+function readmeExports(): Record<string, { values: string[]; types: string[] }> {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const start = readme.indexOf('\n### Exports\n');
+  assert.ok(start >= 0, 'the README has an Exports section');
+  const end = readme.indexOf('\n#', start + 1);
+  const lines = readme.slice(start, end < 0 ? undefined : end).split('\n');
+  const result: Record<string, { values: string[]; types: string[] }> = {};
+  let entry: { values: string[]; types: string[] } | undefined;
+  let list: string[] | undefined;
+  for (const line of lines) {
+    const heading = /^`(flannel-guard[^`]*)`:/.exec(line);
+    if (heading?.[1] !== undefined) {
+      entry = { values: [], types: [] };
+      result[heading[1]] = entry;
+      list = undefined;
+      continue;
+    }
+    const item = /^- (values|types): /.exec(line);
+    if (item && entry) list = item[1] === 'values' ? entry.values : entry.types;
+    else if (!line.startsWith('  ')) list = undefined;
+    if (list) for (const match of line.matchAll(/`([A-Za-z_$][\w$]*)`/g)) list.push(match[1] ?? '');
+  }
+  return result;
+}
+
+/** Every name a declaration file exports (values and types), as the compiler sees them. */
+function declaredExports(file: string): string[] {
+  const program = ts.createProgram([file], { module: ts.ModuleKind.Node16, strict: true });
+  const checker = program.getTypeChecker();
+  const source = program.getSourceFile(file);
+  assert.ok(source, file);
+  const symbol = checker.getSymbolAtLocation(source);
+  assert.ok(symbol, `${file} is a module`);
+  return checker
+    .getExportsOfModule(symbol)
+    .map((exported) => exported.name)
+    .sort(byName);
+}
 
 describe('the npm package (pack, install from the tarball, use)', function () {
   this.timeout(600_000);
@@ -550,6 +594,47 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     assert.deepEqual(out.links, ['flannel.1', 'lo']);
     assert.equal(out.mac, '0e:00:00:00:00:02');
     assert.deepEqual(out.classes, ['function', 'function', 'function']);
+  });
+
+  it("exports exactly what the README's Exports section lists, from both entry points, and nothing else", function () {
+    const listed = readmeExports();
+    assert.deepEqual(Object.keys(listed), ['flannel-guard', 'flannel-guard/kubernetes']);
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    const probe = `
+      const before = new Set(Object.keys(require.cache));
+      const out = {};
+      for (const entry of ['flannel-guard', 'flannel-guard/kubernetes']) {
+        out[entry] = Object.keys(require(entry)).filter((k) => k !== '__esModule');
+      }
+      out.loaded = Object.keys(require.cache).filter((f) => !before.has(f));
+      try { require('flannel-guard/dist/lib/guard.js'); out.internal = 'loaded'; } catch (e) { out.internal = e.code; }
+      import('flannel-guard/kubernetes').then((m) => {
+        out.esm = typeof m.EventRecorder;
+        console.log(JSON.stringify(out));
+      });`;
+    const out = JSON.parse(
+      ok(run(process.execPath, ['-e', probe], { cwd: consumer }), 'the export probe'),
+    ) as Record<string, string[]> & { internal: string; esm: string; loaded: string[] };
+    for (const [entry, { values, types }] of Object.entries(listed)) {
+      const runtime = [...(out[entry] ?? [])].sort(byName);
+      assert.deepEqual(runtime, [...values].sort(byName), `${entry}: values`);
+      const declared = declaredExports(
+        join(
+          installed,
+          'dist',
+          'lib',
+          ...(entry === 'flannel-guard' ? [] : ['kubernetes']),
+          'index.d.ts',
+        ),
+      );
+      const typeOnly = declared.filter((name) => !runtime.includes(name));
+      assert.deepEqual(typeOnly, [...types].sort(byName), `${entry}: types`);
+    }
+    assert.equal(out.internal, 'ERR_PACKAGE_PATH_NOT_EXPORTED');
+    assert.equal(out.esm, 'function');
+    const cli = out.loaded.filter((file) => /[/\\]dist[/\\]lib[/\\](cli|cni)([/\\.])/.test(file));
+    assert.deepEqual(cli, [], 'importing the package loads no CLI code');
+    assert.ok(out.loaded.length > 10, 'the probe saw the modules load');
   });
 
   it('needs no toolchain with the prebuilt addon; without one it says in one line what to install', function () {

@@ -1,6 +1,7 @@
 /**
- * The Kubernetes integration: the node annotation as the desired-MAC source,
- * Events on the Node, Prometheus metrics and health endpoints.
+ * The Kubernetes integration, the package's subpath `flannel-guard/kubernetes`: the node
+ * annotation as the desired-MAC source, Events on the Node, Prometheus metrics and health
+ * endpoints (the README's "Exports" section lists it; the package test compares the two).
  */
 export {
   ADDRESS_FAMILIES,
@@ -12,12 +13,7 @@ export {
   withVtepMac,
 } from './annotation';
 export type { AddressFamily, BackendDataReading } from './annotation';
-export {
-  KubernetesApiError,
-  createKubernetesClient,
-  isKubernetesApiError,
-  loadClientNode,
-} from './client';
+export { KubernetesApiError, createKubernetesClient, isKubernetesApiError } from './client';
 export type {
   KubeEvent,
   KubeNode,
