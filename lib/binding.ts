@@ -7,6 +7,8 @@ import { join } from 'node:path';
 
 import nodeGypBuild from 'node-gyp-build';
 
+import type { SystemError } from './errors';
+
 export interface RawVxlan {
   vni?: number;
   port?: number;
@@ -76,7 +78,7 @@ export interface RawCorrection {
   macNs: number;
   /** ... to the ACK of the last neighbour entry. */
   doneNs: number;
-  error?: Error;
+  error?: SystemError;
   /** The device re-read after the writes: its name ('' when gone) and MAC. */
   afterName: string;
   afterMac: string | null;
@@ -128,7 +130,7 @@ export type RawMonitorItem =
   | { kind: 'resync'; phase: 'end'; consistent: boolean }
   | { kind: 'overrun'; cause: 'ENOBUFS' | 'truncated' }
   | { kind: 'warning'; code: string; message: string }
-  | { kind: 'fatal'; error: Error };
+  | { kind: 'fatal'; error: SystemError };
 
 export interface RawMonitorStats {
   wakeups: number;

@@ -231,7 +231,7 @@ function toNativeCorrection(raw: RawCorrection): NativeCorrection {
     doneMs: raw.doneNs / 1e6,
     after: raw.afterName === '' ? null : { name: raw.afterName, mac: raw.afterMac },
     echoed: raw.echoed === true,
-    ...(raw.error ? { error: raw.error as SystemError } : {}),
+    ...(raw.error ? { error: raw.error } : {}),
   };
 }
 
@@ -670,7 +670,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       case 'fatal':
         this.#closeError = item.error;
         try {
-          this.emit('error', item.error as SystemError);
+          this.emit('error', item.error);
         } finally {
           this.close();
         }
