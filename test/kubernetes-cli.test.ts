@@ -106,7 +106,7 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
       ],
       [
         ['--kubeconfig', '/nonexistent/kubeconfig', '--node', 'node1', '--metrics-address', 'off'],
-        /--kubeconfig: kubeconfig \/nonexistent\/kubeconfig: no such file/,
+        /--kubeconfig \/nonexistent\/kubeconfig: no such file/,
       ],
       [['--node', 'Node_1', '--kubeconfig', kubeconfig], /not a valid Kubernetes name/],
       [

@@ -209,14 +209,14 @@ export class WatchServices {
           : { kubeconfig: cluster.kubeconfig },
       );
     } catch (error) {
-      // The file's own errors name it; the option is said once, as `option kubeconfig`.
+      // The read's own errors name the file too: said once, after the option.
       const inner = (error as Error).message.replace(/^E[A-Z]+: /, '');
       if (cluster.kubeconfig === undefined) throw invalidArgument(`${cluster.via}: ${inner}`);
       const file = cluster.kubeconfig;
-      throw invalidArgument(
-        `option kubeconfig: ${inner.includes(file) ? inner : `${file}: ${inner}`}`,
-        { option: 'kubeconfig' },
-      );
+      const reason = inner.startsWith(`kubeconfig ${file}: `)
+        ? inner.slice(`kubeconfig ${file}: `.length)
+        : inner;
+      throw invalidArgument(`option kubeconfig ${file}: ${reason}`, { option: 'kubeconfig' });
     }
     this.#api = api;
     const source = new KubernetesMacSource({ api, nodeName: cluster.nodeName });
