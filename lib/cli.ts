@@ -19,6 +19,7 @@ import { join } from 'node:path';
 
 import { binding } from './binding';
 import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from './guard';
+import { guardConfig } from './guard-config';
 import { doctorCommand } from './doctor/command';
 import { DEFAULT_FIGHT_POLICY } from './fight';
 import { RANGES } from './validate';
@@ -361,7 +362,6 @@ function clusterOf(flags: WatchFlags): ClusterSettings | null {
  */
 async function startServices(
   flags: WatchFlags,
-  options: FlannelGuardOptions,
   output: Output,
 ): Promise<WatchServices | null | 'stopped'> {
   const cluster = clusterOf(flags);
@@ -383,7 +383,6 @@ async function startServices(
         '--strategy adopt needs the node annotation: --kubeconfig, or KUBECONFIG with --node or NODE_NAME, or a pod',
       );
     }
-    options.strategy = 'adopt';
   }
   if (!cluster && metricsAddress === 'off') return null;
   let stop = (): void => {};
@@ -403,7 +402,6 @@ async function startServices(
       log: output.line,
       interrupted,
     });
-    if (services !== 'stopped' && services.source) options.source = services.source;
     return services;
   } finally {
     process.off('SIGINT', stop);
@@ -441,12 +439,18 @@ async function watch(flags: WatchFlags): Promise<number> {
     );
   }
   const output = new Output(flags.json);
-  const services = await startServices(flags, options, output);
+  const services = await startServices(flags, output);
   if (services === 'stopped') return 0;
   const print = printer(output, services);
   let guard: FlannelGuard;
   try {
-    guard = new FlannelGuard(options);
+    // Parsed once, with the annotation source when there is one, and passed down unchanged.
+    const config = guardConfig({
+      ...options,
+      ...(services?.source ? { source: services.source } : {}),
+      ...(flags.strategy === 'adopt' ? { strategy: 'adopt' } : {}),
+    });
+    guard = FlannelGuard.create(config);
   } catch (error) {
     await services?.close();
     throw error;

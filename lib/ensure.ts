@@ -15,6 +15,7 @@ import { monotonicMs } from './clock';
 import type { RawControl, RawNeighbour } from './binding';
 import { AF_BRIDGE, AF_INET, AF_INET6, AF_UNSPEC, NTF_SELF, NUD_PERMANENT } from './constants';
 import { invalidArgument, systemError, type SystemError } from './errors';
+import { netnsTarget } from './guard-config';
 import { openControl, toFeatureSetResult } from './oneshot';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
@@ -213,7 +214,7 @@ function neighbourEntry(
 export async function ensureVtep(options: EnsureVtepOptions = {}): Promise<EnsureVtepResult> {
   const started = monotonicMs();
   const wanted = plan(options);
-  const control = openControl(options.netns);
+  const control = openControl(netnsTarget(options.netns));
   try {
     return await ensureWith(control, wanted, options.netns ?? null, started);
   } finally {

@@ -53,6 +53,21 @@ interface FightState {
   lastRewriteAt: number;
 }
 
+/** A complete fight policy: `policy` over the defaults, every value checked (EINVAL). */
+export function fightPolicy(policy: Partial<FightPolicy> = {}): FightPolicy {
+  const complete = { ...DEFAULT_FIGHT_POLICY, ...policy };
+  const { count, timerMs } = RANGES;
+  integerInRange(complete.maxRewrites, count, 'fight.maxRewrites');
+  integerInRange(complete.burst, { ...count, min: 0 }, 'fight.burst');
+  for (const key of ['windowMs', 'backoffInitialMs', 'backoffMaxMs', 'quietMs'] as const) {
+    integerInRange(complete[key], timerMs, `fight.${key}`);
+  }
+  if (!(complete.jitter >= 0 && complete.jitter < 1)) {
+    throw invalidArgument(`fight.jitter ${complete.jitter}: expected a fraction from 0 to below 1`);
+  }
+  return complete;
+}
+
 export class FightTracker {
   readonly policy: FightPolicy;
   readonly #now: () => number;
@@ -64,18 +79,7 @@ export class FightTracker {
     now: () => number,
     random: () => number = Math.random,
   ) {
-    this.policy = { ...DEFAULT_FIGHT_POLICY, ...policy };
-    const { count, timerMs } = RANGES;
-    integerInRange(this.policy.maxRewrites, count, 'fight.maxRewrites');
-    integerInRange(this.policy.burst, { ...count, min: 0 }, 'fight.burst');
-    for (const key of ['windowMs', 'backoffInitialMs', 'backoffMaxMs', 'quietMs'] as const) {
-      integerInRange(this.policy[key], timerMs, `fight.${key}`);
-    }
-    if (!(this.policy.jitter >= 0 && this.policy.jitter < 1)) {
-      throw invalidArgument(
-        `fight.jitter ${this.policy.jitter}: expected a fraction from 0 to below 1`,
-      );
-    }
+    this.policy = fightPolicy(policy);
     this.#now = now;
     this.#random = random;
   }

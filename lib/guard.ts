@@ -16,8 +16,9 @@ import { dirname } from 'node:path';
 
 import { monotonicMs } from './clock';
 import { binding, type RawControl } from './binding';
-import { invalidArgument, isSystemError, systemError, type SystemError } from './errors';
+import { isSystemError, systemError, type SystemError } from './errors';
 import { FightTracker, type FightDecision, type FightPolicy } from './fight';
+import { guardConfig, type GuardConfig } from './guard-config';
 import type {
   LinkAddedEvent,
   LinkChangedEvent,
@@ -29,17 +30,13 @@ import type {
   ResyncEvent,
 } from './monitor';
 import { LinkMonitor, type LinkFilter, type NativeCorrection } from './monitor';
+import { openControl } from './oneshot';
 import { controlPorts, type GuardPorts } from './ports';
 import { isRestorable, neighbourKey } from './records';
-import { explicitMacSource, type DesiredMacSource } from './sources';
+import type { DesiredMacSource } from './sources';
 import { StateFile, liveNetnsInodes, type PersistedDevice } from './state-file';
 import type { FeatureSetResult, LinkInfo, NeighbourInfo } from './types';
-import { compileInterfaceGlob, resolveNetnsPath, type InterfaceGlob } from './validate';
 
-export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
-export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = {
-  'tx-checksum-ip-generic': false,
-};
 /**
  * The first rewrite this soon after a device's creation is attributed to
  * udev's MACAddressPolicy (it lands 1-50 ms after the add event).
@@ -393,10 +390,10 @@ const STATE_SAVE_DELAY_MS = 100;
  * namespace is gone, and another namespace's entries must never be restored.
  */
 function openStateFile(
-  options: FlannelGuardOptions,
+  config: GuardConfig,
   control: RawControl,
 ): { stateFile?: StateFile; stateProblem?: Error } {
-  const dir = options.stateDir;
+  const dir = config.stateDir;
   if (dir === undefined) return {};
   if (control.netnsCookie === null) {
     return {
@@ -407,9 +404,9 @@ function openStateFile(
       ),
     };
   }
-  if (!options.dryRun) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  if (!config.dryRun) mkdirSync(dir, { recursive: true, mode: 0o700 });
   const stateFile = new StateFile(dir, control.netnsCookie, control.netnsInode);
-  if (!options.dryRun) stateFile.pruneStale(liveNetnsInodes());
+  if (!config.dryRun) stateFile.pruneStale(liveNetnsInodes());
   return { stateFile };
 }
 
@@ -419,10 +416,6 @@ function stateError(file: StateFile, what: string, error: unknown): SystemError 
     `state file ${file.path} ${what}: ${error instanceof Error ? error.message : String(error)}`,
     { path: file.path },
   );
-}
-
-function globPrefixes(interfaces: readonly string[] | undefined): string[] {
-  return (interfaces ?? DEFAULT_INTERFACES).map((glob) => compileInterfaceGlob(glob).prefix);
 }
 
 function currentInode(path: string): number | null {
@@ -464,8 +457,8 @@ export function userNamespaceMapping(
 }
 
 /** The real sockets: a request socket (checked for write access) and a LinkMonitor. */
-function openInternals(options: FlannelGuardOptions): GuardInternals {
-  const mapping = options.allowUserNamespace ? null : userNamespaceMapping();
+export function openGuardParts(config: GuardConfig): GuardInternals {
+  const mapping = config.allowUserNamespace ? null : userNamespaceMapping();
   if (mapping !== null) {
     throw systemError(
       'EPERM',
@@ -477,20 +470,17 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
       },
     );
   }
-  const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
-  const control = new binding.Control(
-    netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns ?? '' },
-  );
+  const control = openControl(config.netns);
   const ports = controlPorts(control);
   try {
-    if (!options.dryRun) ports.probeWriteAccess();
-    const state = openStateFile(options, control);
+    if (!config.dryRun) ports.probeWriteAccess();
+    const state = openStateFile(config, control);
     const monitor = new LinkMonitor({
-      ...(options.netns === undefined ? {} : { netns: options.netns }),
-      ...(options.receiveBuffer === undefined ? {} : { receiveBuffer: options.receiveBuffer }),
+      ...(config.netns === null ? {} : { netns: config.netns.label }),
+      ...(config.receiveBuffer === undefined ? {} : { receiveBuffer: config.receiveBuffer }),
       // Only what the globs can match is ever read (the guard adds its devices' indexes later).
-      ...((options.kernelFilter ?? true)
-        ? { filter: { ifindexes: [], namePrefixes: globPrefixes(options.interfaces) } }
+      ...(config.kernelFilter
+        ? { filter: { ifindexes: [], namePrefixes: config.interfaces.map((glob) => glob.prefix) } }
         : {}),
       addrAssignType: false,
       // The guard keeps and restores ARP/NDP entries; FDB entries survive a MAC change.
@@ -499,7 +489,7 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
       // kernel's own entries (NOARP multicast, resolving) stay in the mirror, without events.
       neighbourEvents: 'permanent',
     });
-    const watchNetns = netnsPath === undefined ? undefined : netnsWatcher(netnsPath);
+    const watchNetns = config.netns === null ? undefined : netnsWatcher(config.netns.path);
     return { monitor, ports, ...(watchNetns ? { watchNetns } : {}), ...state };
   } catch (error) {
     ports.close();
@@ -510,13 +500,7 @@ function openInternals(options: FlannelGuardOptions): GuardInternals {
 export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly netns: string | null;
   readonly dryRun: boolean;
-  readonly #globs: InterfaceGlob[];
-  readonly #explicit: DesiredMacSource | undefined;
-  readonly #source: DesiredMacSource | undefined;
-  readonly #pinFirstSeen: boolean;
-  readonly #offload: Readonly<Record<string, boolean>> | null;
-  readonly #strategy: 'revert' | 'adopt';
-  readonly #kernelFilter: boolean;
+  readonly #config: GuardConfig;
   readonly #monitor: GuardMonitor;
   readonly #ports: GuardPorts;
   readonly #clock: GuardClock;
@@ -552,11 +536,16 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   #eventAt = 0;
 
   /**
-   * Starts guarding: opens the monitor, waits for its first snapshot, takes on
-   * the managed devices and resolves once the `ready` event has been emitted.
+   * Starts guarding: parses `options` (guardConfig), opens the monitor, waits for its first
+   * snapshot, takes on the managed devices and resolves once `ready` has been emitted.
    */
   static async start(options: FlannelGuardOptions = {}): Promise<FlannelGuard> {
-    const guard = new FlannelGuard(options);
+    return FlannelGuard.open(guardConfig(options));
+  }
+
+  /** As start(), from a configuration parsed already. */
+  static async open(config: GuardConfig): Promise<FlannelGuard> {
+    const guard = FlannelGuard.create(config);
     try {
       await guard.ready();
     } catch (error) {
@@ -567,34 +556,23 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   /**
-   * Opens the sockets (throwing EPERM at once when writes are not allowed)
-   * and starts; attach listeners, then await `ready()`.
+   * Opens the sockets (throwing EPERM at once when writes are not allowed) and starts,
+   * without waiting: attach listeners, then await `ready()`.
    */
-  constructor(
-    options: FlannelGuardOptions = {},
-    internals: GuardInternals = openInternals(options),
-  ) {
+  static create(config: GuardConfig): FlannelGuard {
+    return new FlannelGuard(config, openGuardParts(config));
+  }
+
+  /** From opened parts (openGuardParts, or test doubles): use create(), open() or start(). */
+  constructor(config: GuardConfig, internals: GuardInternals) {
     super();
-    this.netns = options.netns ?? null;
-    this.dryRun = options.dryRun ?? false;
-    this.#globs = (options.interfaces ?? DEFAULT_INTERFACES).map((glob) =>
-      compileInterfaceGlob(glob),
-    );
-    this.#explicit = options.mac ? explicitMacSource(options.mac) : undefined;
-    this.#source = options.source;
-    this.#pinFirstSeen = (options.pin ?? 'first-seen') === 'first-seen';
-    this.#offload = options.offload === 'none' ? null : (options.offload ?? DEFAULT_OFFLOAD);
-    this.#strategy = options.strategy ?? 'revert';
-    this.#kernelFilter = options.kernelFilter ?? true;
-    if (this.#strategy === 'adopt' && !this.#source?.adopt) {
-      throw invalidArgument(
-        "strategy 'adopt' needs a source that can store a MAC (the Kubernetes node annotation)",
-      );
-    }
+    this.#config = config;
+    this.netns = config.netns?.label ?? null;
+    this.dryRun = config.dryRun;
     this.#monitor = internals.monitor;
     this.#ports = internals.ports;
     this.#clock = internals.clock ?? realClock;
-    this.#fight = new FightTracker(options.fight, () => this.#clock.now(), internals.random);
+    this.#fight = new FightTracker(config.fight, () => this.#clock.now(), internals.random);
     this.#stateFile = internals.stateFile;
     this.#stateProblem = internals.stateProblem;
     if (this.#stateFile) {
@@ -626,9 +604,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     if (monitor.isReady) this.#initialize();
     else monitor.once('ready', () => this.#handle(() => this.#initialize()));
     this.#unwatchNetns = internals.watchNetns?.(() => {
-      this.#onNetnsDeleted(options.onNetnsDeleted ?? 'close');
+      this.#onNetnsDeleted(config.onNetnsDeleted);
     });
-    this.#unsubscribeSource = this.#source?.subscribe?.(() =>
+    this.#unsubscribeSource = this.#config.source?.subscribe?.(() =>
       this.#handle(() => this.#reconcileAll()),
     );
   }
@@ -889,7 +867,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
    * `--iface 'eth*'` typo) is reported once per device and name.
    */
   #isManaged(link: LinkInfo): boolean {
-    if (!this.#globs.some((glob) => glob.matches(link.name))) return false;
+    if (!this.#config.interfaces.some((glob) => glob.matches(link.name))) return false;
     if (link.kind === 'vxlan') return true;
     if (this.#ignored.get(link.ifindex) !== link.name) {
       this.#ignored.set(link.ifindex, link.name);
@@ -915,10 +893,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const device: ManagedDevice = {
       ifindex: link.ifindex,
       name: link.name,
-      pin: this.#pinFirstSeen ? link.mac : null,
-      pinKind: this.#pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
+      pin: this.#config.pinFirstSeen ? link.mac : null,
+      pinKind: this.#config.pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
       createdAt: firstSeen ? this.#eventAt : null,
-      staleSourceMac: firstSeen ? this.#source?.desiredMac(link.name) : undefined,
+      staleSourceMac: firstSeen ? this.#config.source?.desiredMac(link.name) : undefined,
       rewrites: 0,
       driftSince: null,
       vanishing: false,
@@ -937,10 +915,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   /** Lets through the kernel's filter what the guard needs: its globs and its devices. */
   #updateFilter(): void {
-    if (!this.#kernelFilter) return;
+    if (!this.#config.kernelFilter) return;
     this.#monitor.setFilter?.({
       ifindexes: [...this.#devices.keys()],
-      namePrefixes: globPrefixes(this.#globs.map((glob) => glob.pattern)),
+      namePrefixes: this.#config.interfaces.map((glob) => glob.prefix),
     });
   }
 
@@ -965,9 +943,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   #desiredMac(device: ManagedDevice): DesiredMac | null {
-    const explicit = this.#explicit?.desiredMac(device.name);
+    const explicit = this.#config.explicit?.desiredMac(device.name);
     if (explicit) return { mac: explicit, kind: 'explicit' };
-    const external = this.#source?.desiredMac(device.name);
+    const external = this.#config.source?.desiredMac(device.name);
     // A re-created device: until the source publishes anew, its answer is the
     // old device's MAC, and the first-seen one is what flanneld is publishing.
     const stale =
@@ -1004,7 +982,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       !device.vanishing &&
       this.#devices.get(device.ifindex) === device &&
       desired !== null &&
-      !(this.#strategy === 'adopt' && desired.kind === 'source') &&
+      !(this.#config.strategy === 'adopt' && desired.kind === 'source') &&
       !this.#heldBack(device, key) &&
       shots > 0;
     if (!allowed) {
@@ -1072,7 +1050,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     }
     this.#decide(device, key, decision, {
       correct: (deferred) => {
-        if (this.#strategy === 'adopt' && desired.kind === 'source') this.#adoptMac(device);
+        if (this.#config.strategy === 'adopt' && desired.kind === 'source') this.#adoptMac(device);
         else this.#correctMac(device, deferred);
       },
       contested: (rewrites) => this.#macContest(device, desired.mac, link.mac ?? 'none', rewrites),
@@ -1264,7 +1242,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
    * entries its change flushed, and have the source publish the MAC.
    */
   #adoptMac(device: ManagedDevice): void {
-    const source = this.#source;
+    const source = this.#config.source;
     const desired = this.#desiredMac(device);
     if (!source?.adopt || !desired || device.vanishing) return;
     const adopt = source.adopt.bind(source);
@@ -1370,7 +1348,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
 
   /** Reads the policy features' state into the device; null when the device vanished. */
   #readOffloads(device: ManagedDevice): Map<string, boolean> | null {
-    const policy = this.#offload;
+    const policy = this.#config.offload;
     if (!policy) return new Map();
     this.#counters.offloadChecks += 1;
     const active = this.#attempt(
@@ -1383,7 +1361,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   #checkOffloads(device: ManagedDevice, reason: OffloadEvent['reason']): void {
-    const policy = this.#offload;
+    const policy = this.#config.offload;
     if (!policy || device.vanishing) return;
     const before = { ...device.offloads };
     const active = this.#readOffloads(device);
@@ -1517,7 +1495,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       neighbours: device.neighbours.size,
       contested: this.#fight.isContested(macKey(device)),
     };
-    if (desired?.kind === 'source' && this.#source) status.sourceName = this.#source.name;
+    if (desired?.kind === 'source' && this.#config.source)
+      status.sourceName = this.#config.source.name;
     return status;
   }
 }

@@ -47,7 +47,9 @@ export type { OperState } from './constants';
 export { isSystemError } from './errors';
 export type { SystemError, SystemErrorFields } from './errors';
 export { compileInterfaceGlob, parseMac, validateInterfaceName } from './validate';
-export { FlannelGuard, DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './guard';
+export { FlannelGuard } from './guard';
+export { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from './guard-config';
+export type { GuardConfig, NetnsTarget } from './guard-config';
 export type {
   AdoptedEvent,
   ContestedEvent,

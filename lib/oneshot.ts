@@ -6,7 +6,8 @@ import { binding, type RawControl } from './binding';
 import { AF_BRIDGE, AF_UNSPEC } from './constants';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import type { DriverInfo, FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from './types';
-import { macBytes, parseMac, resolveNetnsPath, validateInterfaceName } from './validate';
+import { netnsTarget, type NetnsTarget } from './guard-config';
+import { macBytes, parseMac, validateInterfaceName } from './validate';
 
 export interface NetnsOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
@@ -14,16 +15,17 @@ export interface NetnsOptions {
 }
 
 /** Opens a request socket in `netns` (without moving any thread of this process). */
-export function openControl(netns: string | undefined): RawControl {
-  if (netns === undefined) return new binding.Control();
-  return new binding.Control({ netns: resolveNetnsPath(netns), netnsLabel: netns });
+/** The one way to open a request socket, in a namespace resolved already (netnsTarget). */
+export function openControl(netns: NetnsTarget | null): RawControl {
+  if (netns === null) return new binding.Control();
+  return new binding.Control({ netns: netns.path, netnsLabel: netns.label });
 }
 
 async function withControl<T>(
   options: NetnsOptions,
   operation: (control: RawControl) => Promise<T>,
 ): Promise<T> {
-  const control = openControl(options.netns);
+  const control = openControl(netnsTarget(options.netns));
   try {
     return await operation(control);
   } finally {

@@ -1,6 +1,6 @@
 /** A one-shot view of the managed devices: what `flannel-guard status` prints. */
 import { AF_BRIDGE, AF_UNSPEC } from './constants';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './guard';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, netnsTarget } from './guard-config';
 import { openControl } from './oneshot';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import { explicitMacSource } from './sources';
@@ -45,7 +45,7 @@ export async function readStatus(options: StatusOptions = {}): Promise<StatusRep
   const globs = (options.interfaces ?? DEFAULT_INTERFACES).map((g) => compileInterfaceGlob(g));
   const source = options.mac ? explicitMacSource(options.mac) : undefined;
   const policy = options.offload === 'none' ? {} : (options.offload ?? DEFAULT_OFFLOAD);
-  const control = openControl(options.netns);
+  const control = openControl(netnsTarget(options.netns));
   try {
     const links = (await control.dumpLinks(true))
       .map((raw) => toLinkInfo(raw))

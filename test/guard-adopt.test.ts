@@ -17,6 +17,7 @@ import {
   type RestoredEvent,
   type RewriteEvent,
 } from '../lib/guard';
+import { guardConfig } from '../lib/guard-config';
 import type { DesiredMacSource } from '../lib/sources';
 import {
   FakeClock,
@@ -111,7 +112,12 @@ function rig(options: FlannelGuardOptions, mac = PUBLISHED): Rig {
   const monitor = new ScriptedMonitor(kernel);
   const ports = new FakePorts(kernel);
   const clock = new FakeClock();
-  const guard = new FlannelGuard(options, { monitor, ports, clock, random: () => 0.5 });
+  const guard = new FlannelGuard(guardConfig(options), {
+    monitor,
+    ports,
+    clock,
+    random: () => 0.5,
+  });
   open.push(guard);
   const r: Rig = {
     kernel,

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 
 import { DEFAULT_FIGHT_POLICY } from '../lib/fight';
 import { FlannelGuard, type FlannelGuardOptions, type RestoredEvent } from '../lib/guard';
+import { guardConfig } from '../lib/guard-config';
 import type { NativeCorrection } from '../lib/monitor';
 import type { LinkInfo, NeighbourInfo } from '../lib/types';
 import {
@@ -82,7 +83,12 @@ function rig(options: FlannelGuardOptions = {}): {
   const monitor = new NativeScriptedMonitor(kernel);
   const ports = new FakePorts(kernel);
   const clock = new FakeClock();
-  const guard = new FlannelGuard(options, { monitor, ports, clock, random: () => 0.5 });
+  const guard = new FlannelGuard(guardConfig(options), {
+    monitor,
+    ports,
+    clock,
+    random: () => 0.5,
+  });
   const restored: RestoredEvent[] = [];
   guard.on('restored', (event) => restored.push(event));
   guard.on('error', () => undefined);

@@ -22,6 +22,7 @@ import {
   type ResumedEvent,
   type RewriteEvent,
 } from '../lib/guard';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from '../lib/guard-config';
 import type { OverrunEvent, ResyncEvent } from '../lib/monitor';
 import type { DesiredMacSource } from '../lib/sources';
 import {
@@ -135,7 +136,7 @@ function rig(
   const monitor = new ScriptedMonitor(kernel);
   const ports = new FakePorts(kernel);
   const clock = new FakeClock();
-  const guard = new FlannelGuard(options, { monitor, ports, clock, random });
+  const guard = new FlannelGuard(guardConfig(options), { monitor, ports, clock, random });
   open.push(guard);
   const log = new GuardLog(guard);
   monitor.start();
@@ -1070,10 +1071,12 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       const sides = ['02:00:00:00:aa:01', '02:00:00:00:bb:01'].map((mac) => {
         const monitor = new ScriptedMonitor(kernel, kernel.openQueue());
         const ports = new FakePorts(kernel);
-        const guard = new FlannelGuard(
-          { mac: { 'flannel.1': mac } },
-          { monitor, ports, clock, random: () => 0.5 },
-        );
+        const guard = new FlannelGuard(guardConfig({ mac: { 'flannel.1': mac } }), {
+          monitor,
+          ports,
+          clock,
+          random: () => 0.5,
+        });
         open.push(guard);
         return { mac, monitor, ports, guard, log: new GuardLog(guard) };
       });
@@ -1453,7 +1456,7 @@ describe('FlannelGuard policy: regressions', function () {
     kernel.addLink({ name: 'flannel.2', mac: FLANNEL6_MAC });
     const monitor = new ScriptedMonitor(kernel);
     const ports = new FakePorts(kernel);
-    const guard = new FlannelGuard({}, { monitor, ports, clock: new FakeClock() });
+    const guard = new FlannelGuard(guardConfig(), { monitor, ports, clock: new FakeClock() });
     open.push(guard);
     const log = new GuardLog(guard);
     ports.fail('getFeatures', eopnotsupp('flannel.1: no named features'));
@@ -1531,5 +1534,49 @@ describe('FlannelGuard policy: a source that has not caught up with a re-created
     assert.equal(only(r.guard.status()).macSource, 'source');
     source.set('flannel.1', SOURCE_MAC);
     assert.equal(r.kernel.link(ifindex).mac, SOURCE_MAC);
+  });
+});
+
+describe('guardConfig: the options parsed once, frozen', function () {
+  it('defaults, compiles and parses everything once, and freezes the result', function () {
+    const config = guardConfig({
+      netns: 'node1',
+      interfaces: ['flannel.*'],
+      mac: { 'flannel.1': '0E:00:00:00:00:01' },
+      fight: { windowMs: 5 },
+    });
+    assert.ok(Object.isFrozen(config));
+    assert.ok(Object.isFrozen(config.interfaces) && Object.isFrozen(config.fight));
+    assert.deepEqual(config.netns, { path: '/run/netns/node1', label: 'node1' });
+    assert.equal(config.interfaces[0]?.prefix, 'flannel.');
+    assert.equal(config.interfaces[0]?.matches('flannel.1'), true);
+    assert.equal(config.explicit?.desiredMac('flannel.1'), '0e:00:00:00:00:01');
+    assert.deepEqual(config.fight, { ...DEFAULT_FIGHT_POLICY, windowMs: 5 });
+    assert.equal(config.offload, DEFAULT_OFFLOAD);
+    assert.equal(guardConfig({ offload: 'none' }).offload, null);
+    assert.equal(guardConfig().netns, null);
+    assert.equal(guardConfig().interfaces.length, DEFAULT_INTERFACES.length);
+    assert.equal(guardConfig().pinFirstSeen, true);
+    assert.equal(guardConfig().onNetnsDeleted, 'close');
+  });
+
+  it('refuses a bad option before anything opens: EINVAL, naming what it refused', function () {
+    const refused = (options: FlannelGuardOptions, message: RegExp, option?: string): void => {
+      assert.throws(
+        () => guardConfig(options),
+        (error: unknown) => {
+          assert.equal((error as { code?: string }).code, 'EINVAL');
+          assert.match((error as Error).message, message);
+          assert.equal((error as { option?: string }).option, option);
+          return true;
+        },
+      );
+    };
+    refused({ netns: 'a/b' }, /network namespace name "a\/b" is not valid/);
+    refused({ interfaces: ['*'] }, /\*/);
+    refused({ mac: { 'flannel.1': 'ff:ff:ff:ff:ff:ff' } }, /broadcast/);
+    refused({ fight: { windowMs: -1 } }, /fight\.windowMs/);
+    refused({ fight: { jitter: 1 } }, /fight\.jitter/);
+    refused({ strategy: 'adopt' }, /strategy 'adopt' needs a source/, 'strategy');
   });
 });

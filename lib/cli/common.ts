@@ -4,7 +4,7 @@
  */
 import { isSystemError } from '../errors';
 import { netnsPathProblem } from '../files';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, netnsTarget } from '../guard-config';
 import { openControl } from '../oneshot';
 import {
   compileInterfaceGlob,
@@ -87,7 +87,7 @@ export function parseMacFlags(
 
 /** Every feature name the kernel knows: the string set is the same for every device, lo included. */
 function kernelFeatureNames(netns: string | undefined): Set<string> {
-  const control = openControl(netns);
+  const control = openControl(netnsTarget(netns));
   try {
     return new Set(control.getFeatures('lo').features.map((feature) => feature.name));
   } finally {

@@ -5,7 +5,7 @@
  */
 import { isIP } from 'node:net';
 
-import { DEFAULT_INTERFACES } from '../guard';
+import { DEFAULT_INTERFACES } from '../guard-config';
 import { getFeatures, getLinks, getNeighbours } from '../oneshot';
 import type { PeerExpectation } from '../ensure';
 import type { DesiredMacSource } from '../sources';
