@@ -15,12 +15,11 @@ import { monotonicMs } from './clock';
 import type { RawControl, RawNeighbour } from './binding';
 import { AF_BRIDGE, AF_INET, AF_INET6, AF_UNSPEC, NTF_SELF, NUD_PERMANENT } from './constants';
 import { invalidArgument, systemError, type SystemError } from './errors';
-import { netnsTarget } from './guard-config';
 import { openControl, toFeatureSetResult } from './oneshot';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
 import { validatePeer, MAX_PEERS, type PeerExpectation } from './peers';
-import { ipVersion, macBytes, parseMac, validateInterfaceName } from './validate';
+import { ipVersion, macBytes, netnsTarget, parseMac, validateInterfaceName } from './validate';
 
 export { MAX_PEERS, parsePeerSpec, unusablePeerAddress, validatePeer } from './peers';
 export type { PeerExpectation } from './peers';

@@ -8,25 +8,18 @@ import { invalidArgument } from './errors';
 import { fightPolicy, type FightPolicy } from './fight';
 import type { FlannelGuardOptions } from './guard';
 import { explicitMacSource, type DesiredMacSource } from './sources';
-import { compileInterfaceGlob, resolveNetnsPath, type InterfaceGlob } from './validate';
+import {
+  compileInterfaceGlob,
+  netnsTarget,
+  type InterfaceGlob,
+  type NetnsTarget,
+} from './validate';
 
 export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
 export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = Object.freeze({
   // The fix for broken VXLAN TX checksum offload; the kernel also drops TSO with it.
   'tx-checksum-ip-generic': false,
 });
-
-/** A network namespace as given (`label`: an `ip netns` name or a path) and where it is. */
-export interface NetnsTarget {
-  readonly path: string;
-  readonly label: string;
-}
-
-export function netnsTarget(netns: string | undefined): NetnsTarget | null {
-  return netns === undefined
-    ? null
-    : Object.freeze({ path: resolveNetnsPath(netns), label: netns });
-}
 
 export interface GuardConfig {
   /** null: the process's own namespace. */

@@ -49,7 +49,8 @@ export type { SystemError, SystemErrorFields } from './errors';
 export { compileInterfaceGlob, parseMac, validateInterfaceName } from './validate';
 export { FlannelGuard } from './guard';
 export { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from './guard-config';
-export type { GuardConfig, NetnsTarget } from './guard-config';
+export type { GuardConfig } from './guard-config';
+export type { NetnsTarget } from './validate';
 export type {
   AdoptedEvent,
   ContestedEvent,

@@ -6,8 +6,13 @@ import { binding, type RawControl } from './binding';
 import { AF_BRIDGE, AF_UNSPEC } from './constants';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import type { DriverInfo, FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from './types';
-import { netnsTarget, type NetnsTarget } from './guard-config';
-import { macBytes, parseMac, validateInterfaceName } from './validate';
+import {
+  macBytes,
+  netnsTarget,
+  parseMac,
+  validateInterfaceName,
+  type NetnsTarget,
+} from './validate';
 
 export interface NetnsOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */

@@ -1,11 +1,11 @@
 /** A one-shot view of the managed devices: what `flannel-guard status` prints. */
 import { AF_BRIDGE, AF_UNSPEC } from './constants';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, netnsTarget } from './guard-config';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './guard-config';
 import { openControl } from './oneshot';
 import { toLinkInfo, toNeighbourInfo } from './records';
 import { explicitMacSource } from './sources';
 import type { VxlanInfo } from './types';
-import { compileInterfaceGlob } from './validate';
+import { compileInterfaceGlob, netnsTarget } from './validate';
 
 export interface StatusOptions {
   netns?: string;

@@ -169,6 +169,18 @@ export function resolveNetnsPath(netns: string): string {
   return `/run/netns/${netns}`;
 }
 
+/** A network namespace as given (`label`: an `ip netns` name or a path) and where it is. */
+export interface NetnsTarget {
+  readonly path: string;
+  readonly label: string;
+}
+
+export function netnsTarget(netns: string | undefined): NetnsTarget | null {
+  return netns === undefined
+    ? null
+    : Object.freeze({ path: resolveNetnsPath(netns), label: netns });
+}
+
 const IPV4 = /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
 
 /**

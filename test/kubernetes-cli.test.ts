@@ -93,8 +93,16 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     return child;
   }
 
-  it('bad Kubernetes flags exit 2 with one line, before touching anything', async function () {
+  /** `watch --json` run to its exit (one that refuses to start), without a cluster in the env. */
+  function watchOnce(args: readonly string[]): ReturnType<typeof runCommand> {
     const env = { ...process.env, NODE_NAME: '', KUBECONFIG: '', KUBERNETES_SERVICE_HOST: '' };
+    return runCommand(
+      [process.execPath, CLI_PATH, 'watch', '--json', '--netns', ns.name, ...args],
+      { env, timeoutMs: 15_000 },
+    );
+  }
+
+  it('bad Kubernetes flags exit 2 with one line, before touching anything', async function () {
     const cases: [string[], RegExp][] = [
       [['--node', 'node1'], /--node needs a cluster to read it from/],
       [['--kubeconfig', kubeconfig], /--kubeconfig needs the node name/],
@@ -115,10 +123,7 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
       ],
     ];
     for (const [args, message] of cases) {
-      const result = await runCommand(
-        [process.execPath, CLI_PATH, 'watch', '--json', '--netns', ns.name, ...args],
-        { env, timeoutMs: 15_000 },
-      );
+      const result = await watchOnce(args);
       assert.equal(result.code, 2, `${args.join(' ')}: ${result.stdout}${result.stderr}`);
       assert.equal(result.stdout, '', args.join(' '));
       const lines = result.stderr.trim().split('\n');
@@ -134,19 +139,7 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
     try {
       const { port } = taken.address() as { port: number };
-      const result = await runCommand(
-        [
-          process.execPath,
-          CLI_PATH,
-          'watch',
-          '--json',
-          '--netns',
-          ns.name,
-          '--metrics-address',
-          `127.0.0.1:${port}`,
-        ],
-        { env: { ...process.env, NODE_NAME: '', KUBECONFIG: '' }, timeoutMs: 15_000 },
-      );
+      const result = await watchOnce(['--metrics-address', `127.0.0.1:${port}`]);
       assert.equal(result.code, 1, result.stdout + result.stderr);
       const lines = result.stderr.trim().split('\n');
       assert.equal(lines.length, 1, result.stderr);

@@ -4,11 +4,12 @@
  */
 import { isSystemError } from '../errors';
 import { netnsPathProblem } from '../files';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, netnsTarget } from '../guard-config';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard-config';
 import { openControl } from '../oneshot';
 import {
   compileInterfaceGlob,
   describeRange,
+  netnsTarget,
   parseMac,
   resolveNetnsPath,
   validateInterfaceName,
