@@ -3,7 +3,7 @@
  * package test compares the two). The rest of the Kubernetes integration is the subpath
  * `flannel-guard/kubernetes`; everything else is internal.
  */
-export { LinkMonitor } from './monitor';
+export { LinkMonitor } from './core/monitor';
 export type {
   ChangeSource,
   LinkAddedEvent,
@@ -23,7 +23,7 @@ export type {
   NeighbourRemovedEvent,
   OverrunEvent,
   ResyncEvent,
-} from './monitor';
+} from './core/monitor';
 export {
   getDriverInfo,
   getFeatures,
@@ -32,8 +32,8 @@ export {
   getNeighbours,
   setFeatures,
   setLinkMac,
-} from './oneshot';
-export type { FeatureTable, NeighbourQuery, NetnsOptions, SetLinkMacResult } from './oneshot';
+} from './core/oneshot';
+export type { FeatureTable, NeighbourQuery, NetnsOptions, SetLinkMacResult } from './core/oneshot';
 export type {
   DriverInfo,
   FeatureSetResult,
@@ -42,15 +42,15 @@ export type {
   NeighbourFamily,
   NeighbourInfo,
   VxlanInfo,
-} from './types';
-export type { OperState } from './constants';
-export { isSystemError } from './errors';
-export type { SystemError, SystemErrorFields } from './errors';
-export { compileInterfaceGlob, parseMac, validateInterfaceName } from './validate';
+} from './core/types';
+export type { OperState } from './core/constants';
+export { isSystemError } from './core/errors';
+export type { SystemError, SystemErrorFields } from './core/errors';
+export { compileInterfaceGlob, parseMac, validateInterfaceName } from './core/validate';
 export { FlannelGuard } from './guard';
-export { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from './guard-config';
-export type { GuardConfig } from './guard-config';
-export type { NetnsTarget } from './validate';
+export { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from './guard/config';
+export type { GuardConfig } from './guard/config';
+export type { NetnsTarget } from './core/validate';
 export type {
   AdoptedEvent,
   ContestedEvent,
@@ -68,9 +68,9 @@ export type {
   RewriteCause,
   RewriteEvent,
 } from './guard';
-export { DEFAULT_FIGHT_POLICY } from './fight';
-export type { FightPolicy } from './fight';
-export type { DesiredMacSource } from './sources';
+export { DEFAULT_FIGHT_POLICY } from './guard/fight';
+export type { FightPolicy } from './guard/fight';
+export type { DesiredMacSource } from './guard/sources';
 export { KubernetesMacSource } from './kubernetes/source';
 export type {
   KubernetesMacSourceEvents,
@@ -81,7 +81,7 @@ export type {
 } from './kubernetes/source';
 export { createKubernetesClient } from './kubernetes/client';
 export type { KubernetesApi, KubernetesClientOptions } from './kubernetes/client';
-export { ensureVtep } from './ensure';
+export { ensureVtep } from './ensure/ensure';
 export type {
   Drift,
   DriftKind,
@@ -89,7 +89,7 @@ export type {
   EnsureVtepOptions,
   EnsureVtepResult,
   PeerExpectation,
-} from './ensure';
+} from './ensure/ensure';
 export { runDoctor } from './doctor/index';
 export type {
   CheckId,

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Compiles the TypeScript into dist/ (from scratch unless --incremental) and
 // makes the package's bins executable: tsc does not, and `npx flannel-guard`
-// from a checkout runs dist/lib/cli.js through its interpreter line.
+// from a checkout runs dist/lib/cli/main.js through its interpreter line.
 import { spawnSync } from 'node:child_process';
 import { chmodSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';

@@ -26,6 +26,7 @@ const UNIT_SUITES = [
   'validate',
   'errors',
   'fight',
+  'fight-control',
   'cli-flags',
   'guard-policy',
   'state-file',

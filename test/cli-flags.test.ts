@@ -22,7 +22,7 @@ import {
 } from '../lib/cli/flags';
 import { prng } from './support/prng';
 import { exitStatusOf, flagOf } from '../lib/cli/common';
-import { invalidArgument, systemError } from '../lib/errors';
+import { invalidArgument, systemError } from '../lib/core/errors';
 
 const FLAGS: FlagSpec[] = [
   { name: 'iface', value: '<glob>', repeatable: true, description: 'interfaces' },

@@ -8,8 +8,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { LinkMonitor } from '../lib/monitor';
-import type { StatusReport } from '../lib/status';
+import { LinkMonitor } from '../lib/core/monitor';
+import type { StatusReport } from '../lib/cli/status';
 import { collectEvents } from './support/events';
 import { Netns } from './support/netns';
 import {

@@ -12,8 +12,8 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { MAX_STDIN_BYTES } from '../lib/cni';
-import { MAX_PEERS } from '../lib/ensure';
+import { MAX_STDIN_BYTES } from '../lib/cni/main';
+import { MAX_PEERS } from '../lib/ensure/ensure';
 import {
   CniRuntime,
   buildLibcniTool,

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { parsePluginConfig, SUPPORTED_VERSIONS } from '../lib/cni';
+import { parsePluginConfig, SUPPORTED_VERSIONS } from '../lib/cni/main';
 import { Netns, registerSyncCleanup, tempDirPrefix } from './support/netns';
 import {
   CniRuntime,

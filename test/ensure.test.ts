@@ -1,5 +1,5 @@
 /**
- * ensureVtep (lib/ensure.ts) against the real kernel in a throw-away namespace: a healthy VTEP
+ * ensureVtep (lib/ensure/ensure.ts) against the real kernel in a throw-away namespace: a healthy VTEP
  * is left alone (nothing written, fast), every kind of drift is found and fixed - checked with
  * `ip`, `bridge`, `ethtool` and sysfs -, a dry run writes nothing, bad options and devices are
  * refused before or at the first system call, and a process that calls it exits by itself.
@@ -14,13 +14,13 @@ import {
   parsePeerSpec,
   type EnsureVtepResult,
   type PeerExpectation,
-} from '../lib/ensure';
-import { isSystemError } from '../lib/errors';
-import { ipVersion } from '../lib/validate';
+} from '../lib/ensure/ensure';
+import { isSystemError } from '../lib/core/errors';
+import { ipVersion } from '../lib/core/validate';
 import { Netns } from './support/netns';
 import { runCommand } from './support/node-child';
 
-const ENSURE = join(__dirname, '..', 'lib', 'ensure.js');
+const ENSURE = join(__dirname, '..', 'lib', 'ensure', 'ensure.js');
 const PUBLISHED = '0e:00:00:00:01:01';
 const PEERS: PeerExpectation[] = [
   { vtepIp: '198.18.2.0', mac: '0e:00:00:00:02:02', underlayIp: '192.0.2.12' },

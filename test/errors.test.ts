@@ -1,11 +1,11 @@
 /**
- * The library's one error constructor (lib/errors.ts): Node core's shape for
+ * The library's one error constructor (lib/core/errors.ts): Node core's shape for
  * every errno code, the fields kept, the class chosen. Pure.
  */
 import assert from 'node:assert/strict';
 import { constants } from 'node:os';
 
-import { invalidArgument, isSystemError, systemError, type ErrnoCode } from '../lib/errors';
+import { invalidArgument, isSystemError, systemError, type ErrnoCode } from '../lib/core/errors';
 
 describe('systemError (pure)', function () {
   it("gives every errno code of this platform its negative number, as Node core's errors carry it", function () {

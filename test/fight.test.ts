@@ -10,7 +10,7 @@ import {
   FightTracker,
   type FightDecision,
   type FightPolicy,
-} from '../lib/fight';
+} from '../lib/guard/fight';
 import { prng } from './support/prng';
 
 /** A tracker over a hand-moved clock; `random` answers from `randoms` (0.5 when empty). */
@@ -259,26 +259,5 @@ describe('FightTracker', function () {
     assert.deepEqual(fight.recordRewrite('k'), { action: 'defer', delayMs: 1_000 });
     assert.deepEqual(fight.recordRewrite('other'), { action: 'defer', delayMs: 2_000 });
     fight.reset('never-seen'); // harmless
-  });
-
-  it('resetPrefix forgets exactly the keys of one device', function () {
-    const { fight } = tracker(PLAIN);
-    const keys = ['2|mac', '2|offload|tx-checksum-ip-generic', '22|mac', '12|mac', '3|mac'];
-    for (const key of keys) {
-      for (let i = 0; i < PLAIN.maxRewrites; i += 1) fight.recordRewrite(key);
-    }
-    fight.resetPrefix('2|');
-    assert.deepEqual(
-      keys.map((key) => [key, fight.isContested(key)]),
-      [
-        ['2|mac', false],
-        ['2|offload|tx-checksum-ip-generic', false],
-        ['22|mac', true],
-        ['12|mac', true],
-        ['3|mac', true],
-      ],
-    );
-    assert.deepEqual(fight.recordRewrite('2|mac'), { action: 'correct' });
-    assert.deepEqual(fight.recordRewrite('22|mac'), { action: 'observe' });
   });
 });

@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 
-import type { SystemError } from '../lib/errors';
+import type { SystemError } from '../lib/core/errors';
 import {
   FlannelGuard,
   type AdoptedEvent,
@@ -17,8 +17,8 @@ import {
   type RestoredEvent,
   type RewriteEvent,
 } from '../lib/guard';
-import { guardConfig } from '../lib/guard-config';
-import type { DesiredMacSource } from '../lib/sources';
+import { guardConfig } from '../lib/guard/config';
+import type { DesiredMacSource } from '../lib/guard/sources';
 import {
   FakeClock,
   FakeKernel,

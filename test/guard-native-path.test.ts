@@ -7,11 +7,11 @@
  */
 import assert from 'node:assert/strict';
 
-import { DEFAULT_FIGHT_POLICY } from '../lib/fight';
+import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight';
 import { FlannelGuard, type FlannelGuardOptions, type RestoredEvent } from '../lib/guard';
-import { guardConfig } from '../lib/guard-config';
-import type { NativeCorrection } from '../lib/monitor';
-import type { LinkInfo, NeighbourInfo } from '../lib/types';
+import { guardConfig } from '../lib/guard/config';
+import type { NativeCorrection } from '../lib/core/monitor';
+import type { LinkInfo, NeighbourInfo } from '../lib/core/types';
 import {
   FakeClock,
   FakeKernel,
@@ -179,6 +179,27 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
     r.monitor.pump();
     assert.equal(r.monitor.armed.has(r.ifindex), false);
     assert.deepEqual(r.guard.status(), []);
+    r.guard.close();
+  });
+
+  it('a contest first seen on a native correction resumes, after the quiet time, with a correction', function () {
+    const r = rig({ fight: { burst: 5, maxRewrites: 3, quietMs: 60_000 } });
+    const events: string[] = [];
+    r.guard.on('contested', () => events.push('contested'));
+    r.guard.on('resumed', () => events.push('resumed'));
+    // Armed before each rewrite whatever policy says now: a native layer left with shots
+    // the contest has used up (the contest is then only known from its correction).
+    for (let i = 1; i <= 3; i += 1) {
+      r.monitor.arm(r.ifindex, { name: 'flannel.1', mac: PINNED, neighbours: [] });
+      rewrite(r, `02:00:00:00:0f:0${i}`);
+    }
+    assert.equal(r.monitor.corrections, 3);
+    assert.deepEqual(events, ['contested']);
+    rewrite(r, '02:00:00:00:0f:09'); // the other writer again, while contested: observed only
+    assert.equal(r.kernel.link(r.ifindex).mac, '02:00:00:00:0f:09');
+    r.clock.advance(60_000);
+    assert.deepEqual(events, ['contested', 'resumed']);
+    assert.equal(r.kernel.link(r.ifindex).mac, PINNED, 'corrected once the contest ended');
     r.guard.close();
   });
 

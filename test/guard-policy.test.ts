@@ -8,8 +8,8 @@
  */
 import assert from 'node:assert/strict';
 
-import type { SystemError } from '../lib/errors';
-import { DEFAULT_FIGHT_POLICY } from '../lib/fight';
+import type { SystemError } from '../lib/core/errors';
+import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight';
 import {
   FlannelGuard,
   UDEV_REWRITE_WINDOW_MS,
@@ -22,9 +22,9 @@ import {
   type ResumedEvent,
   type RewriteEvent,
 } from '../lib/guard';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from '../lib/guard-config';
-import type { OverrunEvent, ResyncEvent } from '../lib/monitor';
-import type { DesiredMacSource } from '../lib/sources';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from '../lib/guard/config';
+import type { OverrunEvent, ResyncEvent } from '../lib/core/monitor';
+import type { DesiredMacSource } from '../lib/guard/sources';
 import {
   FakeClock,
   FakeKernel,

@@ -27,10 +27,10 @@ import {
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
-import { CniError, parsePluginConfig } from '../lib/cni';
-import { FightTracker } from '../lib/fight';
+import { CniError, parsePluginConfig } from '../lib/cni/main';
+import { FightTracker } from '../lib/guard/fight';
 import { FlannelGuard, type RestoredEvent } from '../lib/guard';
-import { LinkMonitor } from '../lib/monitor';
+import { LinkMonitor } from '../lib/core/monitor';
 import { Netns, delay, tempDirPrefix, trackChild, waitFor } from './support/netns';
 import {
   CLI_PATH,

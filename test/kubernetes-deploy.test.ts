@@ -118,14 +118,14 @@ interface Line {
   [field: string]: unknown;
 }
 
-/** The node flags of deploy/Dockerfile's ENTRYPOINT (`["node", FLAGS…, "/app/dist/lib/cli.js"]`). */
+/** The node flags of deploy/Dockerfile's ENTRYPOINT (`["node", FLAGS…, "/app/dist/lib/cli/main.js"]`). */
 function imageNodeFlags(): string[] {
   const dockerfile = readFileSync(join(DEPLOY, 'Dockerfile'), 'utf8');
   const line = /^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)?.[1];
   assert.ok(line, 'deploy/Dockerfile has an ENTRYPOINT in exec form');
   const entrypoint = JSON.parse(line) as string[];
   assert.equal(entrypoint[0], 'node');
-  assert.equal(entrypoint.at(-1), '/app/dist/lib/cli.js');
+  assert.equal(entrypoint.at(-1), '/app/dist/lib/cli/main.js');
   return entrypoint.slice(1, -1);
 }
 

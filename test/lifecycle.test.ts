@@ -8,10 +8,10 @@ import { readdirSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 
-import { binding, type RawMonitorItem } from '../lib/binding';
-import { isSystemError, type SystemError } from '../lib/errors';
-import { LINK_MONITOR_EVENTS, LinkMonitor } from '../lib/monitor';
-import { getDriverInfo, getFeatures, getLink, getLinks, setLinkMac } from '../lib/oneshot';
+import { binding, type RawMonitorItem } from '../lib/core/binding';
+import { isSystemError, type SystemError } from '../lib/core/errors';
+import { LINK_MONITOR_EVENTS, LinkMonitor } from '../lib/core/monitor';
+import { getDriverInfo, getFeatures, getLink, getLinks, setLinkMac } from '../lib/core/oneshot';
 import { collectEvents, nextEvent } from './support/events';
 import type { ErrorReport } from './support/lifecycle-child';
 import type { WorkerMessage, WorkerTask } from './support/lifecycle-worker';

@@ -6,12 +6,12 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 
-import { LinkMonitor, restoreSetChange } from '../lib/monitor';
-import { isSystemError } from '../lib/errors';
-import { getLinks, getNeighbours } from '../lib/oneshot';
-import { binding } from '../lib/binding';
-import { neighbourKey } from '../lib/records';
-import type { LinkInfo, NeighbourInfo } from '../lib/types';
+import { LinkMonitor, restoreSetChange } from '../lib/core/monitor';
+import { isSystemError } from '../lib/core/errors';
+import { getLinks, getNeighbours } from '../lib/core/oneshot';
+import { binding } from '../lib/core/binding';
+import { neighbourKey } from '../lib/core/records';
+import type { LinkInfo, NeighbourInfo } from '../lib/core/types';
 import { Netns, execFile, waitFor } from './support/netns';
 import { prng } from './support/prng';
 import { collectEvents, nextEvent } from './support/events';

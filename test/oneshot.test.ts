@@ -1,11 +1,11 @@
 /**
- * The one-shot API (lib/oneshot.ts) against the real kernel in throw-away namespaces, checked
+ * The one-shot API (lib/core/oneshot.ts) against the real kernel in throw-away namespaces, checked
  * against the system's own tools: `ip -j link`, `ip neigh`, `bridge fdb`, `ethtool -k/-i`, and
  * (to prove that nothing was written) `ip monitor`, sysfs and strace.
  */
 import assert from 'node:assert/strict';
 
-import { isSystemError } from '../lib/errors';
+import { isSystemError } from '../lib/core/errors';
 import {
   getDriverInfo,
   getFeatures,
@@ -14,8 +14,8 @@ import {
   getNeighbours,
   setFeatures,
   setLinkMac,
-} from '../lib/oneshot';
-import type { FeatureState, LinkInfo } from '../lib/types';
+} from '../lib/core/oneshot';
+import type { FeatureState, LinkInfo } from '../lib/core/types';
 import { IpLinkMonitor } from './support/ip-monitor';
 import { Netns } from './support/netns';
 import { LIB_INDEX, inNetns, runCommand } from './support/node-child';

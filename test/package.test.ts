@@ -336,7 +336,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       'scripts/install.cjs',
       'dist/lib/index.js',
       'dist/lib/index.d.ts',
-      'dist/lib/cli.js',
+      'dist/lib/cli/main.js',
       'native/netlink_parser.cc',
       'native/addon/addon.cc',
       prebuildOf('x64'),
@@ -453,7 +453,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     );
     const installed = join(twelve, 'node_modules', 'flannel-guard');
     assert.equal(existsSync(join(installed, 'build')), false, 'no install script ran');
-    const bin = join(installed, 'dist', 'lib', 'cli.js');
+    const bin = join(installed, 'dist', 'lib', 'cli', 'main.js');
     const version = ok(run(process.execPath, [bin, '--version'], { cwd: twelve }), '--version');
     assert.equal(version.trim(), manifest.version);
     const report = JSON.parse(
@@ -511,7 +511,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       install.stderr,
       /install scripts blocked because they are not covered by allowScripts/,
     );
-    const bin = join(twelve, 'node_modules', 'flannel-guard', 'dist', 'lib', 'cli.js');
+    const bin = join(twelve, 'node_modules', 'flannel-guard', 'dist', 'lib', 'cli', 'main.js');
     assert.equal(
       ok(run(node22, [bin, '--version'], { cwd: twelve }), '--version').trim(),
       manifest.version,
@@ -607,7 +607,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
         out[entry] = Object.keys(require(entry)).filter((k) => k !== '__esModule');
       }
       out.loaded = Object.keys(require.cache).filter((f) => !before.has(f));
-      try { require('flannel-guard/dist/lib/guard.js'); out.internal = 'loaded'; } catch (e) { out.internal = e.code; }
+      try { require('flannel-guard/dist/lib/guard/guard.js'); out.internal = 'loaded'; } catch (e) { out.internal = e.code; }
       import('flannel-guard/kubernetes').then((m) => {
         out.esm = typeof m.EventRecorder;
         console.log(JSON.stringify(out));
@@ -659,7 +659,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       assert.match(lines[0] ?? '', /make, a C\+\+ compiler \(g\+\+\), python3 not found/);
       assert.match(lines[0] ?? '', /apt-get install build-essential python3/);
       // No addon at all: --help and --version still work; a command says why in one line.
-      const bin = join(installed, 'dist', 'lib', 'cli.js');
+      const bin = join(installed, 'dist', 'lib', 'cli', 'main.js');
       const version = run(process.execPath, [bin, '--version'], { cwd: consumer });
       assert.equal(version.status, 0, version.stderr);
       assert.equal(version.stdout.trim(), manifest.version);

@@ -10,7 +10,12 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { binding, type RawLink, type RawNeighbour, type RawParsedMessage } from '../lib/binding';
+import {
+  binding,
+  type RawLink,
+  type RawNeighbour,
+  type RawParsedMessage,
+} from '../lib/core/binding';
 import {
   IFLA_ADDRESS,
   IFLA_IFNAME,

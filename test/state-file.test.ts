@@ -1,5 +1,5 @@
 /**
- * The crash-state file (lib/state-file.ts) as untrusted input: a save reads
+ * The crash-state file (lib/guard/state-file.ts) as untrusted input: a save reads
  * back as it was; seeded random damage to a valid file is either refused
  * whole with an Error or yields only entries that pass every check; files of
  * dead namespaces are pruned, live ones and our own never.
@@ -8,8 +8,13 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { MAX_STATE_BYTES, StateFile, parseState, type PersistedDevice } from '../lib/state-file';
-import { ipVersion, parseMac } from '../lib/validate';
+import {
+  MAX_STATE_BYTES,
+  StateFile,
+  parseState,
+  type PersistedDevice,
+} from '../lib/guard/state-file';
+import { ipVersion, parseMac } from '../lib/core/validate';
 import { prng } from './support/prng';
 import { tempDirPrefix } from './support/netns';
 

@@ -1,18 +1,18 @@
 /**
- * The checks made before any system call (lib/validate.ts): MAC addresses (S1-S5), interface
+ * The checks made before any system call (lib/core/validate.ts): MAC addresses (S1-S5), interface
  * names (E1), interface globs (S7) and namespace names, as tables, plus a seeded JS-side fuzz.
  * Pure: no kernel, no privileges.
  */
 import assert from 'node:assert/strict';
 
-import { isSystemError } from '../lib/errors';
+import { isSystemError } from '../lib/core/errors';
 import {
   compileInterfaceGlob,
   macBytes,
   parseMac,
   resolveNetnsPath,
   validateInterfaceName,
-} from '../lib/validate';
+} from '../lib/core/validate';
 import { prng } from './support/prng';
 
 /** Asserts that `operation` throws the EINVAL-shaped argument error; returns its message. */

@@ -2,10 +2,10 @@
  * The flags `watch`, `status` and `doctor` share, their parsers, and the one
  * mapping from an error to an exit status and its line on stderr.
  */
-import { isSystemError } from '../errors';
-import { netnsPathProblem } from '../files';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard-config';
-import { openControl } from '../oneshot';
+import { isSystemError } from '../core/errors';
+import { netnsPathProblem } from '../core/files';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard/config';
+import { openControl } from '../core/oneshot';
 import {
   compileInterfaceGlob,
   describeRange,
@@ -14,7 +14,7 @@ import {
   resolveNetnsPath,
   validateInterfaceName,
   type NumberRange,
-} from '../validate';
+} from '../core/validate';
 import { UsageError, type FlagSpec } from './flags';
 
 export const EXIT_FAILURE = 1;

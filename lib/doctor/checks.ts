@@ -5,12 +5,12 @@
  */
 import { isIP } from 'node:net';
 
-import { DEFAULT_INTERFACES } from '../guard-config';
-import { getFeatures, getLinks, getNeighbours } from '../oneshot';
-import type { PeerExpectation } from '../ensure';
-import type { DesiredMacSource } from '../sources';
-import type { FeatureState, LinkInfo, NeighbourInfo } from '../types';
-import { compileInterfaceGlob } from '../validate';
+import { DEFAULT_INTERFACES } from '../guard/config';
+import { getFeatures, getLinks, getNeighbours } from '../core/oneshot';
+import type { PeerExpectation } from '../ensure/ensure';
+import type { DesiredMacSource } from '../guard/sources';
+import type { FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
+import { compileInterfaceGlob } from '../core/validate';
 import { FsRoot } from './fsroot';
 import {
   compareVersions,

@@ -17,9 +17,9 @@ import {
   parseOffloadFlags,
 } from '../cli/common';
 import { UsageError, type CommandSpec, type Flags } from '../cli/flags';
-import { readRegularFile } from '../files';
-import { parsePeerSpec, validatePeer, type PeerExpectation } from '../peers';
-import { writeOut } from '../stdio';
+import { readRegularFile } from '../core/files';
+import { parsePeerSpec, validatePeer, type PeerExpectation } from '../ensure/peers';
+import { writeOut } from '../cli/stdio';
 import type { DoctorOptions } from './index';
 
 /** Room for the peers of a 5000-node cluster several times over. */

@@ -7,7 +7,7 @@
 import { lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
 import { isAbsolute, join, posix } from 'node:path';
 
-import { writeFileReplacing } from '../files';
+import { writeFileReplacing } from '../core/files';
 
 /** Directories of systemd .link files, highest priority first (CONF_PATHS("systemd/network")). */
 export const NETWORK_DIRS = [

@@ -4,7 +4,7 @@
  */
 import { execFile } from 'node:child_process';
 
-import { ensureVtep, type EnsureAction } from '../ensure';
+import { ensureVtep, type EnsureAction } from '../ensure/ensure';
 import {
   CHECK_IDS,
   flannelLinkFileContent,

@@ -8,9 +8,9 @@ import { execFile } from 'node:child_process';
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { arch, hostname, release } from 'node:os';
 
-import { getDriverInfo } from '../oneshot';
-import type { DriverInfo } from '../types';
-import { resolveNetnsPath } from '../validate';
+import { getDriverInfo } from '../core/oneshot';
+import type { DriverInfo } from '../core/types';
+import { resolveNetnsPath } from '../core/validate';
 import type { FsRoot } from './fsroot';
 import type { HostFacts } from './link-files';
 

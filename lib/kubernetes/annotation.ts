@@ -12,8 +12,8 @@
  * (0..2^24-1) naming a valid device and a `VtepMAC` that parseMac accepts;
  * anything else is reported as invalid and never turned into a MAC.
  */
-import { isSystemError } from '../errors';
-import { parseMac, validateInterfaceName } from '../validate';
+import { isSystemError } from '../core/errors';
+import { parseMac, validateInterfaceName } from '../core/validate';
 
 export const DEFAULT_ANNOTATION_PREFIX = 'flannel.alpha.coreos.com';
 

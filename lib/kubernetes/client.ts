@@ -20,7 +20,7 @@ import * as http from 'node:http';
 import * as https from 'node:https';
 import { delimiter, dirname, resolve } from 'node:path';
 
-import { readRegularFile } from '../files';
+import { readRegularFile } from '../core/files';
 
 // --- the parts of @kubernetes/client-node used here ------------------------------
 

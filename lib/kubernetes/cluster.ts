@@ -10,7 +10,7 @@
  * (field `option`): the CLI says its flag instead. Without a cluster the guard
  * behaves exactly as it does without Kubernetes.
  */
-import { invalidArgument } from '../errors';
+import { invalidArgument } from '../core/errors';
 
 export const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
 

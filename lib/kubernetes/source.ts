@@ -19,9 +19,9 @@
  */
 import { EventEmitter } from 'node:events';
 
-import { invalidArgument } from '../errors';
-import type { DesiredMacSource } from '../sources';
-import { parseMac } from '../validate';
+import { invalidArgument } from '../core/errors';
+import type { DesiredMacSource } from '../guard/sources';
+import { parseMac } from '../core/validate';
 import {
   ADDRESS_FAMILIES,
   DEFAULT_ANNOTATION_PREFIX,

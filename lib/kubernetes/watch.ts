@@ -7,7 +7,7 @@
  */
 import { constants } from 'node:os';
 
-import { invalidArgument, isSystemError, systemError, type ErrnoCode } from '../errors';
+import { invalidArgument, isSystemError, systemError, type ErrnoCode } from '../core/errors';
 import type { FlannelGuard } from '../guard';
 import { backendDataKey } from './annotation';
 import { createKubernetesClient, type KubernetesApi } from './client';

@@ -1,6 +1,6 @@
 // Native records to plain JS objects (built with JsWriter, so they can be made
 // from libuv callbacks safely), and JS arguments to native values. The shapes
-// are typed once, in lib/binding.ts.
+// are typed once, in lib/core/binding.ts.
 #pragma once
 
 #include <napi.h>
@@ -45,7 +45,7 @@ std::vector<uint8_t> AddressFromJs(const Napi::Value& value, const char* what);
 
 // { family, ifindex, destination, lladdr: Buffer(6), state, flags }; throws a TypeError otherwise.
 netlink::NeighbourEntry NeighbourEntryFromJs(const Napi::Value& value);
-// Entries handed over as columns (lib/binding.ts RawNeighbourEntries).
+// Entries handed over as columns (lib/core/binding.ts RawNeighbourEntries).
 std::vector<netlink::NeighbourEntry> NeighbourEntriesFromJs(const Napi::Value& value);
 
 }  // namespace fg::addon

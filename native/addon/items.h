@@ -1,5 +1,5 @@
 // The monitor's items (and the mirror's changes) as the JS objects of
-// lib/binding.ts's RawMonitorItem: one conversion for the Monitor and the
+// lib/core/binding.ts's RawMonitorItem: one conversion for the Monitor and the
 // Mirror classes.
 #pragma once
 
@@ -25,7 +25,7 @@ napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
 // A mirror's neighbour and FDB entries (of one device when `ifindex` is given) as
 // columns: typed arrays of the numbers and arrays of the two strings, so that
 // thousands of entries cost a few objects here (JS makes the records, as
-// lib/records.ts neighbourInfos does) instead of a dozen property writes each.
+// lib/core/records.ts neighbourInfos does) instead of a dozen property writes each.
 napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
                                   std::optional<int32_t> ifindex);
 

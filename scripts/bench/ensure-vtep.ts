@@ -14,11 +14,11 @@ import { chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
-import { ensureVtep } from '../../lib/ensure';
+import { ensureVtep } from '../../lib/ensure/ensure';
 import { destroyAll, Netns } from '../../test/support/netns';
 import { FlannelTestbed, VTEP } from '../../test/support/testbed';
 
-const PLUGIN = join(__dirname, '..', '..', 'lib', 'cni.js');
+const PLUGIN = join(__dirname, '..', '..', 'lib', 'cni', 'main.js');
 
 function argument(name: string, fallback: number): number {
   const index = process.argv.indexOf(name);

@@ -70,7 +70,7 @@ import { CLI_NODE_FLAGS } from '../../test/support/node-child';
 import { PROBE_MARKS } from './probe-marks';
 
 const ROOT = join(__dirname, '..', '..', '..');
-const CLI = join(ROOT, 'dist', 'lib', 'cli.js');
+const CLI = join(ROOT, 'dist', 'lib', 'cli', 'main.js');
 const PROBE = join(__dirname, 'probe.js');
 const REFERENCE = join(BENCH_BIN, 'reference-guard');
 const REWRITER = join(BENCH_BIN, 'rewriter');

@@ -1,6 +1,6 @@
 /**
  * Preloaded into `flannel-guard watch` by `latency.js --breakdown`
- * (`node -r dist/scripts/bench/probe.js dist/lib/cli.js watch ...`): time-stamps,
+ * (`node -r dist/scripts/bench/probe.js dist/lib/cli/main.js watch ...`): time-stamps,
  * with CLOCK_MONOTONIC (process.hrtime, the rewriter's clock), every monitor
  * batch delivered into JavaScript, every request the guard makes on its
  * request socket and every line it writes to stdout. The marks are written to
@@ -11,7 +11,7 @@
  */
 import { writeFileSync } from 'node:fs';
 
-import * as bindingModule from '../../lib/binding';
+import * as bindingModule from '../../lib/core/binding';
 import type {
   RawBinding,
   RawControl,
@@ -19,7 +19,7 @@ import type {
   RawMonitorItem,
   RawMonitorOptions,
   RawNetnsOptions,
-} from '../../lib/binding';
+} from '../../lib/core/binding';
 import { PROBE_MARKS } from './probe-marks';
 
 const CAPACITY = 4_000_000;

@@ -256,7 +256,7 @@ function report(sizes: readonly SizeFigures[], start: { empty: number[]; loaded:
 async function main(): Promise<void> {
   const options = parseScaleOptions(process.argv.slice(2));
   if (process.getuid?.() !== 0) throw new Error('needs root (network namespaces, CAP_NET_ADMIN)');
-  const cli = join(__dirname, '..', '..', 'lib', 'cli.js');
+  const cli = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
   if (!existsSync(cli)) throw new Error(`${cli} missing: run tsc -p tsconfig.json first`);
   for (const tool of ['reference-guard', 'rewriter']) buildBenchTool(tool);
   try {

@@ -15,7 +15,7 @@
  */
 import { performance } from 'node:perf_hooks';
 
-import { LinkMonitor } from '../../lib/monitor';
+import { LinkMonitor } from '../../lib/core/monitor';
 import { GuardProcess } from '../../test/support/guard-process';
 import { destroyAll } from '../../test/support/netns';
 import { FlannelTestbed, VTEP } from '../../test/support/testbed';

@@ -17,8 +17,8 @@ import { registerSyncCleanup, tempDirPrefix, trackChild, type Netns } from './ne
 import type { ChildResult } from './node-child';
 
 export const DEBIAN_CNI_DIR = '/usr/lib/cni';
-/** The compiled plugin (dist/lib/cni.js). */
-export const CNI_PLUGIN = join(__dirname, '..', '..', 'lib', 'cni.js');
+/** The compiled plugin (dist/lib/cni/main.js). */
+export const CNI_PLUGIN = join(__dirname, '..', '..', 'lib', 'cni', 'main.js');
 
 export interface PluginRun extends ChildResult {
   /** stdout parsed as JSON, undefined when empty, null when it does not parse. */

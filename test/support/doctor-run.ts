@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { runCommand, type ChildResult } from './node-child';
 
 /** The doctor, run through the CLI's own bin. */
-export const DOCTOR_CLI = join(__dirname, '..', '..', 'lib', 'cli.js');
+export const DOCTOR_CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
 
 export interface DoctorRun extends ChildResult {
   /** The parsed report when --json was given and the output parses. */

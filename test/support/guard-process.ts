@@ -7,7 +7,7 @@ import { join } from 'node:path';
 
 import { trackChild, waitForExit } from './netns';
 
-export const CLI = join(__dirname, '..', '..', 'lib', 'cli.js');
+export const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
 
 export interface GuardLine {
   event: string;

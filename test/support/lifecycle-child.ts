@@ -13,9 +13,9 @@
  */
 import { execFileSync } from 'node:child_process';
 
-import { binding } from '../../lib/binding';
-import { LinkMonitor } from '../../lib/monitor';
-import { getFeatures, getLinks, setFeatures, setLinkMac } from '../../lib/oneshot';
+import { binding } from '../../lib/core/binding';
+import { LinkMonitor } from '../../lib/core/monitor';
+import { getFeatures, getLinks, setFeatures, setLinkMac } from '../../lib/core/oneshot';
 
 export interface ErrorReport {
   name: string;

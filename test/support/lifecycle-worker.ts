@@ -4,10 +4,10 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { binding } from '../../lib/binding';
-import { LinkMonitor } from '../../lib/monitor';
-import { getFeatures, getLink, setLinkMac } from '../../lib/oneshot';
-import type { LinkInfo } from '../../lib/types';
+import { binding } from '../../lib/core/binding';
+import { LinkMonitor } from '../../lib/core/monitor';
+import { getFeatures, getLink, setLinkMac } from '../../lib/core/oneshot';
+import type { LinkInfo } from '../../lib/core/types';
 import { reportError, type ErrorReport } from './lifecycle-child';
 
 export type WorkerTask =

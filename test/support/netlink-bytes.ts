@@ -6,8 +6,8 @@
  */
 import { isIP } from 'node:net';
 
-import { AF_BRIDGE, AF_INET6, CHANGE_MASK_NEW_DEVICE, OPERSTATES } from '../../lib/constants';
-import type { LinkInfo, NeighbourInfo } from '../../lib/types';
+import { AF_BRIDGE, AF_INET6, CHANGE_MASK_NEW_DEVICE, OPERSTATES } from '../../lib/core/constants';
+import type { LinkInfo, NeighbourInfo } from '../../lib/core/types';
 
 export const RTM_NEWLINK = 16;
 export const RTM_DELLINK = 17;

@@ -10,7 +10,7 @@ import { existsSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { DEFAULT_STATE_DIR, StateFile, liveNetnsInodes } from '../../lib/state-file';
+import { DEFAULT_STATE_DIR, StateFile, liveNetnsInodes } from '../../lib/guard/state-file';
 
 /** Options for running a command. */
 export interface RunOptions {

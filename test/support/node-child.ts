@@ -12,7 +12,7 @@ import { trackChild } from './netns';
 /** Absolute path of the compiled library (dist/lib/index.js). */
 export const LIB_INDEX = join(__dirname, '..', '..', 'lib', 'index.js');
 /** Absolute path of the compiled CLI (the package's bin). */
-export const CLI_PATH = join(__dirname, '..', '..', 'lib', 'cli.js');
+export const CLI_PATH = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
 /** The node flags of the bin's interpreter line (`#!/usr/bin/env -S node FLAGS`), as `npx flannel-guard` runs it. */
 export const CLI_NODE_FLAGS: readonly string[] = (() => {
   const first = readFileSync(CLI_PATH, 'utf8').split('\n', 1)[0] ?? '';

@@ -27,20 +27,20 @@ import {
   NUD_NOARP,
   NUD_PERMANENT,
   NUD_REACHABLE,
-} from '../../lib/constants';
-import { systemError, type SystemError } from '../../lib/errors';
+} from '../../lib/core/constants';
+import { systemError, type SystemError } from '../../lib/core/errors';
 import type { GuardClock, GuardMonitor } from '../../lib/guard';
-import { binding, type RawMirror } from '../../lib/binding';
+import { binding, type RawMirror } from '../../lib/core/binding';
 import {
   emitChange,
   type LinkKernelEvent,
   type LinkMonitorEvents,
   type NativeCorrection,
-} from '../../lib/monitor';
-import type { GuardPorts } from '../../lib/ports';
-import { isRestorable, neighbourInfos, neighbourKey, toLinkInfo } from '../../lib/records';
+} from '../../lib/core/monitor';
+import type { GuardPorts } from '../../lib/guard/ports';
+import { isRestorable, neighbourInfos, neighbourKey, toLinkInfo } from '../../lib/core/records';
 import { delLinkMessage, linkMessage, neighMessage } from './netlink-bytes';
-import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/types';
+import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/core/types';
 
 export const IFF_BROADCAST = 0x2;
 export const IFF_MULTICAST = 0x1000;

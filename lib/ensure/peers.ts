@@ -4,8 +4,8 @@
  * beyond the checks in validate.ts: the CNI plugin parses its configuration
  * without loading the addon.
  */
-import { invalidArgument } from './errors';
-import { ipVersion, parseMac } from './validate';
+import { invalidArgument } from '../core/errors';
+import { ipVersion, parseMac } from '../core/validate';
 
 /** What another node publishes: flannel programs exactly these entries for it. */
 export interface PeerExpectation {

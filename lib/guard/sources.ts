@@ -4,7 +4,7 @@
  * answer for fall back to the guard's pin (first-seen). The Kubernetes node
  * annotation is one such source.
  */
-import { parseMac, validateInterfaceName } from './validate';
+import { parseMac, validateInterfaceName } from '../core/validate';
 
 export interface DesiredMacSource {
   /** Shown in events and status ('explicit', 'kubernetes', ...). */

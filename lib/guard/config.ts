@@ -4,16 +4,74 @@
  * policies complete), then frozen and passed down unchanged. `FlannelGuard.start(options)`
  * makes one; the CLI makes one from its flags and opens the guard from it.
  */
-import { invalidArgument } from './errors';
+import { invalidArgument } from '../core/errors';
 import { fightPolicy, type FightPolicy } from './fight';
-import type { FlannelGuardOptions } from './guard';
 import { explicitMacSource, type DesiredMacSource } from './sources';
 import {
   compileInterfaceGlob,
   netnsTarget,
   type InterfaceGlob,
   type NetnsTarget,
-} from './validate';
+} from '../core/validate';
+
+export interface FlannelGuardOptions {
+  /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
+  netns?: string;
+  /**
+   * Interface globs to manage (default flannel.* and flannel-v6.*). Only
+   * devices of kind vxlan are ever managed: anything else a glob matches is
+   * reported once (`ignored`) and never written to.
+   */
+  interfaces?: readonly string[];
+  /** Desired MACs by interface name; these win over every other source. */
+  mac?: Record<string, string>;
+  /** Another source of desired MACs (e.g. the Kubernetes node annotation). */
+  source?: DesiredMacSource;
+  /**
+   * For devices no source knows: 'first-seen' pins the MAC of the first
+   * RTM_NEWLINK after creation (the one flannel publishes), or the current
+   * MAC for devices that existed before the guard; 'none' leaves them alone.
+   */
+  pin?: 'first-seen' | 'none';
+  /**
+   * On a rewrite: 'revert' (default) sets the desired MAC back; 'adopt' keeps
+   * the device's new MAC and has the source publish it (its `adopt`), so the
+   * other nodes follow. Either way the flushed neighbour entries are restored.
+   */
+  strategy?: 'revert' | 'adopt';
+  /** Offload features to enforce (default tx-checksum-ip-generic off); 'none' leaves them alone. */
+  offload?: Readonly<Record<string, boolean>> | 'none';
+  /** Report what would be done, never write. */
+  dryRun?: boolean;
+  /** Backoff and contested-state thresholds. */
+  fight?: Partial<FightPolicy>;
+  /** Netlink socket receive buffer in bytes. */
+  receiveBuffer?: number;
+  /**
+   * Filter unrelated link notifications in the kernel (default true): a flood
+   * of changes to other devices then never reaches the guard.
+   */
+  kernelFilter?: boolean;
+  /**
+   * When the named network namespace is deleted under the guard: 'close'
+   * (default) reports an ENOENT error and closes; 'continue' reports it and
+   * keeps guarding the devices the guard's sockets still hold.
+   */
+  onNetnsDeleted?: 'close' | 'continue';
+  /**
+   * Run even inside a user namespace other than the initial one (S11). Off by
+   * default: there the guard's capabilities do not reach devices the host
+   * owns, so it would be guarding a sandbox, not the node.
+   */
+  allowUserNamespace?: boolean;
+  /**
+   * Folder for the state that survives a crash (the permanent neighbour
+   * entries and pinned MAC of each device, one file per namespace), read at
+   * start: a flush that happened while the guard was down is restored from
+   * it. Off when omitted; the CLI uses /run/flannel-guard.
+   */
+  stateDir?: string;
+}
 
 export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
 export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = Object.freeze({

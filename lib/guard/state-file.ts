@@ -10,9 +10,9 @@
 import { readdirSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { readRegularFile, writeFileReplacing } from './files';
-import type { NeighbourInfo } from './types';
-import { ipVersion, parseMac, validateInterfaceName } from './validate';
+import { readRegularFile, writeFileReplacing } from '../core/files';
+import type { NeighbourInfo } from '../core/types';
+import { ipVersion, parseMac, validateInterfaceName } from '../core/validate';
 
 export const DEFAULT_STATE_DIR = '/run/flannel-guard';
 /** A 5000-node cluster's entries (two per peer, with IPv6) fit several times over. */

@@ -13,16 +13,15 @@
  * (bench:scale, both ways). deploy/Dockerfile's ENTRYPOINT repeats the flags.
  */
 import type { EventEmitter } from 'node:events';
-import { existsSync, fstatSync, readFileSync, write, writeSync } from 'node:fs';
+import { existsSync, fstatSync, write, writeSync } from 'node:fs';
 import { constants } from 'node:os';
-import { join } from 'node:path';
 
-import { binding } from './binding';
-import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from './guard';
-import { guardConfig } from './guard-config';
-import { doctorCommand } from './doctor/command';
-import { DEFAULT_FIGHT_POLICY } from './fight';
-import { RANGES } from './validate';
+import { binding } from '../core/binding';
+import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from '../guard';
+import { guardConfig } from '../guard/config';
+import { doctorCommand } from '../doctor/command';
+import { DEFAULT_FIGHT_POLICY } from '../guard/fight';
+import { RANGES } from '../core/validate';
 import {
   checkNetnsFlag,
   exitStatusOf,
@@ -35,20 +34,15 @@ import {
   parseIfaceFlags,
   parseMacFlags,
   parseOffloadFlags,
-} from './cli/common';
-import {
-  UsageError,
-  runProgram,
-  type CommandSpec,
-  type Flags,
-  type ProgramSpec,
-} from './cli/flags';
-import { DEFAULT_STATE_DIR } from './state-file';
+} from './common';
+import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec } from './flags';
+import { DEFAULT_STATE_DIR } from '../guard/state-file';
 import { readStatus, type StatusReport } from './status';
 import { writeErr, writeOut } from './stdio';
-import { detectCluster, type ClusterSettings } from './kubernetes/cluster';
-import type { ListenAddress } from './kubernetes/listen';
-import type { WatchServices } from './kubernetes/watch';
+import { detectCluster, type ClusterSettings } from '../kubernetes/cluster';
+import type { ListenAddress } from '../kubernetes/listen';
+import type { WatchServices } from '../kubernetes/watch';
+import { packageVersion } from '../core/package-version';
 
 /** The metrics and health endpoint's address when running against a cluster. */
 export const DEFAULT_METRICS_ADDRESS = '127.0.0.1:9464';
@@ -370,7 +364,7 @@ async function startServices(
   if (address !== 'off') {
     try {
       // Loaded when used: it needs node:net.
-      const { parseListenAddress } = await import('./kubernetes/listen.js');
+      const { parseListenAddress } = await import('../kubernetes/listen.js');
       metricsAddress = parseListenAddress(address);
     } catch (error) {
       throw new UsageError(`--metrics-address ${(error as Error).message}`);
@@ -393,7 +387,7 @@ async function startServices(
   process.once('SIGTERM', stop);
   try {
     // Loaded only when used: prom-client alone takes longer to load than the guard.
-    const { WatchServices: Services } = await import('./kubernetes/watch.js');
+    const { WatchServices: Services } = await import('../kubernetes/watch.js');
     const services = await Services.start({
       cluster,
       metricsAddress,
@@ -542,15 +536,6 @@ function formatStatus(report: StatusReport): string {
       )
       .join('\n') + '\n'
   );
-}
-
-function packageVersion(): string {
-  const manifest = JSON.parse(
-    readFileSync(join(__dirname, '..', '..', 'package.json'), 'utf8'),
-  ) as {
-    version: string;
-  };
-  return manifest.version;
 }
 
 /** Which devices, their desired MACs and offloads, where: what `watch` and `status` share. */

@@ -354,7 +354,7 @@ export interface RawBinding {
 }
 
 /** The package's root: build/ and prebuilds/ are there. */
-const PACKAGE_ROOT = join(__dirname, '..', '..');
+const PACKAGE_ROOT = join(__dirname, '..', '..', '..');
 
 let loaded: RawBinding | undefined;
 

@@ -3,12 +3,12 @@
  * a request socket (synchronous, so a correction runs in the event's own
  * turn of the loop); unit tests substitute a recorder.
  */
-import type { RawControl } from './binding';
-import { isSystemError } from './errors';
-import { toLinkInfo, toRawNeighbourEntries } from './records';
-import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from './types';
-import { toFeatureSetResult } from './oneshot';
-import { macBytes } from './validate';
+import type { RawControl } from '../core/binding';
+import { isSystemError } from '../core/errors';
+import { toLinkInfo, toRawNeighbourEntries } from '../core/records';
+import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
+import { toFeatureSetResult } from '../core/oneshot';
+import { macBytes } from '../core/validate';
 
 export interface GuardPorts {
   /** The device's current state, or null when no device has this index. */

@@ -18,14 +18,15 @@
  *
  * Errors are the spec's error object on stdout with a non-zero exit status.
  */
-import { readFileSync, writeSync } from 'node:fs';
+import { writeSync } from 'node:fs';
 
-import { monotonicMs } from './clock';
-import type { EnsureVtepResult } from './ensure';
-import { MAX_PEERS, validatePeer, type PeerExpectation } from './peers';
-import { readRegularFile } from './files';
-import { isSystemError } from './errors';
-import { RANGES, describeRange, parseMac, validateInterfaceName } from './validate';
+import { monotonicMs } from '../core/clock';
+import type { EnsureVtepResult } from '../ensure/ensure';
+import { MAX_PEERS, validatePeer, type PeerExpectation } from '../ensure/peers';
+import { readRegularFile } from '../core/files';
+import { isSystemError } from '../core/errors';
+import { RANGES, describeRange, parseMac, validateInterfaceName } from '../core/validate';
+import { packageVersion } from '../core/package-version';
 
 export const SUPPORTED_VERSIONS = ['1.0.0', '1.1.0'] as const;
 export const DEFAULT_BUDGET_MS = 1000;
@@ -380,7 +381,7 @@ async function ensure(
 ): Promise<EnsureVtepResult> {
   const expected = expectations(plugin);
   // Loaded here, with the addon: VERSION, DEL and GC never need them.
-  const { ensureVtep } = await import('./ensure.js');
+  const { ensureVtep } = await import('../ensure/ensure.js');
   return ensureVtep({
     device: plugin.device,
     ...(expected.mac === undefined ? {} : { mac: expected.mac }),
@@ -630,14 +631,6 @@ export async function main(env: CniEnvironment = process.env): Promise<void> {
   } finally {
     for (const timer of timers) clearTimeout(timer);
   }
-}
-
-/** The package version, for `--version` on a terminal (not part of the CNI protocol). */
-function packageVersion(): string {
-  const manifest = JSON.parse(readFileSync(`${__dirname}/../../package.json`, 'utf8')) as {
-    version: string;
-  };
-  return manifest.version;
 }
 
 if (require.main === module) {

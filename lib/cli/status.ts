@@ -1,11 +1,11 @@
 /** A one-shot view of the managed devices: what `flannel-guard status` prints. */
-import { AF_BRIDGE, AF_UNSPEC } from './constants';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './guard-config';
-import { openControl } from './oneshot';
-import { toLinkInfo, toNeighbourInfo } from './records';
-import { explicitMacSource } from './sources';
-import type { VxlanInfo } from './types';
-import { compileInterfaceGlob, netnsTarget } from './validate';
+import { AF_BRIDGE, AF_UNSPEC } from '../core/constants';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard/config';
+import { openControl } from '../core/oneshot';
+import { toLinkInfo, toNeighbourInfo } from '../core/records';
+import { explicitMacSource } from '../guard/sources';
+import type { VxlanInfo } from '../core/types';
+import { compileInterfaceGlob, netnsTarget } from '../core/validate';
 
 export interface StatusOptions {
   netns?: string;

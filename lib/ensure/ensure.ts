@@ -11,15 +11,28 @@
  * under a millisecond each).
  */
 
-import { monotonicMs } from './clock';
-import type { RawControl, RawNeighbour } from './binding';
-import { AF_BRIDGE, AF_INET, AF_INET6, AF_UNSPEC, NTF_SELF, NUD_PERMANENT } from './constants';
-import { invalidArgument, systemError, type SystemError } from './errors';
-import { openControl, toFeatureSetResult } from './oneshot';
-import { toLinkInfo, toNeighbourInfo } from './records';
-import type { LinkInfo, NeighbourInfo } from './types';
+import { monotonicMs } from '../core/clock';
+import type { RawControl, RawNeighbour } from '../core/binding';
+import {
+  AF_BRIDGE,
+  AF_INET,
+  AF_INET6,
+  AF_UNSPEC,
+  NTF_SELF,
+  NUD_PERMANENT,
+} from '../core/constants';
+import { invalidArgument, systemError, type SystemError } from '../core/errors';
+import { openControl, toFeatureSetResult } from '../core/oneshot';
+import { toLinkInfo, toNeighbourInfo } from '../core/records';
+import type { LinkInfo, NeighbourInfo } from '../core/types';
 import { validatePeer, MAX_PEERS, type PeerExpectation } from './peers';
-import { ipVersion, macBytes, netnsTarget, parseMac, validateInterfaceName } from './validate';
+import {
+  ipVersion,
+  macBytes,
+  netnsTarget,
+  parseMac,
+  validateInterfaceName,
+} from '../core/validate';
 
 export { MAX_PEERS, parsePeerSpec, unusablePeerAddress, validatePeer } from './peers';
 export type { PeerExpectation } from './peers';

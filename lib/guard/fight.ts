@@ -8,8 +8,8 @@
  * injected clock, so it is unit-testable.
  */
 
-import { invalidArgument } from './errors';
-import { RANGES, integerInRange } from './validate';
+import { invalidArgument } from '../core/errors';
+import { RANGES, integerInRange } from '../core/validate';
 
 export interface FightPolicy {
   /** Rewrites within `windowMs` after which the guard stops correcting. */
@@ -141,11 +141,5 @@ export class FightTracker {
   /** Forgets a key: after a resume, or when its device is gone. */
   reset(key: string): void {
     this.#states.delete(key);
-  }
-
-  /** Forgets every key starting with `prefix`. */
-  resetPrefix(prefix: string): void {
-    for (const key of [...this.#states.keys()])
-      if (key.startsWith(prefix)) this.#states.delete(key);
   }
 }

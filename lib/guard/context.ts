@@ -1,0 +1,95 @@
+/**
+ * What the parts of a guard share: the device record, the monitor and clock a test may
+ * replace, and the context each part is built with (configuration, sockets, counters,
+ * reports, fight control, the device table).
+ */
+import type { EventEmitter } from 'node:events';
+
+import { monotonicMs } from '../core/clock';
+import type { LinkFilter, LinkMonitorEvents } from '../core/monitor';
+import type { LinkInfo, NeighbourInfo } from '../core/types';
+import type { GuardConfig } from './config';
+import type { DeviceTable, RestoreSet } from './devices';
+import type { FlannelGuardEvents, GuardCounters, MacSourceKind } from './events';
+import type { FightController } from './fight-control';
+import type { GuardPorts } from './ports';
+
+/** What the guard needs of a monitor: LinkMonitor, or a scripted stand-in in unit tests. */
+export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
+  readonly isReady: boolean;
+  links(): LinkInfo[];
+  getLink(ifindex: number): LinkInfo | undefined;
+  setFilter?(filter: LinkFilter | null): void;
+  arm?(
+    ifindex: number,
+    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[]; shots?: number },
+  ): void;
+  disarm?(ifindex: number): void;
+  neighbours(filter?: { ifindex?: number }): NeighbourInfo[];
+  /** The device's permanent ARP/NDP entries (see LinkMonitor.restoreEntries). */
+  restoreEntries(ifindex: number): readonly NeighbourInfo[];
+  ready(): Promise<void>;
+  ref(): unknown;
+  unref(): unknown;
+  close(): void;
+}
+
+export interface GuardClock {
+  now(): number;
+  setTimeout(callback: () => void, ms: number): () => void;
+}
+
+export const realClock: GuardClock = {
+  now: () => monotonicMs(),
+  setTimeout(callback, ms) {
+    // A pending correction must not keep a process alive on its own: the monitor's socket does.
+    const timer = setTimeout(callback, ms).unref();
+    return () => clearTimeout(timer);
+  },
+};
+
+export type GuardEmit = EventEmitter<FlannelGuardEvents>['emit'];
+
+export interface ManagedDevice {
+  ifindex: number;
+  name: string;
+  /** first-seen / pinned-at-start MAC. */
+  pin: string | null;
+  pinKind: 'first-seen' | 'pinned-at-start' | null;
+  /**
+   * For a device seen created: the source's answer at that moment, which
+   * describes the device it replaces until the source publishes anew.
+   */
+  staleSourceMac: string | undefined;
+  createdAt: number | null;
+  /** Rewrites seen since the guard took the device on. */
+  rewrites: number;
+  /** When the MAC left the desired value (start of the correction latency); null when at it. */
+  driftSince: number | null;
+  /** Set on ENODEV: the device is going away; nothing is written until its DELLINK. */
+  vanishing: boolean;
+  /** Permanent neighbour entries by key, as they were before any flush. */
+  neighbours: RestoreSet;
+  /** Last known active state of each policy feature. */
+  offloads: Record<string, boolean | null>;
+}
+
+export interface DesiredMac {
+  mac: string;
+  kind: MacSourceKind;
+}
+
+export interface GuardContext {
+  readonly config: GuardConfig;
+  readonly monitor: GuardMonitor;
+  readonly ports: GuardPorts;
+  readonly clock: GuardClock;
+  readonly counters: GuardCounters;
+  readonly emit: GuardEmit;
+  readonly fight: FightController;
+  readonly devices: DeviceTable;
+  /** Reports a failure as an `error` event (counted). */
+  fail(error: unknown): void;
+  /** Whether the guard has been closed (an answer that arrives late is dropped). */
+  isClosed(): boolean;
+}

@@ -1,0 +1,154 @@
+/** What a guard reports: its events, its devices' status and its counters. */
+import type { SystemError } from '../core/errors';
+import type { OverrunEvent, ResyncEvent } from '../core/monitor';
+import type { FeatureSetResult } from '../core/types';
+
+export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
+
+export interface DeviceStatus {
+  name: string;
+  ifindex: number;
+  mac: string | null;
+  desiredMac: string | null;
+  macSource: MacSourceKind;
+  /** Name of the external source when macSource is 'source'. */
+  sourceName?: string;
+  addrAssignType: number | null;
+  /** Active state of each policy feature (null when it could not be read). */
+  offloads: Record<string, boolean | null>;
+  /** Permanent neighbour entries the guard keeps for this device. */
+  neighbours: number;
+  contested: boolean;
+}
+
+export interface GuardReadyEvent {
+  netns: string | null;
+  devices: DeviceStatus[];
+  dryRun: boolean;
+}
+
+export type RewriteCause =
+  'udev-mac-policy' | 'external-write' | 'found-on-resync' | 'found-at-start';
+
+export interface RewriteEvent {
+  device: string;
+  ifindex: number;
+  /** The desired MAC the device should have. */
+  expected: string;
+  /** The MAC it has now. */
+  mac: string | null;
+  /** The MAC it had just before this change. */
+  previous: string | null;
+  cause: RewriteCause;
+  /** One readable sentence naming the likely cause. */
+  detail: string;
+  msSinceCreation: number | null;
+  dryRun: boolean;
+}
+
+export interface RestoredEvent {
+  device: string;
+  ifindex: number;
+  mac: string;
+  /** Permanent neighbour entries re-installed. */
+  neighbours: number;
+  /**
+   * From the drift's first notification reaching the monitor's socket (noted by a native
+   * thread, so time the event loop was busy counts) to MAC and neighbours being back: the
+   * same origin whether the native layer corrected in the read that saw the drift or
+   * JavaScript did (after a backoff, the wait counts). For a source's new MAC, from the
+   * event that brought it.
+   */
+  latencyMs: number;
+  /** True when this correction waited for backoff. */
+  deferred: boolean;
+}
+
+export interface OffloadEvent extends FeatureSetResult {
+  device: string;
+  ifindex: number;
+  reason: 'created' | 'start' | 'managed' | 'drift' | 'resync';
+  dryRun: boolean;
+}
+
+export interface AdoptedEvent {
+  device: string;
+  ifindex: number;
+  /** The device's MAC, now published as the desired one. */
+  mac: string;
+  /** The MAC the source had before. */
+  previous: string;
+  /** Permanent neighbour entries re-installed (the MAC change flushed them). */
+  neighbours: number;
+  /** From the rewrite event's arrival to the source having stored the new MAC. */
+  latencyMs: number;
+}
+
+export interface ContestedEvent {
+  device: string;
+  ifindex: number;
+  what: 'mac' | 'offload';
+  /** For offloads: the feature being fought over. */
+  feature?: string;
+  expected: string;
+  observed: string;
+  rewrites: number;
+  windowMs: number;
+  /** The guard resumes after this long without a rewrite. */
+  quietMs: number;
+  detail: string;
+}
+
+export interface ResumedEvent {
+  device: string;
+  ifindex: number;
+  what: 'mac' | 'offload';
+  feature?: string;
+}
+
+/** A device matched the globs but is not a VXLAN device: never written to. */
+export interface IgnoredEvent {
+  device: string;
+  ifindex: number;
+  /** Its rtnl link kind ('veth', 'bridge', '' for none). */
+  kind: string;
+  detail: string;
+}
+
+export interface ReleasedEvent {
+  device: string;
+  ifindex: number;
+  reason: 'renamed' | 'removed';
+}
+
+export interface GuardCounters {
+  rewrites: number;
+  corrections: number;
+  deferredCorrections: number;
+  neighboursRestored: number;
+  offloadChecks: number;
+  offloadApplications: number;
+  offloadDrifts: number;
+  contested: number;
+  echoes: number;
+  writes: number;
+  errors: number;
+  overruns: number;
+  resyncs: number;
+}
+
+export interface FlannelGuardEvents {
+  ready: [GuardReadyEvent];
+  rewrite: [RewriteEvent];
+  restored: [RestoredEvent];
+  adopted: [AdoptedEvent];
+  offload: [OffloadEvent];
+  contested: [ContestedEvent];
+  resumed: [ResumedEvent];
+  released: [ReleasedEvent];
+  ignored: [IgnoredEvent];
+  overrun: [OverrunEvent];
+  resync: [ResyncEvent];
+  error: [SystemError];
+  close: [];
+}

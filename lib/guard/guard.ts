@@ -1,0 +1,476 @@
+/**
+ * FlannelGuard: keeps the VXLAN devices that match its globs at their
+ * desired MAC, with the permanent neighbour entries a MAC change flushes put
+ * back, and their offload features at the configured policy - all in the
+ * turn of the event loop that delivers the change.
+ *
+ * This class is the guard's life cycle and its dispatch: the monitor's events, each with
+ * the time it arrived, go to the parts that own the answer - the device table, MAC
+ * correction (mac.ts), offload enforcement (offload.ts), fight control
+ * (fight-control.ts) and the crash state (persistence.ts). The guard's own writes come
+ * back as events carrying the desired values, so they are recognised by value and never
+ * counted.
+ */
+import { EventEmitter } from 'node:events';
+
+import { systemError, type SystemError } from '../core/errors';
+import type {
+  LinkAddedEvent,
+  LinkChangedEvent,
+  LinkRemovedEvent,
+  NeighbourAddedEvent,
+  NeighbourRemovedEvent,
+  ResyncEvent,
+} from '../core/monitor';
+import { isRestorable, neighbourKey } from '../core/records';
+import type { LinkInfo } from '../core/types';
+import { guardConfig, type FlannelGuardOptions, type GuardConfig } from './config';
+import {
+  realClock,
+  type GuardClock,
+  type GuardContext,
+  type GuardMonitor,
+  type ManagedDevice,
+} from './context';
+import { DeviceTable, RestoreSet } from './devices';
+import type {
+  DeviceStatus,
+  FlannelGuardEvents,
+  GuardCounters,
+  OffloadEvent,
+  ReleasedEvent,
+} from './events';
+import { FightController } from './fight-control';
+import { MacCorrection } from './mac';
+import { OffloadEnforcement } from './offload';
+import { openGuardParts, type GuardInternals } from './parts';
+import { DeviceStateStore } from './persistence';
+import type { GuardPorts } from './ports';
+
+export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
+  readonly netns: string | null;
+  readonly dryRun: boolean;
+  readonly #config: GuardConfig;
+  readonly #monitor: GuardMonitor;
+  readonly #ports: GuardPorts;
+  readonly #clock: GuardClock;
+  readonly #fight: FightController;
+  readonly #devices: DeviceTable;
+  readonly #mac: MacCorrection;
+  readonly #offload: OffloadEnforcement;
+  readonly #state: DeviceStateStore;
+  readonly #counters: GuardCounters = {
+    rewrites: 0,
+    corrections: 0,
+    deferredCorrections: 0,
+    neighboursRestored: 0,
+    offloadChecks: 0,
+    offloadApplications: 0,
+    offloadDrifts: 0,
+    contested: 0,
+    echoes: 0,
+    writes: 0,
+    errors: 0,
+    overruns: 0,
+    resyncs: 0,
+  };
+  #unsubscribeSource: (() => void) | undefined;
+  #unwatchNetns: (() => void) | undefined;
+  readonly #stateProblem: Error | undefined;
+  #started = false;
+  #closed = false;
+
+  /**
+   * Starts guarding: parses `options` (guardConfig), opens the monitor, waits for its first
+   * snapshot, takes on the managed devices and resolves once `ready` has been emitted.
+   */
+  static async start(options: FlannelGuardOptions = {}): Promise<FlannelGuard> {
+    return FlannelGuard.open(guardConfig(options));
+  }
+
+  /** As start(), from a configuration parsed already. */
+  static async open(config: GuardConfig): Promise<FlannelGuard> {
+    const guard = FlannelGuard.create(config);
+    try {
+      await guard.ready();
+    } catch (error) {
+      guard.close();
+      throw error;
+    }
+    return guard;
+  }
+
+  /**
+   * Opens the sockets (throwing EPERM at once when writes are not allowed) and starts,
+   * without waiting: attach listeners, then await `ready()`.
+   */
+  static create(config: GuardConfig): FlannelGuard {
+    return new FlannelGuard(config, openGuardParts(config));
+  }
+
+  /** From opened parts (openGuardParts, or test doubles): use create(), open() or start(). */
+  constructor(config: GuardConfig, internals: GuardInternals) {
+    super();
+    this.#config = config;
+    this.netns = config.netns?.label ?? null;
+    this.dryRun = config.dryRun;
+    this.#monitor = internals.monitor;
+    this.#ports = internals.ports;
+    this.#clock = internals.clock ?? realClock;
+    const emit = this.emit.bind(this);
+    const fail = (error: unknown) => {
+      this.#fail(error);
+    };
+    this.#fight = new FightController({
+      policy: config.fight,
+      clock: this.#clock,
+      random: internals.random,
+      counters: this.#counters,
+      emit,
+      run: (handler) => {
+        this.#handle(handler);
+      },
+    });
+    this.#devices = new DeviceTable({
+      config,
+      monitor: this.#monitor,
+      ports: this.#ports,
+      fight: this.#fight,
+      emit,
+      fail,
+    });
+    const context: GuardContext = {
+      config,
+      monitor: this.#monitor,
+      ports: this.#ports,
+      clock: this.#clock,
+      counters: this.#counters,
+      emit,
+      fight: this.#fight,
+      devices: this.#devices,
+      fail,
+      isClosed: () => this.#closed,
+    };
+    this.#mac = new MacCorrection(context);
+    this.#offload = new OffloadEnforcement(context);
+    this.#state = new DeviceStateStore({
+      file: internals.stateFile,
+      clock: this.#clock,
+      devices: this.#devices,
+      dryRun: config.dryRun,
+      fail,
+    });
+    this.#stateProblem = internals.stateProblem ?? this.#state.loadProblem;
+
+    const monitor = this.#monitor;
+    monitor.on('linkAdded', (event) => {
+      this.#handle((at) => this.#onLinkAdded(event, at), event.receivedAt);
+    });
+    monitor.on('linkChanged', (event) => {
+      this.#handle((at) => this.#onLinkChanged(event, at), event.receivedAt);
+    });
+    monitor.on('linkRemoved', (event) => this.#handle(() => this.#onLinkRemoved(event)));
+    monitor.on('neighbourAdded', (event) => this.#handle(() => this.#onNeighbour(event)));
+    monitor.on('neighbourChanged', (event) => this.#handle(() => this.#onNeighbour(event)));
+    monitor.on('neighbourRemoved', (event) => this.#handle(() => this.#onNeighbourRemoved(event)));
+    monitor.on('overrun', (event) => {
+      this.#counters.overruns += 1;
+      this.emit('overrun', event);
+    });
+    monitor.on('resync', (event) => this.#handle(() => this.#onResync(event)));
+    monitor.on('error', (error) => this.#fail(error));
+    // Adopt in the same turn as the snapshot, before any later event is handled.
+    if (monitor.isReady) this.#initialize(this.#clock.now());
+    else monitor.once('ready', () => this.#handle((at) => this.#initialize(at)));
+    this.#unwatchNetns = internals.watchNetns?.(() => {
+      this.#onNetnsDeleted(config.onNetnsDeleted);
+    });
+    this.#unsubscribeSource = config.source?.subscribe?.(() =>
+      this.#handle((at) => this.#reconcileAll(at)),
+    );
+  }
+
+  /** Resolves once the guard has taken on its devices and emitted `ready`. */
+  ready(): Promise<void> {
+    if (this.#started) return Promise.resolve();
+    return this.#monitor.ready().then(() => {
+      if (!this.#started) throw new Error('guard closed before it was ready');
+    });
+  }
+
+  get counters(): Readonly<GuardCounters> {
+    return { ...this.#counters };
+  }
+
+  /** The managed devices as the guard sees them now. */
+  status(): DeviceStatus[] {
+    return [...this.#devices.values()].map((device) => this.#deviceStatus(device));
+  }
+
+  ref(): this {
+    this.#monitor.ref();
+    return this;
+  }
+
+  unref(): this {
+    this.#monitor.unref();
+    return this;
+  }
+
+  /** Stops guarding and releases sockets and timers. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const device of this.#devices.values()) this.#fight.cancelTimers(device);
+    this.#state.flush();
+    this.#unsubscribeSource?.();
+    this.#unwatchNetns?.();
+    this.#monitor.close();
+    this.#ports.close();
+    this.emit('close');
+  }
+
+  // --- event handling -------------------------------------------------------
+
+  /**
+   * Runs one handler at the time its event arrived; a failure becomes an `error` event,
+   * never an exception into the monitor. `receivedAt`: when the kernel's notification
+   * arrived, which latencies count from (the event loop may have been busy since).
+   */
+  #handle(handler: (at: number) => void, receivedAt?: number): void {
+    if (this.#closed) return;
+    try {
+      handler(receivedAt ?? this.#clock.now());
+    } catch (error) {
+      this.#fail(error);
+    }
+  }
+
+  #onNetnsDeleted(then: 'close' | 'continue'): void {
+    this.#fail(
+      systemError(
+        'ENOENT',
+        `network namespace ${this.netns ?? ''} was deleted${then === 'close' ? '; closing' : '; still guarding what its sockets hold'}`,
+        { syscall: 'netns', netns: this.netns ?? '' },
+      ),
+    );
+    if (then === 'close') this.close();
+  }
+
+  #fail(error: unknown): void {
+    this.#counters.errors += 1;
+    const failure = (error instanceof Error ? error : new Error(String(error))) as SystemError;
+    if (this.listenerCount('error') > 0) this.emit('error', failure);
+    else process.emitWarning(failure);
+  }
+
+  /** Takes on the devices of the first snapshot, reports `ready`, then brings them to policy. */
+  #initialize(at: number): void {
+    const links = this.#monitor.links();
+    const byIndex = new Map(links.map((link) => [link.ifindex, link]));
+    const managed = links
+      .filter((link) => link.kind === 'vxlan' && this.#devices.matches(link))
+      .map((link) => this.#track(link, 'start', at));
+    const recovered = new Set(
+      managed.filter((device) => this.#state.recover(device, byIndex.get(device.ifindex))),
+    );
+    this.#state.recovered();
+    // One device that cannot be read must not keep the others unguarded.
+    for (const device of managed) this.#handle(() => this.#offload.read(device));
+    this.#updateFilter();
+    this.#started = true;
+    this.emit('ready', {
+      netns: this.netns,
+      devices: this.status(),
+      dryRun: this.dryRun,
+    });
+    if (this.#stateProblem) this.#fail(this.#stateProblem);
+    // After `ready`: the devices the globs match but the guard never touches.
+    for (const link of links) if (link.kind !== 'vxlan') this.#devices.matches(link);
+    for (const device of managed) {
+      this.#handle(() => {
+        this.#enforce(device, 'start', at);
+        // A flush while the guard was down, with the MAC already right: the entries back.
+        if (recovered.has(device) && !this.#devices.isDrifted(device)) {
+          this.#mac.restoreMissing(device);
+        }
+        this.#mac.arm(device);
+      });
+    }
+    this.#state.schedule();
+  }
+
+  #onLinkAdded(event: LinkAddedEvent, at: number): void {
+    if (!this.#started || !this.#devices.matches(event.link)) return;
+    const reason = event.created ? 'created' : event.source === 'resync' ? 'resync' : 'managed';
+    this.#manage(event.link, reason, at);
+  }
+
+  #onLinkChanged(event: LinkChangedEvent, at: number): void {
+    if (!this.#started) return;
+    const { link, previous } = event;
+    const device = this.#devices.get(link.ifindex);
+    const managed = this.#devices.matches(link);
+    if (device && !managed) {
+      this.#release(device, 'renamed');
+      return;
+    }
+    if (!device) {
+      if (managed) this.#manage(link, 'managed', at);
+      return;
+    }
+    if (device.vanishing) return;
+    device.name = link.name;
+    if (link.mac !== previous.mac) {
+      this.#mac.changed(device, link, previous.mac, event.source, at, event.correction);
+    }
+    if (!previous.up && link.up) this.#mac.restoreAfterUp(device);
+    if (event.kernelEvent === 'features') this.#offload.check(device, 'drift');
+    this.#mac.arm(device);
+  }
+
+  #onLinkRemoved(event: LinkRemovedEvent): void {
+    this.#devices.forget(event.link.ifindex);
+    const device = this.#devices.get(event.link.ifindex);
+    if (device) this.#release(device, 'removed');
+  }
+
+  #onNeighbour(event: NeighbourAddedEvent): void {
+    const entry = event.neighbour;
+    const device = this.#devices.get(entry.ifindex);
+    if (!device || entry.family === 'bridge') return;
+    const key = neighbourKey(entry);
+    if (isRestorable(entry)) {
+      device.neighbours.set(key, entry);
+    } else if (event.portid !== 0) {
+      // A process made it non-permanent on purpose. The kernel's own entries for
+      // the same address (resolving, failed: port id 0) only appear once the
+      // permanent one was flushed, and must not replace it.
+      device.neighbours.delete(key);
+    } else {
+      return;
+    }
+    this.#scheduleSave();
+    this.#mac.arm(device);
+  }
+
+  #onNeighbourRemoved(event: NeighbourRemovedEvent): void {
+    const entry = event.neighbour;
+    const device = this.#devices.get(entry.ifindex);
+    if (!device || entry.family === 'bridge' || !entry.permanent) return;
+    // Flushed by a MAC change (or a down): not removed on purpose, so kept for
+    // restoring. Found missing by a re-dump after lost notifications: most
+    // likely the same flush seen late (a rewrite put back by someone else
+    // meanwhile), so kept too, and put back at the resync's end.
+    if (event.cause === 'flush' || event.cause === 'resync') return;
+    device.neighbours.delete(neighbourKey(entry));
+    this.#scheduleSave();
+    this.#mac.arm(device);
+  }
+
+  #onResync(event: ResyncEvent): void {
+    if (event.phase === 'begin') this.#counters.resyncs += 1;
+    this.emit('resync', event);
+    // Feature and neighbour notifications may have been lost with the rest.
+    if (event.phase === 'end' && this.#started) {
+      for (const device of this.#devices.values()) {
+        this.#handle(() => {
+          this.#offload.check(device, 'resync');
+          if (event.consistent === true && !this.#devices.isDrifted(device)) {
+            this.#mac.restoreMissing(device);
+          }
+        });
+      }
+    }
+  }
+
+  /** A source changed its answers: bring every device to them (not counted as rewrites). */
+  #reconcileAll(at: number): void {
+    if (!this.#started || this.dryRun) return;
+    for (const device of this.#devices.values()) this.#mac.reconcile(device, at);
+  }
+
+  // --- devices ----------------------------------------------------------------
+
+  #manage(link: LinkInfo, reason: OffloadEvent['reason'], at: number): void {
+    const device = this.#track(link, reason, at);
+    this.#enforce(device, reason, at);
+    this.#mac.arm(device);
+  }
+
+  /** Starts keeping state for a device: its pin and its permanent neighbours. */
+  #track(link: LinkInfo, reason: OffloadEvent['reason'], at: number): ManagedDevice {
+    const firstSeen = reason === 'created';
+    const { pinFirstSeen, source } = this.#config;
+    const device: ManagedDevice = {
+      ifindex: link.ifindex,
+      name: link.name,
+      pin: pinFirstSeen ? link.mac : null,
+      pinKind: pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
+      createdAt: firstSeen ? at : null,
+      staleSourceMac: firstSeen ? source?.desiredMac(link.name) : undefined,
+      rewrites: 0,
+      driftSince: null,
+      vanishing: false,
+      neighbours: RestoreSet.of(this.#monitor.restoreEntries(link.ifindex)),
+      offloads: {},
+    };
+    this.#devices.add(device);
+    if (this.#started) {
+      this.#updateFilter();
+      this.#scheduleSave();
+    }
+    return device;
+  }
+
+  /** Lets through the kernel's filter what the guard needs: its globs and its devices. */
+  #updateFilter(): void {
+    if (!this.#config.kernelFilter) return;
+    this.#monitor.setFilter?.({
+      ifindexes: this.#devices.indexes(),
+      namePrefixes: this.#config.interfaces.map((glob) => glob.prefix),
+    });
+  }
+
+  /** Applies the offload policy and, when a source disagrees with the device already, the MAC. */
+  #enforce(device: ManagedDevice, reason: OffloadEvent['reason'], at: number): void {
+    this.#offload.check(device, reason);
+    const link = this.#devices.currentLink(device);
+    const desired = this.#devices.desiredMac(device);
+    if (link && desired && link.mac !== desired.mac) {
+      this.#mac.changed(device, link, link.mac, 'found', at);
+    }
+  }
+
+  #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
+    this.#monitor.disarm?.(device.ifindex);
+    this.#fight.release(device);
+    this.#devices.delete(device);
+    this.#updateFilter();
+    this.#scheduleSave();
+    this.emit('released', { device: device.name, ifindex: device.ifindex, reason });
+  }
+
+  #scheduleSave(): void {
+    if (this.#started) this.#state.schedule();
+  }
+
+  #deviceStatus(device: ManagedDevice): DeviceStatus {
+    const link = this.#devices.currentLink(device);
+    const desired = this.#devices.desiredMac(device);
+    const status: DeviceStatus = {
+      name: device.name,
+      ifindex: device.ifindex,
+      mac: link?.mac ?? null,
+      desiredMac: desired?.mac ?? null,
+      macSource: desired?.kind ?? 'none',
+      addrAssignType: link ? this.#ports.addrAssignType(link) : null,
+      offloads: { ...device.offloads },
+      neighbours: device.neighbours.size,
+      contested: this.#mac.isContested(device),
+    };
+    if (desired?.kind === 'source' && this.#config.source)
+      status.sourceName = this.#config.source.name;
+    return status;
+  }
+}

@@ -1,0 +1,340 @@
+/**
+ * MAC correction: a managed device's MAC leaving its desired value is a rewrite; fight
+ * control decides whether to set it back now, later or not at all, and the permanent
+ * neighbour entries the change flushed go back with it. When policy allows a correction
+ * now, the native layer is armed to make it in the read that sees the drift; JavaScript
+ * then accounts for it, as for one it makes itself.
+ */
+import { systemError } from '../core/errors';
+import type { NativeCorrection } from '../core/monitor';
+import { neighbourKey } from '../core/records';
+import type { LinkInfo } from '../core/types';
+import type { DesiredMac, GuardContext, ManagedDevice } from './context';
+import type { RewriteCause } from './events';
+import type { FightActions, FightKey } from './fight-control';
+import type { FightDecision } from './fight';
+
+/**
+ * The first rewrite this soon after a device's creation is attributed to
+ * udev's MACAddressPolicy (it lands 1-50 ms after the add event).
+ */
+export const UDEV_REWRITE_WINDOW_MS = 1_000;
+
+/** Where a MAC change was seen: a notification, a re-dump, or taking the device on. */
+export type MacChangeOrigin = 'event' | 'resync' | 'found';
+
+function describeRewrite(cause: RewriteCause, sinceCreation: number | null): string {
+  switch (cause) {
+    case 'udev-mac-policy':
+      return `within ${sinceCreation?.toFixed(1) ?? '?'} ms of creation: systemd-udevd MACAddressPolicy=persistent (a .link file with MACAddressPolicy=none prevents it)`;
+    case 'external-write':
+      return 'changed by a userspace write (ip link set address, another agent)';
+    case 'found-on-resync':
+      return 'found when re-reading the namespace after lost notifications (the change itself was not seen)';
+    case 'found-at-start':
+      return 'differs from the desired MAC when the guard began managing the device';
+  }
+}
+
+function macKey(device: ManagedDevice): FightKey {
+  return { what: 'mac', device };
+}
+
+export class MacCorrection {
+  readonly #ctx: GuardContext;
+
+  constructor(context: GuardContext) {
+    this.#ctx = context;
+  }
+
+  /** The device's fight over its MAC is contested. */
+  isContested(device: ManagedDevice): boolean {
+    return this.#ctx.fight.isContested(macKey(device));
+  }
+
+  /**
+   * Arms the native layer to answer the device's next drift in the read that
+   * sees it - the MAC set back and the kept neighbours re-added before JS
+   * runs - when policy allows a correction right now; disarms it otherwise.
+   * Called after every change to what that decision depends on.
+   */
+  arm(device: ManagedDevice): void {
+    const { monitor, config, devices, fight } = this.#ctx;
+    if (!monitor.arm || !monitor.disarm) return;
+    const desired = devices.desiredMac(device);
+    const key = macKey(device);
+    const shots = fight.correctionsNow(key);
+    const allowed =
+      !config.dryRun &&
+      devices.isWritable(device) &&
+      desired !== null &&
+      !(config.strategy === 'adopt' && desired.kind === 'source') &&
+      !fight.heldBack(key) &&
+      shots > 0;
+    if (!allowed) {
+      monitor.disarm(device.ifindex);
+      return;
+    }
+    monitor.arm(device.ifindex, {
+      name: device.name,
+      mac: desired.mac,
+      neighbours: device.neighbours.list(),
+      shots,
+    });
+  }
+
+  /**
+   * The device's MAC is `link.mac` now (it was `previous`), as seen at `at`: back at the
+   * desired value, or a rewrite to report and answer. `correction`: what the native layer
+   * already did about it.
+   */
+  changed(
+    device: ManagedDevice,
+    link: LinkInfo,
+    previous: string | null,
+    origin: MacChangeOrigin,
+    at: number,
+    correction?: NativeCorrection,
+  ): void {
+    const { config, counters, devices, fight } = this.#ctx;
+    const desired = devices.desiredMac(device);
+    if (!desired) return;
+    if (link.mac === desired.mac) {
+      // Back at the desired value: our own write's echo, or someone else's fix.
+      this.#backAtDesired(device);
+      return;
+    }
+    device.driftSince ??= at;
+    counters.rewrites += 1;
+    device.rewrites += 1;
+    const sinceCreation = device.createdAt === null ? null : at - device.createdAt;
+    const cause: RewriteCause =
+      origin === 'found'
+        ? 'found-at-start'
+        : origin === 'resync'
+          ? 'found-on-resync'
+          : device.rewrites === 1 &&
+              sinceCreation !== null &&
+              sinceCreation <= UDEV_REWRITE_WINDOW_MS
+            ? 'udev-mac-policy'
+            : 'external-write';
+    this.#ctx.emit('rewrite', {
+      device: device.name,
+      ifindex: device.ifindex,
+      expected: desired.mac,
+      mac: link.mac,
+      previous,
+      cause,
+      detail: describeRewrite(cause, sinceCreation),
+      msSinceCreation: sinceCreation,
+      dryRun: config.dryRun,
+    });
+    if (config.dryRun) return;
+    const key = macKey(device);
+    const decision = fight.record(key);
+    const observed = link.mac ?? 'none';
+    if (correction) {
+      this.#afterNativeCorrection(device, desired, observed, at, correction, decision);
+      return;
+    }
+    fight.act(key, decision, this.#answer(device, desired, observed));
+  }
+
+  /** What fight control does for this rewrite: correct (or adopt), or report the contest. */
+  #answer(device: ManagedDevice, desired: DesiredMac, observed: string): FightActions {
+    const { config } = this.#ctx;
+    return {
+      correct: (deferred, at) => {
+        if (config.strategy === 'adopt' && desired.kind === 'source') this.#adopt(device, at);
+        else this.#correct(device, deferred, at);
+      },
+      contested: (rewrites) => {
+        const { windowMs, quietMs } = this.#ctx.fight.policy;
+        return {
+          what: 'mac',
+          expected: desired.mac,
+          observed,
+          rewrites,
+          detail: `${device.name} rewritten ${rewrites} times within ${windowMs} ms (now ${observed}, expected ${desired.mac}): another agent is setting its MAC; correcting stops until it has been quiet for ${quietMs} ms`,
+        };
+      },
+    };
+  }
+
+  /** A source changed its answers: bring the device to them (not counted as a rewrite). */
+  reconcile(device: ManagedDevice, at: number): void {
+    const { devices, fight } = this.#ctx;
+    if (devices.isDrifted(device) && !fight.heldBack(macKey(device))) {
+      this.#correct(device, false, at);
+    }
+    this.arm(device); // the desired MAC itself may have changed
+  }
+
+  /** After a re-dump or with the MAC right at start: puts back kept entries the kernel lacks. */
+  restoreMissing(device: ManagedDevice): void {
+    if (this.#ctx.config.dryRun) return;
+    const present = new Set(
+      this.#ctx.monitor.neighbours({ ifindex: device.ifindex }).map(neighbourKey),
+    );
+    if ([...device.neighbours.keys()].every((key) => present.has(key))) return;
+    this.#restoreOnTarget(device);
+  }
+
+  /** The kernel flushes permanent entries when a device goes down: put them back once it is up. */
+  restoreAfterUp(device: ManagedDevice): void {
+    if (this.#ctx.config.dryRun || device.neighbours.size === 0) return;
+    this.#restoreOnTarget(device);
+  }
+
+  #restoreOnTarget(device: ManagedDevice): void {
+    const { devices } = this.#ctx;
+    devices.attempt(device, () => {
+      if (devices.writeTarget(device)) this.#restoreNeighbours(device);
+    });
+  }
+
+  #backAtDesired(device: ManagedDevice): void {
+    this.#ctx.counters.echoes += 1;
+    device.driftSince = null;
+    this.#ctx.fight.cancelDeferred(macKey(device));
+  }
+
+  /**
+   * The native layer has answered the drift already (it was armed because
+   * policy allowed a correction now): account for it as the correction the
+   * decision called for, and verify it.
+   */
+  #afterNativeCorrection(
+    device: ManagedDevice,
+    desired: DesiredMac,
+    observed: string,
+    at: number,
+    correction: NativeCorrection,
+    decision: FightDecision,
+  ): void {
+    const { counters, devices, fight } = this.#ctx;
+    if (correction.error) {
+      if (correction.error.code === 'ENODEV') devices.vanish(device);
+      else this.#ctx.fail(correction.error);
+      return;
+    }
+    counters.writes += 1 + correction.neighbours;
+    counters.neighboursRestored += correction.neighbours;
+    // `at` is the notification's arrival; the native layer timed the rest from there.
+    const latencyMs = at - (device.driftSince ?? at) + correction.queuedMs + correction.doneMs;
+    this.#restored(device, desired.mac, correction.neighbours, latencyMs, false);
+    if (decision.action === 'contested') {
+      // Armed before this rewrite made the fight a contest: alert, stop from now on, and
+      // correct once the key has been quiet (the other writer's MAC may be back by then).
+      fight.act(macKey(device), decision, this.#answer(device, desired, observed));
+    }
+    // The write's own notification, when folded into this change, is the echo that follows.
+    if (correction.echoed) this.#backAtDesired(device);
+    this.#verify(device, desired.mac, correction.after);
+  }
+
+  /**
+   * One account of a correction, whichever layer made it: counted, and reported with its
+   * latency from the drift's first notification (RestoredEvent.latencyMs).
+   */
+  #restored(
+    device: ManagedDevice,
+    mac: string,
+    neighbours: number,
+    latencyMs: number,
+    deferred: boolean,
+  ): void {
+    const { counters } = this.#ctx;
+    counters.corrections += 1;
+    if (deferred) counters.deferredCorrections += 1;
+    this.#ctx.emit('restored', {
+      device: device.name,
+      ifindex: device.ifindex,
+      mac,
+      neighbours,
+      latencyMs,
+      deferred,
+    });
+  }
+
+  /**
+   * Checks the device as re-read after a correction. A MAC other than the one
+   * written is a new rewrite, whose own event follows; only losing the device
+   * or its name is an error.
+   */
+  #verify(device: ManagedDevice, desired: string, after: { name: string } | null): void {
+    if (after && after.name === device.name) return;
+    throw systemError(
+      'EIO',
+      `${device.name} changed under its correction to ${desired} (re-read: ${after ? `now ${after.name}` : 'gone'})`,
+      { interface: device.name, ifindex: device.ifindex },
+    );
+  }
+
+  /** Verifies the write target, then MAC, neighbours and a re-read. */
+  #correct(device: ManagedDevice, deferred: boolean, at: number): void {
+    const { devices, ports, counters, clock } = this.#ctx;
+    if (!devices.isWritable(device)) return;
+    devices.attempt(device, () => {
+      const target = devices.writeTarget(device);
+      // Desired after the target check: a rename within the globs may change it.
+      const desired = devices.desiredMac(device);
+      if (!target || !desired) return;
+      if (target.mac === desired.mac) return; // someone else already put it back
+      ports.setLinkMac(device.ifindex, desired.mac, device.name);
+      counters.writes += 1;
+      const restored = this.#restoreNeighbours(device);
+      const latencyMs = clock.now() - (device.driftSince ?? at);
+      this.#verify(device, desired.mac, ports.getLink(device.ifindex));
+      this.#restored(device, desired.mac, restored, latencyMs, deferred);
+    });
+    this.arm(device);
+  }
+
+  /**
+   * The 'adopt' strategy: keep the device's MAC, put back the neighbour
+   * entries its change flushed, and have the source publish the MAC.
+   */
+  #adopt(device: ManagedDevice, at: number): void {
+    const { config, devices, clock } = this.#ctx;
+    const source = config.source;
+    const desired = devices.desiredMac(device);
+    if (!source?.adopt || !desired || device.vanishing) return;
+    const adopt = source.adopt.bind(source);
+    devices.attempt(device, () => {
+      const target = devices.writeTarget(device);
+      if (!target?.mac || target.mac === desired.mac) return;
+      const mac = target.mac;
+      const neighbours = this.#restoreNeighbours(device);
+      const since = device.driftSince ?? at;
+      adopt(device.name, mac).then(
+        () => {
+          if (this.#ctx.isClosed()) return;
+          device.driftSince = null;
+          this.#ctx.emit('adopted', {
+            device: device.name,
+            ifindex: device.ifindex,
+            mac,
+            previous: desired.mac,
+            neighbours,
+            latencyMs: clock.now() - since,
+          });
+        },
+        (error: unknown) => {
+          this.#ctx.fail(error);
+        },
+      );
+    });
+  }
+
+  /** Re-installs every kept permanent entry (replace is idempotent). Returns how many. */
+  #restoreNeighbours(device: ManagedDevice): number {
+    const restored =
+      device.neighbours.size === 0
+        ? 0
+        : this.#ctx.ports.replaceNeighbours(device.neighbours.list(), device.name);
+    this.#ctx.counters.writes += restored;
+    this.#ctx.counters.neighboursRestored += restored;
+    return restored;
+  }
+}

@@ -1,0 +1,108 @@
+/**
+ * The parts a guard is opened with: its request socket (checked for write access), its
+ * LinkMonitor, the state file and the watch on a named namespace - or, in tests, doubles.
+ */
+import { readFileSync, watch } from 'node:fs';
+import { dirname } from 'node:path';
+
+import { binding } from '../core/binding';
+import { systemError } from '../core/errors';
+import { LinkMonitor } from '../core/monitor';
+import { openControl } from '../core/oneshot';
+import type { GuardConfig } from './config';
+import type { GuardClock, GuardMonitor } from './context';
+import { openStateFile } from './persistence';
+import { controlPorts, type GuardPorts } from './ports';
+import type { StateFile } from './state-file';
+
+/** Dependencies a test may replace. */
+export interface GuardInternals {
+  monitor: GuardMonitor;
+  ports: GuardPorts;
+  clock?: GuardClock;
+  random?: () => number;
+  /** Calls `onDeleted` once the namespace is deleted; returns a function that stops watching. */
+  watchNetns?: (onDeleted: () => void) => () => void;
+  stateFile?: StateFile;
+  /** Why the state asked for is not kept (reported after `ready`). */
+  stateProblem?: Error;
+}
+
+function currentInode(path: string): number | null {
+  try {
+    return binding.netnsInode(path);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Watches the directory of a named namespace (inotify, no polling) for the
+ * name going away or being bound to another namespace. Paths without a
+ * directory to watch (/proc/PID/ns/net) are not watched.
+ */
+function netnsWatcher(path: string): GuardInternals['watchNetns'] {
+  if (!path.startsWith('/run/netns/')) return undefined;
+  const inode = binding.netnsInode(path);
+  return (onDeleted) => {
+    const watcher = watch(dirname(path), () => {
+      if (currentInode(path) === inode) return;
+      watcher.close();
+      onDeleted();
+    });
+    // The monitor's socket keeps the process alive; the watcher must not.
+    watcher.unref();
+    return () => {
+      watcher.close();
+    };
+  };
+}
+
+/** The process's uid mapping when it runs in a user namespace other than the initial one. */
+export function userNamespaceMapping(
+  uidMap = readFileSync('/proc/self/uid_map', 'utf8'),
+): string | null {
+  const mapping = uidMap.trim().split(/\s+/).join(' ');
+  return mapping === '0 0 4294967295' ? null : mapping;
+}
+
+/** The real sockets: a request socket (checked for write access) and a LinkMonitor. */
+export function openGuardParts(config: GuardConfig): GuardInternals {
+  const mapping = config.allowUserNamespace ? null : userNamespaceMapping();
+  if (mapping !== null) {
+    throw systemError(
+      'EPERM',
+      `running inside a user namespace (uid_map "${mapping}"): its capabilities do not reach the node's own devices; allow it explicitly (option allowUserNamespace) to guard this namespace anyway`,
+      {
+        syscall: 'userns',
+        capability: 'CAP_NET_ADMIN in the initial user namespace',
+        option: 'allowUserNamespace',
+      },
+    );
+  }
+  const control = openControl(config.netns);
+  const ports = controlPorts(control);
+  try {
+    if (!config.dryRun) ports.probeWriteAccess();
+    const state = openStateFile(config, control);
+    const monitor = new LinkMonitor({
+      ...(config.netns === null ? {} : { netns: config.netns.label }),
+      ...(config.receiveBuffer === undefined ? {} : { receiveBuffer: config.receiveBuffer }),
+      // Only what the globs can match is ever read (the guard adds its devices' indexes later).
+      ...(config.kernelFilter
+        ? { filter: { ifindexes: [], namePrefixes: config.interfaces.map((glob) => glob.prefix) } }
+        : {}),
+      addrAssignType: false,
+      // The guard keeps and restores ARP/NDP entries; FDB entries survive a MAC change.
+      neighbours: 'ip',
+      // It acts on permanent entries and on what a process changed (#onNeighbour): the
+      // kernel's own entries (NOARP multicast, resolving) stay in the mirror, without events.
+      neighbourEvents: 'permanent',
+    });
+    const watchNetns = config.netns === null ? undefined : netnsWatcher(config.netns.path);
+    return { monitor, ports, ...(watchNetns ? { watchNetns } : {}), ...state };
+  } catch (error) {
+    ports.close();
+    throw error;
+  }
+}
