@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 
 import type { ManagedDevice } from '../lib/guard/context';
 import { RestoreSet } from '../lib/guard/devices';
-import type { FlannelGuardEvents, GuardCounters } from '../lib/guard/events';
+import { zeroCounters, type FlannelGuardEvents, type GuardCounters } from '../lib/guard/events';
 import { FightController, type FightActions, type FightKey } from '../lib/guard/fight-control';
 import type { FightPolicy } from '../lib/guard/fight';
 
@@ -48,21 +48,7 @@ function controller(): {
   let nextId = 0;
   const timers = new Map<number, { at: number; fire: () => void }>();
   const emitted: [string, unknown][] = [];
-  const counters: GuardCounters = {
-    rewrites: 0,
-    corrections: 0,
-    deferredCorrections: 0,
-    neighboursRestored: 0,
-    offloadChecks: 0,
-    offloadApplications: 0,
-    offloadDrifts: 0,
-    contested: 0,
-    echoes: 0,
-    writes: 0,
-    errors: 0,
-    overruns: 0,
-    resyncs: 0,
-  };
+  const counters = zeroCounters();
   const fight = new FightController({
     policy: POLICY,
     clock: {

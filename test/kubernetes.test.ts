@@ -31,7 +31,10 @@
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
+import { isSystemError } from '../lib/core/errors';
 import type { FlannelGuard } from '../lib/guard';
 import {
   backendDataKey,
@@ -211,6 +214,52 @@ describe('Kubernetes', function () {
         () => detectCluster({ node: 'Node_1', kubeconfig: '/k' }, {}, none),
         refused(undefined, /not a valid/),
       );
+    });
+
+    it('a kubeconfig file that cannot be used is an error about option kubeconfig (code, option, path), said once', async function () {
+      const dir = mkdtempSync(join(tmpdir(), 'fg-kubeconfig-'));
+      try {
+        const files = {
+          missing: join(dir, 'missing'),
+          empty: join(dir, 'empty'),
+          list: join(dir, 'list'),
+          clusterless: join(dir, 'clusterless'),
+        };
+        writeFileSync(files.empty, ' \n');
+        writeFileSync(files.list, '- 1\n- 2\n');
+        writeFileSync(
+          files.clusterless,
+          'apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n',
+        );
+        const reasons: [string, RegExp][] = [
+          [files.missing, /no such file$/],
+          [dir, /a directory, not a file$/],
+          [files.empty, /the file is empty$/],
+          [files.list, /not a kubeconfig|has no current cluster/],
+          [files.clusterless, /has no current cluster$/],
+        ];
+        for (const [file, reason] of reasons) {
+          await assert.rejects(createKubernetesClient({ kubeconfig: file }), (error: unknown) => {
+            assert.ok(isSystemError(error), String(error));
+            assert.equal(error.code, 'EINVAL');
+            assert.equal(error.option, 'kubeconfig');
+            assert.equal(error.path, file);
+            assert.ok(
+              error.message.startsWith(`EINVAL: option kubeconfig ${file}: `),
+              error.message,
+            );
+            assert.match(error.message, reason);
+            assert.equal(
+              error.message.split(file).length,
+              2,
+              `the file said once: ${error.message}`,
+            );
+            return true;
+          });
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     });
   });
 

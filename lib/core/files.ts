@@ -20,7 +20,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 
-import { invalidArgument, isSystemError } from './errors';
+import { invalidArgument, isSystemError, type SystemError, type SystemErrorFields } from './errors';
 
 /** statfs(2) f_type of nsfs, the file system of namespace files (linux/magic.h). */
 const NSFS_MAGIC = 0x6e736673;
@@ -40,42 +40,48 @@ function kindOf(stat: Stats): string {
  * naming `what` and the reason; the open never waits for a writer. With
  * `missing: 'null'`, a file that does not exist is null instead.
  */
-export function readRegularFile(path: string, maxBytes: number, what: string): string;
+/** Extra fields for the errors (the option a path came from, say). */
+type ReadFields = Omit<SystemErrorFields, 'code' | 'errno'>;
+
 export function readRegularFile(
   path: string,
   maxBytes: number,
   what: string,
-  options: { missing: 'null' },
+  options?: { fields?: ReadFields },
+): string;
+export function readRegularFile(
+  path: string,
+  maxBytes: number,
+  what: string,
+  options: { missing: 'null'; fields?: ReadFields },
 ): string | null;
 export function readRegularFile(
   path: string,
   maxBytes: number,
   what: string,
-  options?: { missing: 'null' },
+  options: { missing?: 'null'; fields?: ReadFields } = {},
 ): string | null {
+  const fail = (reason: string): SystemError =>
+    invalidArgument(`${what} ${path}: ${reason}`, options.fields);
   let fd: number;
   try {
     fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
   } catch (error) {
     const code = (error as { code?: unknown }).code;
-    if (code === 'ENOENT' && options?.missing === 'null') return null;
-    throw invalidArgument(
-      `${what} ${path}: ${code === 'ENOENT' ? 'no such file' : (error as Error).message}`,
-    );
+    if (code === 'ENOENT' && options.missing === 'null') return null;
+    throw fail(code === 'ENOENT' ? 'no such file' : (error as Error).message);
   }
   try {
     const stat = fstatSync(fd);
-    if (!stat.isFile()) throw invalidArgument(`${what} ${path}: ${kindOf(stat)}, not a file`);
-    if (stat.size > maxBytes) {
-      throw invalidArgument(`${what} ${path}: larger than ${maxBytes} bytes`);
-    }
+    if (!stat.isFile()) throw fail(`${kindOf(stat)}, not a file`);
+    if (stat.size > maxBytes) throw fail(`larger than ${maxBytes} bytes`);
     // Read one byte past the cap: a file that grew meanwhile is refused, not cut.
     const buffer = Buffer.alloc(maxBytes + 1);
     let length = 0;
     for (let read = -1; read !== 0 && length < buffer.length; length += read) {
       read = readSync(fd, buffer, length, buffer.length - length, null);
     }
-    if (length > maxBytes) throw invalidArgument(`${what} ${path}: larger than ${maxBytes} bytes`);
+    if (length > maxBytes) throw fail(`larger than ${maxBytes} bytes`);
     return buffer.toString('utf8', 0, length);
   } finally {
     closeSync(fd);

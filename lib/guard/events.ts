@@ -137,6 +137,25 @@ export interface GuardCounters {
   resyncs: number;
 }
 
+/** Every counter at zero: a new guard's. */
+export function zeroCounters(): GuardCounters {
+  return {
+    rewrites: 0,
+    corrections: 0,
+    deferredCorrections: 0,
+    neighboursRestored: 0,
+    offloadChecks: 0,
+    offloadApplications: 0,
+    offloadDrifts: 0,
+    contested: 0,
+    echoes: 0,
+    writes: 0,
+    errors: 0,
+    overruns: 0,
+    resyncs: 0,
+  };
+}
+
 export interface FlannelGuardEvents {
   ready: [GuardReadyEvent];
   rewrite: [RewriteEvent];

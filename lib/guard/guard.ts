@@ -33,12 +33,13 @@ import {
   type ManagedDevice,
 } from './context';
 import { DeviceTable, RestoreSet } from './devices';
-import type {
-  DeviceStatus,
-  FlannelGuardEvents,
-  GuardCounters,
-  OffloadEvent,
-  ReleasedEvent,
+import {
+  zeroCounters,
+  type DeviceStatus,
+  type FlannelGuardEvents,
+  type GuardCounters,
+  type OffloadEvent,
+  type ReleasedEvent,
 } from './events';
 import { FightController } from './fight-control';
 import { MacCorrection } from './mac';
@@ -59,21 +60,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly #mac: MacCorrection;
   readonly #offload: OffloadEnforcement;
   readonly #state: DeviceStateStore;
-  readonly #counters: GuardCounters = {
-    rewrites: 0,
-    corrections: 0,
-    deferredCorrections: 0,
-    neighboursRestored: 0,
-    offloadChecks: 0,
-    offloadApplications: 0,
-    offloadDrifts: 0,
-    contested: 0,
-    echoes: 0,
-    writes: 0,
-    errors: 0,
-    overruns: 0,
-    resyncs: 0,
-  };
+  readonly #counters: GuardCounters = zeroCounters();
   #unsubscribeSource: (() => void) | undefined;
   #unwatchNetns: (() => void) | undefined;
   readonly #stateProblem: Error | undefined;

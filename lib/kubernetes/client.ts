@@ -20,6 +20,7 @@ import * as http from 'node:http';
 import * as https from 'node:https';
 import { delimiter, dirname, resolve } from 'node:path';
 
+import { invalidArgument, type SystemError } from '../core/errors';
 import { readRegularFile } from '../core/files';
 
 // --- the parts of @kubernetes/client-node used here ------------------------------
@@ -735,17 +736,26 @@ class ClientNodeApi implements KubernetesApi {
 /** A kubeconfig is a few KiB; an embedded exec plugin config or many contexts stay far below. */
 const MAX_KUBECONFIG_BYTES = 1024 * 1024;
 
-/** Loads a kubeconfig file, read once within bounds, its relative paths taken from its folder. */
+/**
+ * Loads a kubeconfig file, read once within bounds, its relative paths taken from its
+ * folder. Its errors are about the option: `option kubeconfig FILE: REASON`, with the
+ * field `option` (a CLI says its flag).
+ */
 function loadKubeconfig(config: KubeConfigLike, file: string): void {
-  const text = readRegularFile(file, MAX_KUBECONFIG_BYTES, 'kubeconfig');
-  if (text.trim() === '') throw new Error('the file is empty');
+  const fields = { option: 'kubeconfig', path: file };
+  const fail = (reason: string, cause?: unknown): SystemError =>
+    Object.assign(invalidArgument(`option kubeconfig ${file}: ${reason}`, fields), { cause });
+  const text = readRegularFile(file, MAX_KUBECONFIG_BYTES, 'option kubeconfig', { fields });
+  if (text.trim() === '') throw fail('the file is empty');
   try {
     config.loadFromString(text);
   } catch (error) {
-    throw new Error(`not a kubeconfig: ${error instanceof Error ? error.message : String(error)}`, {
-      cause: error,
-    });
+    throw fail(
+      `not a kubeconfig: ${error instanceof Error ? error.message : String(error)}`,
+      error,
+    );
   }
+  if (!config.getCurrentCluster()) throw fail('the kubeconfig has no current cluster');
   config.makePathsAbsolute(dirname(resolve(file)));
 }
 

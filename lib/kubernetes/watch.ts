@@ -209,14 +209,11 @@ export class WatchServices {
           : { kubeconfig: cluster.kubeconfig },
       );
     } catch (error) {
-      // The read's own errors name the file too: said once, after the option.
-      const inner = (error as Error).message.replace(/^E[A-Z]+: /, '');
-      if (cluster.kubeconfig === undefined) throw invalidArgument(`${cluster.via}: ${inner}`);
-      const file = cluster.kubeconfig;
-      const reason = inner.startsWith(`kubeconfig ${file}: `)
-        ? inner.slice(`kubeconfig ${file}: `.length)
-        : inner;
-      throw invalidArgument(`option kubeconfig ${file}: ${reason}`, { option: 'kubeconfig' });
+      // A kubeconfig file's errors name their option already; the others say where from.
+      if (isSystemError(error) && error.option !== undefined) throw error;
+      throw invalidArgument(
+        `${cluster.via}: ${(error as Error).message.replace(/^E[A-Z]+: /, '')}`,
+      );
     }
     this.#api = api;
     const source = new KubernetesMacSource({ api, nodeName: cluster.nodeName });
