@@ -234,12 +234,31 @@ export async function ensureVtep(options: EnsureVtepOptions = {}): Promise<Ensur
   }
 }
 
-async function ensureWith(
-  control: RawControl,
-  wanted: Plan,
-  netns: string | null,
-  started: number,
-): Promise<EnsureVtepResult> {
+/** What ensureVtep reads of the device, once each: the link, its entries and its features. */
+interface VtepState {
+  link: LinkInfo;
+  addrAssignType: number | null;
+  neighbours: NeighbourInfo[];
+  fdb: NeighbourInfo[];
+  features: Map<string, { active: boolean; fixed: boolean }>;
+  /** Its permanent ARP/NDP entries, by destination: what a MAC change flushes. */
+  permanentIp: NeighbourInfo[];
+}
+
+type NeighbourWrite = EnsureAction & { action: 'replace-neighbour' };
+
+/** What differs from the plan, and the writes that fix it. */
+interface Repair {
+  drift: Drift[];
+  /** The MAC to set: the desired one (drift), or the current one again (pin). */
+  mac: { to: string; reason: 'drift' | 'pin' } | null;
+  /** Neighbour writes, by (family, destination[, lladdr]). */
+  writes: Map<string, NeighbourWrite>;
+  offloads: Record<string, boolean | null>;
+  offloadWanted: Record<string, boolean>;
+}
+
+async function readVtep(control: RawControl, wanted: Plan): Promise<VtepState> {
   const { device } = wanted;
   const link = toLinkInfo(await control.getLinkByName(device, true));
   if (link.kind !== 'vxlan') throw notVxlan(link);
@@ -251,55 +270,77 @@ async function ensureWith(
     raw.filter((n) => n.ifindex === link.ifindex).map(toNeighbourInfo);
   const neighbours = own(await control.dumpNeighbours(AF_UNSPEC, true));
   const fdb = needFdb ? own(await control.dumpNeighbours(AF_BRIDGE, true)) : [];
-  const policy = Object.entries(wanted.offload);
   const features =
-    policy.length === 0
+    Object.keys(wanted.offload).length === 0
       ? new Map<string, { active: boolean; fixed: boolean }>()
       : new Map((await control.getFeatures(device, true)).features.map((f) => [f.name, f]));
-
-  const drift: Drift[] = [];
-  const macWrong = wanted.mac !== undefined && link.mac !== wanted.mac;
-  if (macWrong) {
-    drift.push({
-      kind: 'mac',
-      expected: wanted.mac ?? '',
-      observed: link.mac ?? 'none',
-      fixable: true,
-    });
-  }
-  const pin = wanted.pin && !macWrong && addrAssignType === 1 && link.mac !== null;
-  if (pin) {
-    drift.push({ kind: 'addr-assign-type', expected: '3', observed: '1', fixable: true });
-  }
-  // Neighbour writes, by (family, destination[, lladdr]); a MAC change flushes every permanent
-  // ARP/NDP entry of the device, so those are all put back, the expected ones as published.
-  const writes = new Map<string, EnsureAction & { action: 'replace-neighbour' }>();
   const permanentIp = neighbours
     .filter(
       (n) => n.family !== 'bridge' && n.permanent && n.destination !== null && n.lladdr !== null,
     )
     .sort((a, b) => ((a.destination ?? '') < (b.destination ?? '') ? -1 : 1));
-  if (macWrong || pin) {
-    for (const entry of permanentIp) {
-      writes.set(`${entry.family}|${entry.destination ?? ''}`, {
-        action: 'replace-neighbour',
-        device,
-        family: entry.family as 'inet' | 'inet6',
-        destination: entry.destination ?? '',
-        lladdr: entry.lladdr ?? '',
-        reason: 'flushed-by-mac-change',
-      });
-    }
+  return { link, addrAssignType, neighbours, fdb, features, permanentIp };
+}
+
+/** The repair the plan calls for, from what was read (no system call). */
+function planRepair(wanted: Plan, state: VtepState): Repair {
+  const repair: Repair = {
+    drift: [],
+    mac: null,
+    writes: new Map(),
+    offloads: {},
+    offloadWanted: {},
+  };
+  planMac(wanted, state, repair);
+  planPeers(wanted, state, repair);
+  planOffloads(wanted, state, repair);
+  return repair;
+}
+
+/**
+ * The MAC, or a pin of the current one (addr_assign_type 1 -> 3); either way a MAC write,
+ * which flushes every permanent ARP/NDP entry of the device: those are all put back.
+ */
+function planMac(wanted: Plan, state: VtepState, repair: Repair): void {
+  const { link } = state;
+  if (wanted.mac !== undefined && link.mac !== wanted.mac) {
+    repair.drift.push({
+      kind: 'mac',
+      expected: wanted.mac,
+      observed: link.mac ?? 'none',
+      fixable: true,
+    });
+    repair.mac = { to: wanted.mac, reason: 'drift' };
+  } else if (wanted.pin && state.addrAssignType === 1 && link.mac !== null) {
+    repair.drift.push({ kind: 'addr-assign-type', expected: '3', observed: '1', fixable: true });
+    repair.mac = { to: link.mac, reason: 'pin' };
   }
+  if (repair.mac === null) return;
+  for (const entry of state.permanentIp) {
+    repair.writes.set(`${entry.family}|${entry.destination ?? ''}`, {
+      action: 'replace-neighbour',
+      device: wanted.device,
+      family: entry.family as 'inet' | 'inet6',
+      destination: entry.destination ?? '',
+      lladdr: entry.lladdr ?? '',
+      reason: 'flushed-by-mac-change',
+    });
+  }
+}
+
+/** Each peer's permanent ARP/NDP entry, and its FDB entry when it has an underlay address. */
+function planPeers(wanted: Plan, state: VtepState, repair: Repair): void {
+  const { device } = wanted;
+  const { drift, writes } = repair;
   // Indexed once: with thousands of peers a search per peer would be quadratic.
   const neighbourAt = new Map<string, NeighbourInfo>();
-  for (const n of neighbours) {
+  for (const n of state.neighbours) {
     const key = `${n.family}|${n.destination ?? ''}`;
     if (!neighbourAt.has(key)) neighbourAt.set(key, n);
   }
   const fdbAt = new Map<string, NeighbourInfo>();
   const fdbTo = new Map<string, NeighbourInfo[]>();
-  for (const n of fdb) {
+  for (const n of state.fdb) {
     const key = `${n.lladdr ?? ''}|${n.destination ?? ''}`;
     if (!fdbAt.has(key)) fdbAt.set(key, n);
     const list = fdbTo.get(n.destination ?? '') ?? [];
@@ -308,7 +349,8 @@ async function ensureWith(
   }
   for (const peer of wanted.peers) {
     const family = ipFamily(peer.vtepIp);
-    const entry = neighbourAt.get(`${family}|${peer.vtepIp}`);
+    const key = `${family}|${peer.vtepIp}`;
+    const entry = neighbourAt.get(key);
     const reason =
       entry === undefined || entry.lladdr === null
         ? 'missing'
@@ -326,7 +368,6 @@ async function ensureWith(
         fixable: true,
       });
     }
-    const key = `${family}|${peer.vtepIp}`;
     if (reason !== null || writes.has(key)) {
       writes.set(key, {
         action: 'replace-neighbour',
@@ -339,57 +380,114 @@ async function ensureWith(
     }
     if (peer.underlayIp === undefined) continue;
     const forward = fdbAt.get(`${peer.mac}|${peer.underlayIp}`);
-    if (forward === undefined || !forward.permanent) {
-      drift.push({
-        kind: 'fdb',
-        subject: peer.underlayIp,
-        expected: `${peer.mac} dst ${peer.underlayIp} permanent`,
-        observed:
-          forward === undefined
-            ? (fdbTo.get(peer.underlayIp) ?? [])
-                .map((n) => `${n.lladdr ?? 'none'} dst ${peer.underlayIp ?? ''}`)
-                .join('; ') || 'none'
-            : `${peer.mac} dst ${peer.underlayIp} ${forward.states.join(',') || 'not permanent'}`,
-        fixable: true,
-      });
-      writes.set(`bridge|${peer.mac}|${peer.underlayIp}`, {
-        action: 'replace-neighbour',
-        device,
-        family: 'bridge',
-        destination: peer.underlayIp,
-        lladdr: peer.mac,
-        reason: forward === undefined ? 'missing' : 'not-permanent',
-      });
-    }
-  }
-  const offloads: Record<string, boolean | null> = {};
-  const offloadWanted: Record<string, boolean> = {};
-  for (const [name, on] of policy) {
-    const feature = features.get(name);
-    offloads[name] = feature?.active ?? null;
-    if (feature === undefined || feature.active === on) continue;
+    if (forward !== undefined && forward.permanent) continue;
     drift.push({
+      kind: 'fdb',
+      subject: peer.underlayIp,
+      expected: `${peer.mac} dst ${peer.underlayIp} permanent`,
+      observed:
+        forward === undefined
+          ? (fdbTo.get(peer.underlayIp) ?? [])
+              .map((n) => `${n.lladdr ?? 'none'} dst ${peer.underlayIp ?? ''}`)
+              .join('; ') || 'none'
+          : `${peer.mac} dst ${peer.underlayIp} ${forward.states.join(',') || 'not permanent'}`,
+      fixable: true,
+    });
+    writes.set(`bridge|${peer.mac}|${peer.underlayIp}`, {
+      action: 'replace-neighbour',
+      device,
+      family: 'bridge',
+      destination: peer.underlayIp,
+      lladdr: peer.mac,
+      reason: forward === undefined ? 'missing' : 'not-permanent',
+    });
+  }
+}
+
+/** The policy's features; a [fixed] one that differs is drift nothing can fix. */
+function planOffloads(wanted: Plan, state: VtepState, repair: Repair): void {
+  for (const [name, on] of Object.entries(wanted.offload)) {
+    const feature = state.features.get(name);
+    repair.offloads[name] = feature?.active ?? null;
+    if (feature === undefined || feature.active === on) continue;
+    repair.drift.push({
       kind: 'offload',
       subject: name,
       expected: on ? 'on' : 'off',
       observed: feature.active ? 'on' : 'off',
       fixable: !feature.fixed,
     });
-    if (!feature.fixed) offloadWanted[name] = on;
+    if (!feature.fixed) repair.offloadWanted[name] = on;
   }
+}
 
+/** Makes the repair's writes, in order (MAC, entries, offloads), until the signal stops them. */
+async function applyRepair(
+  control: RawControl,
+  state: VtepState,
+  repair: Repair,
+  result: EnsureVtepResult,
+  stopped: () => boolean,
+): Promise<void> {
+  const { link } = state;
+  const device = result.device;
+  if (repair.mac !== null) {
+    await control.setLinkAddress(link.ifindex, macBytes(repair.mac.to), device, true);
+    result.actions.push({
+      action: 'set-mac',
+      device,
+      from: link.mac,
+      to: repair.mac.to,
+      reason: repair.mac.reason,
+    });
+  }
+  for (const write of repair.writes.values()) {
+    if (stopped()) break;
+    await control.replaceNeighbour(
+      neighbourEntry(link.ifindex, write.family, write.destination, write.lladdr),
+      device,
+      true,
+    );
+    result.actions.push(write);
+  }
+  if (Object.keys(repair.offloadWanted).length > 0 && !stopped()) {
+    const outcome = toFeatureSetResult(
+      device,
+      await control.setFeatures(device, repair.offloadWanted, true),
+    );
+    result.actions.push({
+      action: 'set-offload',
+      device,
+      requested: outcome.requested,
+      active: outcome.active,
+      sideEffects: outcome.sideEffects,
+      notApplied: outcome.notApplied,
+    });
+  }
+}
+
+async function ensureWith(
+  control: RawControl,
+  wanted: Plan,
+  netns: string | null,
+  started: number,
+): Promise<EnsureVtepResult> {
+  const state = await readVtep(control, wanted);
+  const { link } = state;
+  const repair = planRepair(wanted, state);
+  const { drift } = repair;
   const result: EnsureVtepResult = {
-    device,
+    device: wanted.device,
     ifindex: link.ifindex,
     netns,
     found: {
       mac: link.mac,
-      addrAssignType,
+      addrAssignType: state.addrAssignType,
       up: link.up,
       vxlanPort: link.vxlan?.port ?? null,
-      offloads,
-      permanentNeighbours: permanentIp.length,
-      fdbEntries: fdb.length,
+      offloads: repair.offloads,
+      permanentNeighbours: state.permanentIp.length,
+      fdbEntries: state.fdb.length,
     },
     drift,
     actions: [],
@@ -407,48 +505,12 @@ async function ensureWith(
     result.durationMs = monotonicMs() - started;
     return result;
   }
-
   if (stopped()) {
     result.ok = false;
     result.durationMs = monotonicMs() - started;
     return result;
   }
-  if (macWrong && wanted.mac !== undefined) {
-    await control.setLinkAddress(link.ifindex, macBytes(wanted.mac), device, true);
-    result.actions.push({
-      action: 'set-mac',
-      device,
-      from: link.mac,
-      to: wanted.mac,
-      reason: 'drift',
-    });
-  } else if (pin && link.mac !== null) {
-    await control.setLinkAddress(link.ifindex, macBytes(link.mac), device, true);
-    result.actions.push({ action: 'set-mac', device, from: link.mac, to: link.mac, reason: 'pin' });
-  }
-  for (const write of writes.values()) {
-    if (stopped()) break;
-    await control.replaceNeighbour(
-      neighbourEntry(link.ifindex, write.family, write.destination, write.lladdr),
-      device,
-      true,
-    );
-    result.actions.push(write);
-  }
-  if (Object.keys(offloadWanted).length > 0 && !stopped()) {
-    const outcome = toFeatureSetResult(
-      device,
-      await control.setFeatures(device, offloadWanted, true),
-    );
-    result.actions.push({
-      action: 'set-offload',
-      device,
-      requested: outcome.requested,
-      active: outcome.active,
-      sideEffects: outcome.sideEffects,
-      notApplied: outcome.notApplied,
-    });
-  }
+  await applyRepair(control, state, repair, result, stopped);
   // Verify what matters most by re-reading: the device kept its MAC.
   const after = toLinkInfo(await control.getLink(link.ifindex, true));
   const expectedMac = wanted.mac ?? link.mac;
