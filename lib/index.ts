@@ -48,7 +48,8 @@ export { isSystemError } from './core/errors';
 export type { SystemError, SystemErrorFields } from './core/errors';
 export { compileInterfaceGlob, parseMac, validateInterfaceName } from './core/validate';
 export { FlannelGuard } from './guard';
-export { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from './guard/config';
+export { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './core/defaults';
+export { guardConfig } from './guard/config';
 export type { GuardConfig } from './guard/config';
 export type { NetnsTarget } from './core/validate';
 export type {

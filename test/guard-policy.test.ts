@@ -22,7 +22,8 @@ import {
   type ResumedEvent,
   type RewriteEvent,
 } from '../lib/guard';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, guardConfig } from '../lib/guard/config';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../lib/core/defaults';
+import { guardConfig } from '../lib/guard/config';
 import type { OverrunEvent, ResyncEvent } from '../lib/core/monitor';
 import type { DesiredMacSource } from '../lib/guard/sources';
 import {

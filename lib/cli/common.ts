@@ -4,7 +4,7 @@
  */
 import { isSystemError } from '../core/errors';
 import { netnsPathProblem } from '../core/files';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard/config';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
 import { openControl } from '../core/oneshot';
 import {
   compileInterfaceGlob,

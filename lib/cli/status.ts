@@ -1,6 +1,6 @@
 /** A one-shot view of the managed devices: what `flannel-guard status` prints. */
 import { AF_BRIDGE, AF_UNSPEC } from '../core/constants';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../guard/config';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
 import { openControl } from '../core/oneshot';
 import { toLinkInfo, toNeighbourInfo } from '../core/records';
 import { explicitMacSource } from '../guard/sources';

@@ -5,7 +5,7 @@
  */
 import { isIP } from 'node:net';
 
-import { DEFAULT_INTERFACES } from '../guard/config';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
 import { getFeatures, getLinks, getNeighbours } from '../core/oneshot';
 import type { PeerExpectation } from '../ensure/ensure';
 import type { DesiredMacSource } from '../guard/sources';
@@ -106,8 +106,6 @@ export interface Gathered {
   peersGiven: boolean;
 }
 
-const DEFAULT_POLICY: Readonly<Record<string, boolean>> = { 'tx-checksum-ip-generic': false };
-
 function vxlanFacts(name: string, link?: LinkInfo): DeviceFacts {
   const kind = link ? link.kind || null : 'vxlan';
   return {
@@ -167,7 +165,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
   );
   const peerList = typeof input.peers === 'function' ? await input.peers() : (input.peers ?? []);
   const neighbours = managed.length > 0 ? await getNeighbours(netnsOption) : [];
-  const offload = input.offload === 'none' ? {} : (input.offload ?? DEFAULT_POLICY);
+  const offload = input.offload === 'none' ? {} : (input.offload ?? DEFAULT_OFFLOAD);
   if (managed.length > 0) {
     // Slow node-wide reads (child processes) run while the devices are read.
     void probe.natRules().catch(() => undefined);

@@ -21,6 +21,7 @@ import {
   NTF_SELF,
   NUD_PERMANENT,
 } from '../core/constants';
+import { DEFAULT_OFFLOAD } from '../core/defaults';
 import { invalidArgument, systemError, type SystemError } from '../core/errors';
 import { openControl, toFeatureSetResult } from '../core/oneshot';
 import { toLinkInfo, toNeighbourInfo } from '../core/records';
@@ -36,11 +37,6 @@ import {
 
 export { MAX_PEERS, parsePeerSpec, unusablePeerAddress, validatePeer } from './peers';
 export type { PeerExpectation } from './peers';
-
-/** The offload policy ensureVtep applies when none is given (the guard's default). */
-export const ENSURE_DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = {
-  'tx-checksum-ip-generic': false,
-};
 
 export interface EnsureVtepOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
@@ -140,7 +136,7 @@ export interface EnsureVtepResult {
 
 function validateOffload(offload: unknown): Readonly<Record<string, boolean>> {
   if (offload === 'none') return {};
-  if (offload === undefined) return ENSURE_DEFAULT_OFFLOAD;
+  if (offload === undefined) return DEFAULT_OFFLOAD;
   if (typeof offload !== 'object' || offload === null) {
     throw invalidArgument("offload must be an object of feature booleans or 'none'");
   }

@@ -4,6 +4,7 @@
  * policies complete), then frozen and passed down unchanged. `FlannelGuard.start(options)`
  * makes one; the CLI makes one from its flags and opens the guard from it.
  */
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
 import { invalidArgument } from '../core/errors';
 import { fightPolicy, type FightPolicy } from './fight';
 import { explicitMacSource, type DesiredMacSource } from './sources';
@@ -72,12 +73,6 @@ export interface FlannelGuardOptions {
    */
   stateDir?: string;
 }
-
-export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
-export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = Object.freeze({
-  // The fix for broken VXLAN TX checksum offload; the kernel also drops TSO with it.
-  'tx-checksum-ip-generic': false,
-});
 
 export interface GuardConfig {
   /** null: the process's own namespace. */

@@ -1,6 +1,6 @@
 /** The guard: its class, configuration, events, fight policy and the parts tests open it with. */
 export { FlannelGuard } from './guard';
-export { guardConfig, DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from './config';
+export { guardConfig } from './config';
 export type { FlannelGuardOptions, GuardConfig } from './config';
 export type { GuardClock, GuardMonitor } from './context';
 export type * from './events';

@@ -1,0 +1,12 @@
+/**
+ * The product's defaults, in one place: what the guard, `status`, `ensureVtep`, the CNI
+ * plugin and the doctor assume when they are not told otherwise.
+ */
+
+/** The devices flannel's VXLAN backend creates (IPv4 and IPv6). */
+export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
+
+/** The fix for broken VXLAN TX checksum offload; the kernel also drops TSO with it. */
+export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = Object.freeze({
+  'tx-checksum-ip-generic': false,
+});
