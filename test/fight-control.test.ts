@@ -70,7 +70,8 @@ function controller(): {
   });
   const advance = (ms: number): void => {
     const until = now + ms;
-    for (;;) {
+    // Bounded: a resume check may re-arm itself, but never more than a few times per call.
+    for (let fired = 0; fired < 1_000; fired += 1) {
       const due = [...timers.entries()]
         .filter(([, timer]) => timer.at <= until)
         .sort(([, a], [, b]) => a.at - b.at)[0];
