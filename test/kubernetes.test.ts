@@ -261,6 +261,33 @@ describe('Kubernetes', function () {
         rmSync(dir, { recursive: true, force: true });
       }
     });
+
+    it('a $KUBECONFIG that cannot be used says KUBECONFIG once, and the file when it is the file', async function () {
+      const dir = mkdtempSync(join(tmpdir(), 'fg-kubeconfig-env-'));
+      const saved = process.env.KUBECONFIG;
+      try {
+        const missing = join(dir, 'missing');
+        const clusterless = join(dir, 'clusterless');
+        writeFileSync(clusterless, 'apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n');
+        const cases: [string, RegExp][] = [
+          [missing, new RegExp(`^EINVAL: KUBECONFIG ${missing}: no such file$`)],
+          [clusterless, /^EINVAL: KUBECONFIG: the kubeconfig has no current cluster$/],
+        ];
+        for (const [file, message] of cases) {
+          process.env.KUBECONFIG = file;
+          await assert.rejects(createKubernetesClient(), (error: unknown) => {
+            assert.ok(isSystemError(error), String(error));
+            assert.equal(error.code, 'EINVAL');
+            assert.match(error.message, message);
+            return true;
+          });
+        }
+      } finally {
+        if (saved === undefined) delete process.env.KUBECONFIG;
+        else process.env.KUBECONFIG = saved;
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
   });
 
   describe('against the fake API server', function () {

@@ -20,7 +20,7 @@ import * as http from 'node:http';
 import * as https from 'node:https';
 import { delimiter, dirname, resolve } from 'node:path';
 
-import { invalidArgument, type SystemError } from '../core/errors';
+import { invalidArgument, isSystemError, type SystemError } from '../core/errors';
 import { readRegularFile } from '../core/files';
 
 // --- the parts of @kubernetes/client-node used here ------------------------------
@@ -760,9 +760,32 @@ function loadKubeconfig(config: KubeConfigLike, file: string): void {
 }
 
 /**
+ * Runs client-node's loading of a configuration that did not come from option `kubeconfig`;
+ * its errors say where the configuration came from (`KUBECONFIG: …`, `in-cluster: …`).
+ */
+function loadFrom(
+  origin: 'KUBECONFIG' | 'in-cluster',
+  config: KubeConfigLike,
+  load: () => void,
+): void {
+  try {
+    load();
+  } catch (error) {
+    if (isSystemError(error)) throw error; // ours, and naming its source already
+    throw Object.assign(
+      invalidArgument(`${origin}: ${error instanceof Error ? error.message : String(error)}`),
+      { cause: error },
+    );
+  }
+  if (!config.getCurrentCluster()) {
+    throw invalidArgument(`${origin}: the kubeconfig has no current cluster`);
+  }
+}
+
+/**
  * A client for the cluster: `kubeconfig` when given, else $KUBECONFIG when
- * set, else the pod's service account. Throws when the configuration cannot
- * be read or has no current cluster.
+ * set, else the pod's service account. Throws EINVAL, saying where the
+ * configuration came from, when it cannot be read or has no current cluster.
  */
 export async function createKubernetesClient(
   options: KubernetesClientOptions = {},
@@ -774,14 +797,17 @@ export async function createKubernetesClient(
     loadKubeconfig(config, options.kubeconfig);
     origin = 'file';
   } else if (process.env.KUBECONFIG && !options.inCluster) {
-    // client-node reads and merges these itself: each is checked first.
-    for (const file of process.env.KUBECONFIG.split(delimiter).filter((f) => f !== '')) {
-      readRegularFile(file, MAX_KUBECONFIG_BYTES, 'KUBECONFIG');
-    }
-    config.loadFromDefault();
+    const files = process.env.KUBECONFIG.split(delimiter).filter((f) => f !== '');
+    loadFrom('KUBECONFIG', config, () => {
+      // client-node reads and merges these itself: each is checked first.
+      for (const file of files) readRegularFile(file, MAX_KUBECONFIG_BYTES, 'KUBECONFIG');
+      config.loadFromDefault();
+    });
     origin = 'KUBECONFIG';
   } else {
-    config.loadFromCluster();
+    loadFrom('in-cluster', config, () => {
+      config.loadFromCluster();
+    });
     origin = 'in-cluster';
   }
   return new ClientNodeApi(k8s, config, origin, options.requestTimeoutMs ?? 10_000);

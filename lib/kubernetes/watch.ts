@@ -7,7 +7,7 @@
  */
 import { constants } from 'node:os';
 
-import { invalidArgument, isSystemError, systemError, type ErrnoCode } from '../core/errors';
+import { isSystemError, systemError, type ErrnoCode } from '../core/errors';
 import type { FlannelGuard } from '../guard';
 import { backendDataKey } from './annotation';
 import { createKubernetesClient, type KubernetesApi } from './client';
@@ -201,20 +201,12 @@ export class WatchServices {
     }
     const cluster = options.cluster;
     if (!cluster) return true;
-    let api: KubernetesApi;
-    try {
-      api = await createKubernetesClient(
-        cluster.kubeconfig === undefined
-          ? { inCluster: cluster.inCluster }
-          : { kubeconfig: cluster.kubeconfig },
-      );
-    } catch (error) {
-      // A kubeconfig file's errors name their option already; the others say where from.
-      if (isSystemError(error) && error.option !== undefined) throw error;
-      throw invalidArgument(
-        `${cluster.via}: ${(error as Error).message.replace(/^E[A-Z]+: /, '')}`,
-      );
-    }
+    // Its errors say which configuration (option kubeconfig, KUBECONFIG, in-cluster) failed.
+    const api: KubernetesApi = await createKubernetesClient(
+      cluster.kubeconfig === undefined
+        ? { inCluster: cluster.inCluster }
+        : { kubeconfig: cluster.kubeconfig },
+    );
     this.#api = api;
     const source = new KubernetesMacSource({ api, nodeName: cluster.nodeName });
     this.#source = source;
