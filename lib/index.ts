@@ -66,9 +66,11 @@ export type {
   ReleasedEvent,
   RestoredEvent,
   ResumedEvent,
-  RewriteCause,
   RewriteEvent,
+  RewriteFound,
 } from './guard';
+export { udevPersistentMac } from './udev/persistent-mac';
+export type { MacWriter, WriterEvidence } from './udev/writer';
 export { DEFAULT_FIGHT_POLICY } from './guard/fight';
 export type { FightPolicy } from './guard/fight';
 export type { DesiredMacSource } from './guard/sources';

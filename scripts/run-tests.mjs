@@ -31,6 +31,7 @@ const UNIT_SUITES = [
   'guard-policy',
   'state-file',
   'doctor-config',
+  'udev-writer',
   'kubernetes',
 ];
 const args = process.argv.slice(2);

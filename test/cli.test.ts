@@ -206,6 +206,10 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
         [['watch', ...netns, '--iface', 'flannel.*', '--iface', '**'], /matches every interface/],
         [['watch', ...netns, '--iface', 'flannel/*'], /'\/'/],
         [['watch', ...netns, '--receive-buffer', '0'], /--receive-buffer 0/],
+        [
+          ['watch', ...netns, '--udev-root', 'host'],
+          /--udev-root host: expected an absolute path or off/,
+        ],
         [['bogus-command'], /unknown command/],
       ];
       for (const [args, reason] of table) {

@@ -15,16 +15,16 @@ import {
   flannelLinkFileContent,
   kernelAffectedByRandomFully,
 } from '../lib/doctor/checks';
-import { FsRoot, NETWORK_DIRS } from '../lib/doctor/fsroot';
-import { fnmatch, nmGlob, udevMatch } from '../lib/doctor/glob';
-import { parseKeyFile, parseSystemdIni, splitNmList, splitWords } from '../lib/doctor/ini';
+import { FsRoot, NETWORK_DIRS } from '../lib/core/fsroot';
+import { fnmatch, nmGlob, udevMatch } from '../lib/core/glob';
+import { parseKeyFile, parseSystemdIni, splitNmList, splitWords } from '../lib/core/ini';
 import {
   compareVersions,
   evaluateLinkFiles,
   loadLinkFiles,
   testPatterns,
   type HostFacts,
-} from '../lib/doctor/link-files';
+} from '../lib/udev/link-files';
 import { loadNetworkManager, matchDeviceSpecs } from '../lib/doctor/networkmanager';
 import { loadRules, rulesTouching } from '../lib/doctor/udev-rules';
 import { FLANNEL_1 } from './support/link-oracle';

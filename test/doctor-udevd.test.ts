@@ -19,8 +19,8 @@ import {
 import { arch } from 'node:os';
 import { dirname, join } from 'node:path';
 
-import { FsRoot } from '../lib/doctor/fsroot';
-import { evaluateLinkFiles, loadLinkFiles, macEffect } from '../lib/doctor/link-files';
+import { FsRoot } from '../lib/core/fsroot';
+import { evaluateLinkFiles, loadLinkFiles, macEffect } from '../lib/udev/link-files';
 import type { DoctorReport } from '../lib/doctor/index';
 import { Netns, registerSyncCleanup, tempDirPrefix } from './support/netns';
 import { runDoctorCli } from './support/doctor-run';

@@ -83,6 +83,20 @@ describe('flannel-guard doctor in the test bed (real systemd-udevd)', function (
       mac.summary,
     );
     assert.match(mac.fix ?? '', /--fix --mac flannel\.1=/);
+    // Under the node's own udev root (its machine-id, its database) the writer is proven.
+    const udevRoot = `/proc/${String(n1.udevd?.pid)}/root`;
+    const proven = await doctor([
+      ...['--root', udevRoot, '--netns', n1.ns.name],
+      ...['--mac', `${VTEP}=${n1.publishedMac}`],
+    ]);
+    assert.ok(
+      check(proven.report, 'vtep-mac').evidence.some((line) =>
+        /^written by udev-persistent-policy: .*99-default\.link, udev-database.*siphash24/.test(
+          line,
+        ),
+      ),
+      JSON.stringify(check(proven.report, 'vtep-mac').evidence),
+    );
     const links = check(run.report, 'link-files');
     assert.equal(links.verdict, 'fail');
     assert.match(

@@ -211,7 +211,7 @@ describe("FlannelGuard strategy 'adopt' (scripted monitor, fake ports and clock)
     const source = new AdoptingSource();
     source.table.set('flannel.1', PUBLISHED);
     const r = rig({ source, strategy: 'adopt' }, UDEV_MAC);
-    assert.equal(r.rewrites[0]?.cause, 'found-at-start');
+    assert.equal(r.rewrites[0]?.found, 'start');
     assert.deepEqual(source.calls, [{ device: 'flannel.1', mac: UDEV_MAC }]);
     assert.deepEqual(r.ports.macWrites(), []);
     await source.settle();

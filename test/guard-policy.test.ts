@@ -7,12 +7,14 @@
  * FakeClock runs the backoff timers only when advanced.
  */
 import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 import type { SystemError } from '../lib/core/errors';
 import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight';
 import {
   FlannelGuard,
-  UDEV_REWRITE_WINDOW_MS,
   type ContestedEvent,
   type FlannelGuardOptions,
   type GuardReadyEvent,
@@ -26,6 +28,8 @@ import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../lib/core/defaults';
 import { guardConfig } from '../lib/guard/config';
 import type { OverrunEvent, ResyncEvent } from '../lib/core/monitor';
 import type { DesiredMacSource } from '../lib/guard/sources';
+import { udevPersistentMac } from '../lib/udev/persistent-mac';
+import { UdevView } from '../lib/udev/view';
 import {
   FakeClock,
   FakeKernel,
@@ -42,9 +46,18 @@ import {
   type EmittedEvent,
 } from './support/scripted-monitor';
 
+// The fake host's machine-id, under a root with no .link files (udev's persistent value is
+// computed all the same: the proof does not need the file).
+const MACHINE_ID = '4f1b7c3a9e2d45c08b6a1f0e3d2c5b7a';
+const udevRoot = mkdtempSync(join(tmpdir(), 'fg-udev-root-'));
+mkdirSync(join(udevRoot, 'etc'));
+writeFileSync(join(udevRoot, 'etc', 'machine-id'), `${MACHINE_ID}\n`);
+const udev = UdevView.open(udevRoot);
+after(() => rmSync(udevRoot, { recursive: true, force: true }));
+
 // flannel publishes FLANNEL_MAC; systemd-udevd (MACAddressPolicy=persistent) rewrites it to UDEV_MAC.
 const FLANNEL_MAC = '5e:89:db:49:c6:a4';
-const UDEV_MAC = 'd6:02:e3:df:ea:7a';
+const UDEV_MAC = udevPersistentMac(MACHINE_ID, 'flannel.1');
 const FLANNEL6_MAC = '5e:89:db:49:c6:a6';
 const FOREIGN_MAC = '02:00:00:00:0f:01';
 const EXPLICIT_MAC = '02:00:00:00:e0:01';
@@ -137,7 +150,7 @@ function rig(
   const monitor = new ScriptedMonitor(kernel);
   const ports = new FakePorts(kernel);
   const clock = new FakeClock();
-  const guard = new FlannelGuard(guardConfig(options), { monitor, ports, clock, random });
+  const guard = new FlannelGuard(guardConfig(options), { monitor, ports, clock, random, udev });
   open.push(guard);
   const log = new GuardLog(guard);
   monitor.start();
@@ -402,7 +415,19 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
           expected: FLANNEL_MAC,
           mac: UDEV_MAC,
           previous: FLANNEL_MAC,
-          cause: 'udev-mac-policy',
+          writer: 'udev-persistent-policy',
+          evidence: {
+            persistentMac: UDEV_MAC,
+            machineId: join(udevRoot, 'etc', 'machine-id'),
+            linkFile: null,
+            linkFileFrom: null,
+            policy: null,
+            macAddress: null,
+            mac: UDEV_MAC,
+            msSinceCreation: 3,
+            addrAssignType: null,
+          },
+          found: 'event',
           detail: '',
           msSinceCreation: 3,
           dryRun: false,
@@ -474,7 +499,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       );
     });
 
-    it('attributes causes: the first rewrite just after creation to udev, others to an external write', function () {
+    it("names writers by udev's own value, never by timing: udev's persistent MAC is udev's however late, any other is another writer's", function () {
       const r = rig({}, (kernel) => {
         kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
       });
@@ -484,28 +509,36 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       const late = r.kernel.addLink({ name: 'flannel.3', mac: '5e:89:db:49:c6:a8' });
       r.monitor.pump();
 
+      const udev2 = udevPersistentMac(MACHINE_ID, 'flannel.2');
       r.clock.advance(2);
-      rewrite(r, created.ifindex, UDEV_MAC); // udev, 2 ms after the add
-      rewrite(r, created.ifindex, FOREIGN_MAC); // a second one is not udev's
+      rewrite(r, created.ifindex, udev2); // udev, 2 ms after the add
+      rewrite(r, created.ifindex, FOREIGN_MAC); // quick, but not udev's value
       rewrite(r, found.ifindex, FOREIGN_MAC); // no creation seen
-      r.clock.advance(UDEV_REWRITE_WINDOW_MS);
-      rewrite(r, late.ifindex, UDEV_MAC); // too late for udev's policy
+      r.clock.advance(5_000);
+      rewrite(r, late.ifindex, udevPersistentMac(MACHINE_ID, 'flannel.3')); // udev's, however late
+      rewrite(r, late.ifindex, udev2); // another device's udev value is not udev's for this one
       assert.deepEqual(
-        r.log.rewrite.map((e) => [e.device, e.cause, e.msSinceCreation]),
+        r.log.rewrite.map((e) => [e.device, e.writer, e.found, e.msSinceCreation]),
         [
-          ['flannel.2', 'udev-mac-policy', 2],
-          ['flannel.2', 'external-write', 2],
-          ['flannel.1', 'external-write', null],
-          ['flannel.3', 'external-write', UDEV_REWRITE_WINDOW_MS + 2],
+          ['flannel.2', 'udev-persistent-policy', 'event', 2],
+          ['flannel.2', 'another-writer', 'event', 2],
+          ['flannel.1', 'another-writer', 'event', null],
+          ['flannel.3', 'udev-persistent-policy', 'event', 5_002],
+          ['flannel.3', 'another-writer', 'event', 5_002],
         ],
       );
-      assert.match(last(r.log.rewrite).detail, /userspace write/);
+      const [proven] = r.log.rewrite;
+      assert.equal(proven?.evidence.persistentMac, udev2);
+      assert.equal(proven?.evidence.machineId, join(udevRoot, 'etc', 'machine-id'));
+      assert.match(proven?.detail ?? '', /MACAddressPolicy=persistent.*siphash24/);
+      assert.match(last(r.log.rewrite).detail, /another writer.*not udev's persistent value/);
       assert.deepEqual(
         r.ports.macWrites().map((c) => [c.name, c.mac]),
         [
           ['flannel.2', FLANNEL6_MAC],
           ['flannel.2', FLANNEL6_MAC],
           ['flannel.1', FLANNEL_MAC],
+          ['flannel.3', '5e:89:db:49:c6:a8'],
           ['flannel.3', '5e:89:db:49:c6:a8'],
         ],
       );
@@ -694,7 +727,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       r.monitor.pumpOne();
       const event = last(r.log.rewrite);
       assert.equal(event.expected, FLANNEL6_MAC);
-      assert.equal(event.cause, 'udev-mac-policy');
+      assert.equal(event.writer, 'udev-persistent-policy');
       assert.equal(event.msSinceCreation, 5);
       // Corrected at once (no backoff inherited from the old device), with nothing of its table.
       assert.deepEqual(
@@ -773,7 +806,8 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
         kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
       });
       const event = only(r.log.rewrite);
-      assert.equal(event.cause, 'found-at-start');
+      assert.equal(event.found, 'start');
+      assert.equal(event.writer, 'another-writer');
       assert.equal(event.expected, EXPLICIT_MAC);
       assert.equal(event.mac, FLANNEL_MAC);
       assert.match(event.detail, /began managing/);
@@ -1235,7 +1269,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
         ['begin', 'end'],
       );
       const event = only(r.log.rewrite);
-      assert.equal(event.cause, 'found-on-resync');
+      assert.equal(event.found, 'resync');
       assert.equal(event.previous, FLANNEL_MAC);
       assert.match(event.detail, /lost notifications/);
       assert.deepEqual(

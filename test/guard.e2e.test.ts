@@ -54,7 +54,11 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
     const rewrite = guard.lines
       .slice(from)
       .find((l) => l.event === 'rewrite' && l.expected === mac);
-    assert.equal(rewrite?.cause, 'udev-mac-policy', JSON.stringify(rewrite));
+    // Proven, not guessed: the new MAC is udev's persistent value for this machine-id and name.
+    assert.equal(rewrite?.writer, 'udev-persistent-policy', JSON.stringify(rewrite));
+    const evidence = rewrite.evidence as { persistentMac: string; linkFile: string };
+    assert.equal(evidence.persistentMac, rewrite.mac);
+    assert.equal(evidence.linkFile, '/usr/lib/systemd/network/99-default.link');
     const ifindex = rewrite.ifindex;
     const offload = guard.lines
       .slice(from)
@@ -77,13 +81,20 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
     const [n1, n2] = nodes();
     guards = await Promise.all(
       [n1, n2].map((node) =>
-        GuardProcess.start(['--netns', node.ns.name, '--mac', `flannel.1=${node.publishedMac}`]),
+        GuardProcess.start([
+          '--netns',
+          node.ns.name,
+          '--mac',
+          `flannel.1=${node.publishedMac}`,
+          ...node.udevRootFlags(),
+        ]),
       ),
     );
     for (const [index, node] of [n1, n2].entries()) {
       const guard = guards[index] as GuardProcess;
       const rewrite = await guard.waitFor((l) => l.event === 'rewrite');
-      assert.equal(rewrite.cause, 'found-at-start');
+      assert.equal(rewrite.found, 'start');
+      assert.equal(rewrite.writer, 'udev-persistent-policy');
       const restored = await guard.waitFor((l) => l.event === 'restored');
       // The neighbour entries programmed after udev's rewrite were flushed by the guard's own
       // correction and put back by it.
@@ -98,7 +109,9 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
   it('started as a user starts it, corrects udev on every flannel restart, with offload off each time', async function () {
     const [n1, n2] = nodes();
     guards = await Promise.all(
-      [n1, n2].map((node) => GuardProcess.start(['--netns', node.ns.name])),
+      [n1, n2].map((node) =>
+        GuardProcess.start(['--netns', node.ns.name, ...node.udevRootFlags()]),
+      ),
     );
     for (const guard of guards) {
       const ready = guard.events('ready')[0];
@@ -121,7 +134,7 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
       const from = guard.lines.length;
       await n2.ns.ip(['link', 'set', 'flannel.1', 'address', foreign]);
       const rewrite = await guard.waitFor((l) => l.event === 'rewrite', 5000, from);
-      assert.equal(rewrite.cause, 'external-write');
+      assert.equal(rewrite.writer, 'another-writer');
       assert.equal(rewrite.mac, foreign);
       const restored = await guard.waitFor((l) => l.event === 'restored', 5000, from);
       assert.equal(restored.neighbours, 1);
@@ -155,7 +168,7 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
     assert.equal(on.complete, 0);
 
     // The guard started with its default policy turns it off before it reports ready.
-    guards[0] = await GuardProcess.start(['--netns', n1.ns.name]);
+    guards[0] = await GuardProcess.start(['--netns', n1.ns.name, ...n1.udevRootFlags()]);
     const offload = await (guards[0] as GuardProcess).waitFor((l) => l.event === 'offload');
     assert.equal(offload.reason, 'start');
     assert.deepEqual(offload.active, { 'tx-checksum-ip-generic': false });

@@ -90,6 +90,7 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
         node.name,
         '--metrics-address',
         '127.0.0.1:0',
+        ...node.udevRootFlags(),
         ...extra,
       ],
       30_000,
@@ -137,6 +138,7 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
     assert.equal(await bed.ping(n1, n2, BROKEN_PROBE), false);
 
     guards = await Promise.all([n1, n2].map((node) => startGuard(node)));
+    const rewrites = new Map<string, GuardLine>();
     for (const [index, node] of [n1, n2].entries()) {
       const guard = guards[index] as GuardProcess;
       const ready = guard.events('ready')[0] as GuardLine;
@@ -151,9 +153,11 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
       assert.equal(device.sourceName, 'kubernetes');
       assert.equal(device.desiredMac, node.publishedMac);
       const rewrite = await guard.waitFor((l) => l.event === 'rewrite');
-      assert.equal(rewrite.cause, 'found-at-start');
+      assert.equal(rewrite.found, 'start');
+      assert.equal(rewrite.writer, 'udev-persistent-policy');
       assert.equal(rewrite.expected, node.publishedMac);
       assert.equal(rewrite.mac, udevMacs.get(node.name));
+      rewrites.set(node.name, rewrite);
       const restored = await guard.waitFor((l) => l.event === 'restored');
       assert.equal(restored.mac, node.publishedMac);
       assert.equal(restored.neighbours, 1);
@@ -170,7 +174,7 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
     assert.equal(rewritten.type, 'Warning');
     assert.equal(
       rewritten.message,
-      `flannel.1 has MAC ${udevMacs.get('node1')}; the other nodes use ${n1.publishedMac}. Likely cause: a change made before the guard started (typically systemd-udevd MACAddressPolicy=persistent at device creation)`,
+      `flannel.1 has MAC ${udevMacs.get('node1')}; the other nodes use ${n1.publishedMac}. Written by udev-persistent-policy: ${String(rewrites.get('node1')?.detail)}`,
     );
     assert.equal(restoredEvent?.reason, 'VtepMacRestored');
     assert.equal(restoredEvent.type, 'Normal');
@@ -203,7 +207,7 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
     const v = (name: string, labels: Record<string, string> = {}): number | undefined =>
       valueOf(exposition, name, labels);
     assert.equal(
-      v('flannel_guard_rewrites_total', { device: 'flannel.1', cause: 'found-at-start' }),
+      v('flannel_guard_rewrites_total', { device: 'flannel.1', cause: 'udev-persistent-policy' }),
       1,
     );
     assert.equal(v('flannel_guard_corrections_total', { device: 'flannel.1' }), 1);
@@ -317,7 +321,8 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
       guards = await Promise.all([n1, n2].map((node) => startGuard(node, ['--strategy', 'adopt'])));
       const guard = guards[1] as GuardProcess;
       const rewrite = await guard.waitFor((l) => l.event === 'rewrite');
-      assert.equal(rewrite.cause, 'found-at-start');
+      assert.equal(rewrite.found, 'start');
+      assert.equal(rewrite.writer, 'another-writer');
       const adopted = await guard.waitFor((l) => l.event === 'adopted', 10_000);
       assert.equal(adopted.mac, first);
       assert.equal(adopted.previous, published);

@@ -35,7 +35,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { isSystemError } from '../lib/core/errors';
-import type { FlannelGuard } from '../lib/guard';
+import type { FlannelGuard, RewriteEvent } from '../lib/guard';
+import { attributeWriter } from '../lib/udev/writer';
 import {
   backendDataKey,
   readBackendData,
@@ -72,6 +73,39 @@ const MAC_A = '5e:89:db:49:c6:a4';
 const MAC_B = 'd6:02:e3:df:ea:7a';
 const MAC_C = '0e:12:34:56:78:9a';
 const MAC_V6 = '5e:89:db:49:c6:a6';
+
+/** A rewrite event as the guard emits it, its writer named by the real attribution. */
+function rewriteEvent(
+  device: string,
+  mac: string,
+  expected: string,
+  writer: 'udev' | 'other',
+): RewriteEvent {
+  const attribution = attributeWriter({
+    persistentMac: writer === 'udev' ? mac : '02:aa:bb:cc:dd:ee',
+    machineId: '/etc/machine-id',
+    linkFile: '/usr/lib/systemd/network/99-default.link',
+    linkFileFrom: 'udev-database',
+    policy: 'persistent',
+    macAddress: null,
+    mac,
+    msSinceCreation: writer === 'udev' ? 3 : null,
+    addrAssignType: writer === 'udev' ? null : 3,
+  });
+  return {
+    device,
+    ifindex: 4,
+    expected,
+    mac,
+    previous: expected,
+    writer: attribution.writer,
+    evidence: attribution.evidence,
+    found: 'event',
+    detail: attribution.detail,
+    msSinceCreation: attribution.evidence.msSinceCreation,
+    dryRun: false,
+  };
+}
 
 function backendData(mac: string, vni = 1): string {
   return JSON.stringify({ VNI: vni, VtepMAC: mac });
@@ -760,17 +794,8 @@ describe('Kubernetes', function () {
         const { recorder: r } = recorder();
         const guard = new EventEmitter() as unknown as FlannelGuard;
         const stop = recordGuardEvents(guard, r, { involvedObject: node });
-        guard.emit('rewrite', {
-          device: 'flannel.1',
-          ifindex: 4,
-          expected: MAC_A,
-          mac: MAC_B,
-          previous: MAC_A,
-          cause: 'udev-mac-policy',
-          detail: '',
-          msSinceCreation: 3,
-          dryRun: false,
-        });
+        const rewritten = rewriteEvent('flannel.1', MAC_B, MAC_A, 'udev');
+        guard.emit('rewrite', rewritten);
         guard.emit('restored', {
           device: 'flannel.1',
           ifindex: 4,
@@ -805,8 +830,9 @@ describe('Kubernetes', function () {
         assert.equal(rewrite?.type, 'Warning');
         assert.equal(
           rewrite?.message,
-          `flannel.1 has MAC ${MAC_B}; the other nodes use ${MAC_A}. Likely cause: systemd-udevd applying MACAddressPolicy=persistent right after flannel created the device (a .link file matching flannel* with MACAddressPolicy=none prevents it)`,
+          `flannel.1 has MAC ${MAC_B}; the other nodes use ${MAC_A}. Written by udev-persistent-policy: systemd-udevd MACAddressPolicy=persistent (/usr/lib/systemd/network/99-default.link, udev-database): ${MAC_B} is siphash24(machine-id from /etc/machine-id + name) under udev's key; a .link file with MACAddressPolicy=none prevents it`,
         );
+        assert.equal(rewritten.writer, 'udev-persistent-policy');
         assert.equal(
           byReason.get('VtepMacRestored')?.message,
           `flannel.1 MAC set back to ${MAC_A} from ${MAC_B}; 2 permanent neighbour entries restored`,
@@ -864,17 +890,7 @@ describe('Kubernetes', function () {
         });
         guard.emit('ready', { netns: null, devices: [], dryRun: false });
         const rewrite = (device: string): void => {
-          guard.emit('rewrite', {
-            device,
-            ifindex: 4,
-            expected: MAC_A,
-            mac: MAC_B,
-            previous: MAC_A,
-            cause: 'external-write',
-            detail: '',
-            msSinceCreation: null,
-            dryRun: false,
-          });
+          guard.emit('rewrite', rewriteEvent(device, MAC_B, MAC_A, 'other'));
         };
         rewrite('flannel.1');
         guard.emit('restored', {
@@ -900,7 +916,7 @@ describe('Kubernetes', function () {
         const v = (name: string, labels: Record<string, string> = {}): number | undefined =>
           valueOf(exposition, name, labels);
         assert.equal(
-          v('flannel_guard_rewrites_total', { device: 'flannel.1', cause: 'external-write' }),
+          v('flannel_guard_rewrites_total', { device: 'flannel.1', cause: 'another-writer' }),
           1,
         );
         assert.equal(v('flannel_guard_rewrites_total', { device: 'other' }), 1);

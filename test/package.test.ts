@@ -181,7 +181,7 @@ import {
 
 const describeChange = (event: LinkChangedEvent): string =>
   \`\${event.link.name}: \${event.previous.mac ?? 'none'} -> \${event.link.mac ?? 'none'}\`;
-const describeRewrite = (event: RewriteEvent): string => \`\${event.device} \${event.cause}\`;
+const describeRewrite = (event: RewriteEvent): string => \`\${event.device} \${event.writer}\`;
 type Ready = FlannelGuardEvents['ready'][0];
 type Added = LinkMonitorEvents['linkAdded'][0];
 const deviceNames = (ready: Ready): string[] => ready.devices.map((d) => d.name);

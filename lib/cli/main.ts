@@ -71,6 +71,7 @@ interface WatchFlags extends CommonFlags {
   onNetnsDeleted: 'close' | 'continue';
   allowUserNamespace: boolean;
   stateDir: string;
+  udevRoot: string;
 }
 
 function commonFlags(flags: Flags): CommonFlags {
@@ -101,6 +102,7 @@ function watchFlags(flags: Flags): WatchFlags {
     onNetnsDeleted: flags.required('on-netns-deleted') as WatchFlags['onNetnsDeleted'],
     allowUserNamespace: flags.has('allow-user-namespace'),
     stateDir: flags.required('state-dir'),
+    udevRoot: flags.required('udev-root'),
   };
 }
 
@@ -145,7 +147,7 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
     return `ready${ready.dryRun ? ' (dry run)' : ''}: ${list}`;
   },
   rewrite: (e) =>
-    `rewrite: ${e.device} ${e.previous ?? 'none'} -> ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''}: ${e.detail}`,
+    `rewrite: ${e.device} ${e.previous ?? 'none'} -> ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''} writer=${e.writer}: ${e.detail}`,
   adopted: (e) =>
     `adopted: ${e.device} keeps ${e.mac} (was published as ${e.previous}); ${e.neighbours} neighbour entries restored in ${e.latencyMs.toFixed(3)} ms`,
   restored: (e) =>
@@ -425,6 +427,10 @@ async function watch(flags: WatchFlags): Promise<number> {
     }
     options.stateDir = flags.stateDir;
   }
+  if (flags.udevRoot === 'off') options.udevRoot = false;
+  else if (!flags.udevRoot.startsWith('/')) {
+    throw new UsageError(`--udev-root ${flags.udevRoot}: expected an absolute path or off`);
+  } else options.udevRoot = flags.udevRoot;
   if (flags.receiveBuffer !== undefined) {
     options.receiveBuffer = integerFlag(
       '--receive-buffer',
@@ -578,6 +584,13 @@ const watchCommand: CommandSpec = {
       description:
         "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace)",
       default: DEFAULT_STATE_DIR,
+    },
+    {
+      name: 'udev-root',
+      value: '<dir|off>',
+      description:
+        "where systemd-udevd's machine-id, .link files and database are read, to prove who rewrote a MAC (a container mounts the host's)",
+      default: '/',
     },
     {
       name: 'allow-user-namespace',

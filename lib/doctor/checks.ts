@@ -11,7 +11,9 @@ import type { PeerExpectation } from '../ensure/ensure';
 import type { DesiredMacSource } from '../guard/sources';
 import type { FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
 import { compileInterfaceGlob } from '../core/validate';
-import { FsRoot } from './fsroot';
+import { FsRoot } from '../core/fsroot';
+import { UdevView } from '../udev/view';
+import { attributeWriter, type WriterAttribution } from '../udev/writer';
 import {
   compareVersions,
   evaluateLinkFiles,
@@ -21,7 +23,7 @@ import {
   type HostFacts,
   type LinkEvaluation,
   type LinkFile,
-} from './link-files';
+} from '../udev/link-files';
 import { loadNetworkManager, nmUnmanaged, type NmConfig } from './networkmanager';
 import { systemProbe, type SystemProbe } from './system';
 import { loadRules, rulesTouching, type RuleFinding, type UdevRule } from './udev-rules';
@@ -87,6 +89,8 @@ export interface DeviceState {
   neighbours: NeighbourInfo[];
   features: FeatureState[] | null;
   facts: DeviceFacts;
+  /** Who wrote the device's MAC, when it is not the published one (null otherwise). */
+  writer: WriterAttribution | null;
 }
 
 export interface Gathered {
@@ -157,6 +161,9 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
     natRules: once(() => base.natRules()),
     udpSockets: once(() => base.udpSockets()),
   };
+  const host = probe.host();
+  const linkFiles = loadLinkFiles(fs);
+  const udev = new UdevView(fs, host, linkFiles);
   const globs = [...(input.interfaces ?? DEFAULT_INTERFACES)];
   const compiled = globs.map((glob) => compileInterfaceGlob(glob));
   const links = await getLinks(netnsOption);
@@ -186,10 +193,20 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
         ),
         link.addrAssignType ?? probe.addrAssignType(link.name, link.ifindex),
       ]);
+      const publishedMac = explicit ?? fromSource ?? null;
+      const rewritten = publishedMac !== null && link.mac !== publishedMac;
       return {
         link,
         addrAssignType,
-        publishedMac: explicit ?? fromSource ?? null,
+        writer: rewritten
+          ? attributeWriter({
+              ...udev.expect(link.name, link.ifindex),
+              mac: link.mac,
+              msSinceCreation: null,
+              addrAssignType,
+            })
+          : null,
+        publishedMac,
         publishedBy:
           explicit !== undefined
             ? '--mac'
@@ -210,13 +227,13 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
   return {
     fs,
     probe,
-    host: probe.host(),
+    host,
     kernel: probe.kernelRelease(),
     globs,
     links,
     devices,
     subjects,
-    linkFiles: loadLinkFiles(fs),
+    linkFiles,
     rules: loadRules(fs),
     nm: loadNetworkManager(fs),
     offload,
@@ -459,6 +476,7 @@ export function checkMac(device: DeviceState): CheckResult {
     };
   }
   if (link.mac !== device.publishedMac) {
+    if (device.writer) evidence.push(`written by ${device.writer.writer}: ${device.writer.detail}`);
     return {
       id: 'vtep-mac',
       device: link.name,

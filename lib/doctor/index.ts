@@ -16,7 +16,7 @@ import {
   type Gathered,
   type Verdict,
 } from './checks';
-import { evaluateLinkFiles, macEffect, type LinkFile } from './link-files';
+import { evaluateLinkFiles, macEffect, type LinkFile } from '../udev/link-files';
 
 export { CHECK_IDS };
 export type { CheckId, CheckResult, DoctorInput, Verdict };

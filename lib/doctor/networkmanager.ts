@@ -8,10 +8,10 @@
  */
 import { posix } from 'node:path';
 
-import { nmGlob } from './glob';
-import type { FsRoot } from './fsroot';
-import { parseKeyFile, splitNmList } from './ini';
-import type { DeviceFacts } from './link-files';
+import { nmGlob } from '../core/glob';
+import type { FsRoot } from '../core/fsroot';
+import { parseKeyFile, splitNmList } from '../core/ini';
+import type { DeviceFacts } from '../udev/link-files';
 
 const NM_BINARIES = ['/usr/sbin/NetworkManager', '/usr/bin/NetworkManager', '/sbin/NetworkManager'];
 

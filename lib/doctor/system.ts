@@ -6,13 +6,14 @@
  */
 import { execFile } from 'node:child_process';
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
-import { arch, hostname, release } from 'node:os';
+import { release } from 'node:os';
 
 import { getDriverInfo } from '../core/oneshot';
 import type { DriverInfo } from '../core/types';
 import { resolveNetnsPath } from '../core/validate';
-import type { FsRoot } from './fsroot';
-import type { HostFacts } from './link-files';
+import type { FsRoot } from '../core/fsroot';
+import { readHostFacts } from '../udev/host';
+import type { HostFacts } from '../udev/link-files';
 
 export interface UdpSocket {
   family: 'inet' | 'inet6';
@@ -77,17 +78,6 @@ function run(argv: readonly string[], timeoutMs = 3000): Promise<RunResult> {
     );
   });
 }
-
-const ARCHITECTURES: Record<string, string> = {
-  x64: 'x86-64',
-  ia32: 'x86',
-  arm64: 'arm64',
-  arm: 'arm',
-  ppc64: 'ppc64-le',
-  s390x: 's390x',
-  riscv64: 'riscv64',
-  loong64: 'loongarch64',
-};
 
 /** Parses /proc/net/udp or udp6. */
 export function parseProcNetUdp(text: string, family: 'inet' | 'inet6'): UdpSocket[] {
@@ -166,24 +156,7 @@ export function systemProbe(options: ProbeOptions): SystemProbe {
 
   return {
     kernelRelease: () => options.kernelRelease ?? release(),
-    host() {
-      const fs = options.fs;
-      const trim = (text: string | null): string | null =>
-        text === null || text.trim() === '' ? null : text.trim();
-      let cmdline: string | null = null;
-      try {
-        cmdline = readFileSync('/proc/cmdline', 'utf8').trim();
-      } catch {
-        /* unknown */
-      }
-      return {
-        hostname: fs.root === '/' ? hostname() : trim(fs.readText('/etc/hostname')),
-        machineId: trim(fs.readText('/etc/machine-id')),
-        kernelRelease: options.kernelRelease ?? release(),
-        architecture: ARCHITECTURES[arch()] ?? null,
-        kernelCommandLine: fs.root === '/' ? cmdline : null,
-      };
-    },
+    host: () => readHostFacts(options.fs, options.kernelRelease),
     async udpSockets() {
       const files = await readFiles(['/proc/net/udp', '/proc/net/udp6'], false);
       return [

@@ -4,9 +4,9 @@
  * each rule's match keys evaluated against the device's `add` event as far as they can be
  * known here, and its assignments classified.
  */
-import { udevMatch } from './glob';
-import { UDEV_RULES_DIRS, type FsRoot } from './fsroot';
-import type { DeviceFacts, Tristate } from './link-files';
+import { udevMatch } from '../core/glob';
+import { UDEV_RULES_DIRS, type FsRoot } from '../core/fsroot';
+import type { DeviceFacts, Tristate } from '../udev/link-files';
 
 export interface UdevToken {
   key: string;

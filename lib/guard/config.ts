@@ -72,6 +72,11 @@ export interface FlannelGuardOptions {
    * it. Off when omitted; the CLI uses /run/flannel-guard.
    */
   stateDir?: string;
+  /**
+   * Where systemd-udevd's machine-id, `.link` files and database are read, to name the writer
+   * of a rewrite with evidence (default '/'; a container mounts the host's). `false`: not read.
+   */
+  udevRoot?: string | false;
 }
 
 export interface GuardConfig {
@@ -92,6 +97,7 @@ export interface GuardConfig {
   readonly stateDir: string | undefined;
   readonly allowUserNamespace: boolean;
   readonly onNetnsDeleted: 'close' | 'continue';
+  readonly udevRoot: string | null;
 }
 
 /** Validates, defaults and compiles `options` once; throws EINVAL naming the option. */
@@ -125,5 +131,6 @@ export function guardConfig(options: FlannelGuardOptions = {}): GuardConfig {
     stateDir: options.stateDir,
     allowUserNamespace: options.allowUserNamespace ?? false,
     onNetnsDeleted: options.onNetnsDeleted ?? 'close',
+    udevRoot: options.udevRoot === false ? null : (options.udevRoot ?? '/'),
   });
 }

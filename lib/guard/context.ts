@@ -13,6 +13,7 @@ import type { DeviceTable, RestoreSet } from './devices';
 import type { FlannelGuardEvents, GuardCounters, MacSourceKind } from './events';
 import type { FightController } from './fight-control';
 import type { GuardPorts } from './ports';
+import type { UdevView } from '../udev/view';
 
 /** What the guard needs of a monitor: LinkMonitor, or a scripted stand-in in unit tests. */
 export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
@@ -88,6 +89,8 @@ export interface GuardContext {
   readonly emit: GuardEmit;
   readonly fight: FightController;
   readonly devices: DeviceTable;
+  /** What udev does to MACs here (absent: writers are not proven). */
+  readonly udev: UdevView | undefined;
   /** Reports a failure as an `error` event (counted). */
   fail(error: unknown): void;
   /** Whether the guard has been closed (an answer that arrives late is dropped). */

@@ -2,6 +2,7 @@
 import type { SystemError } from '../core/errors';
 import type { OverrunEvent, ResyncEvent } from '../core/monitor';
 import type { FeatureSetResult } from '../core/types';
+import type { MacWriter, WriterEvidence } from '../udev/writer';
 
 export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
 
@@ -27,8 +28,8 @@ export interface GuardReadyEvent {
   dryRun: boolean;
 }
 
-export type RewriteCause =
-  'udev-mac-policy' | 'external-write' | 'found-on-resync' | 'found-at-start';
+/** Where a rewrite was seen: its notification, a re-dump after lost ones, or at start. */
+export type RewriteFound = 'event' | 'resync' | 'start';
 
 export interface RewriteEvent {
   device: string;
@@ -39,8 +40,12 @@ export interface RewriteEvent {
   mac: string | null;
   /** The MAC it had just before this change. */
   previous: string | null;
-  cause: RewriteCause;
-  /** One readable sentence naming the likely cause. */
+  /** Who wrote the MAC, proven from what udev computes (never guessed from timing). */
+  writer: MacWriter;
+  /** What the writer is named on: udev's persistent value, the `.link` file, timing. */
+  evidence: WriterEvidence;
+  found: RewriteFound;
+  /** One readable sentence naming the writer and why. */
   detail: string;
   msSinceCreation: number | null;
   dryRun: boolean;

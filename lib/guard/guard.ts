@@ -135,6 +135,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       emit,
       fight: this.#fight,
       devices: this.#devices,
+      udev: internals.udev,
       fail,
       isClosed: () => this.#closed,
     };
@@ -425,7 +426,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const link = this.#devices.currentLink(device);
     const desired = this.#devices.desiredMac(device);
     if (link && desired && link.mac !== desired.mac) {
-      this.#mac.changed(device, link, link.mac, 'found', at);
+      this.#mac.changed(device, link, link.mac, 'start', at);
     }
   }
 

@@ -4,5 +4,5 @@ export { guardConfig } from './config';
 export type { FlannelGuardOptions, GuardConfig } from './config';
 export type { GuardClock, GuardMonitor } from './context';
 export type * from './events';
-export { UDEV_REWRITE_WINDOW_MS } from './mac';
+
 export { openGuardParts, userNamespaceMapping, type GuardInternals } from './parts';

@@ -10,31 +10,19 @@ import type { NativeCorrection } from '../core/monitor';
 import { neighbourKey } from '../core/records';
 import type { LinkInfo } from '../core/types';
 import type { DesiredMac, GuardContext, ManagedDevice } from './context';
-import type { RewriteCause } from './events';
+import type { RewriteFound } from './events';
+import { attributeWriter, type WriterAttribution } from '../udev/writer';
 import type { FightActions, FightKey } from './fight-control';
 import type { FightDecision } from './fight';
 
-/**
- * The first rewrite this soon after a device's creation is attributed to
- * udev's MACAddressPolicy (it lands 1-50 ms after the add event).
- */
-export const UDEV_REWRITE_WINDOW_MS = 1_000;
-
 /** Where a MAC change was seen: a notification, a re-dump, or taking the device on. */
-export type MacChangeOrigin = 'event' | 'resync' | 'found';
+export type MacChangeOrigin = RewriteFound;
 
-function describeRewrite(cause: RewriteCause, sinceCreation: number | null): string {
-  switch (cause) {
-    case 'udev-mac-policy':
-      return `within ${sinceCreation?.toFixed(1) ?? '?'} ms of creation: systemd-udevd MACAddressPolicy=persistent (a .link file with MACAddressPolicy=none prevents it)`;
-    case 'external-write':
-      return 'changed by a userspace write (ip link set address, another agent)';
-    case 'found-on-resync':
-      return 'found when re-reading the namespace after lost notifications (the change itself was not seen)';
-    case 'found-at-start':
-      return 'differs from the desired MAC when the guard began managing the device';
-  }
-}
+const FOUND: Record<RewriteFound, string> = {
+  event: '',
+  resync: ' (found when re-reading the namespace after lost notifications)',
+  start: ' (found when the guard began managing the device)',
+};
 
 function macKey(device: ManagedDevice): FightKey {
   return { what: 'mac', device };
@@ -108,24 +96,17 @@ export class MacCorrection {
     counters.rewrites += 1;
     device.rewrites += 1;
     const sinceCreation = device.createdAt === null ? null : at - device.createdAt;
-    const cause: RewriteCause =
-      origin === 'found'
-        ? 'found-at-start'
-        : origin === 'resync'
-          ? 'found-on-resync'
-          : device.rewrites === 1 &&
-              sinceCreation !== null &&
-              sinceCreation <= UDEV_REWRITE_WINDOW_MS
-            ? 'udev-mac-policy'
-            : 'external-write';
+    const { writer, evidence, detail } = this.#attribute(link, sinceCreation);
     this.#ctx.emit('rewrite', {
       device: device.name,
       ifindex: device.ifindex,
       expected: desired.mac,
       mac: link.mac,
       previous,
-      cause,
-      detail: describeRewrite(cause, sinceCreation),
+      writer,
+      evidence,
+      found: origin,
+      detail: detail + FOUND[origin],
       msSinceCreation: sinceCreation,
       dryRun: config.dryRun,
     });
@@ -138,6 +119,27 @@ export class MacCorrection {
       return;
     }
     fight.act(key, decision, this.#answer(device, desired, observed));
+  }
+
+  /** Who wrote `link.mac`: udev, proven by its own computation, or someone else. */
+  #attribute(link: LinkInfo, msSinceCreation: number | null): WriterAttribution {
+    const { udev, ports } = this.#ctx;
+    const expectation = udev?.expect(link.name, link.ifindex) ?? {
+      persistentMac: null,
+      machineId: 'not read (option udevRoot false)',
+      linkFile: null,
+      linkFileFrom: null,
+      policy: null,
+      macAddress: null,
+    };
+    const udevValue = link.mac !== null && link.mac === expectation.persistentMac;
+    return attributeWriter({
+      ...expectation,
+      mac: link.mac,
+      msSinceCreation,
+      // Only evidence against udev needs it (one sysfs read, off the proven path).
+      addrAssignType: udevValue ? null : ports.addrAssignType(link),
+    });
   }
 
   /** What fight control does for this rewrite: correct (or adopt), or report the contest. */

@@ -14,6 +14,7 @@ import type { GuardClock, GuardMonitor } from './context';
 import { openStateFile } from './persistence';
 import { controlPorts, type GuardPorts } from './ports';
 import type { StateFile } from './state-file';
+import { UdevView } from '../udev/view';
 
 /** Dependencies a test may replace. */
 export interface GuardInternals {
@@ -26,6 +27,8 @@ export interface GuardInternals {
   stateFile?: StateFile;
   /** Why the state asked for is not kept (reported after `ready`). */
   stateProblem?: Error;
+  /** What udev does to MACs here, for naming writers; absent: writers are not proven. */
+  udev?: UdevView;
 }
 
 function currentInode(path: string): number | null {
@@ -100,7 +103,15 @@ export function openGuardParts(config: GuardConfig): GuardInternals {
       neighbourEvents: 'permanent',
     });
     const watchNetns = config.netns === null ? undefined : netnsWatcher(config.netns.path);
-    return { monitor, ports, ...(watchNetns ? { watchNetns } : {}), ...state };
+    // Read once at start, like the configuration; unreadable parts only weaken the evidence.
+    const udev = config.udevRoot === null ? undefined : UdevView.open(config.udevRoot);
+    return {
+      monitor,
+      ports,
+      ...(watchNetns ? { watchNetns } : {}),
+      ...(udev ? { udev } : {}),
+      ...state,
+    };
   } catch (error) {
     ports.close();
     throw error;

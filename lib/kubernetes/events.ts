@@ -17,7 +17,7 @@
  */
 import { EventEmitter } from 'node:events';
 
-import type { FlannelGuard, RewriteCause, RewriteEvent } from '../guard';
+import type { FlannelGuard, RewriteEvent } from '../guard';
 import {
   isKubernetesApiError,
   type KubeEvent,
@@ -424,16 +424,6 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
 
 // --- the guard's events --------------------------------------------------------------
 
-const CAUSES: Record<RewriteCause, string> = {
-  'udev-mac-policy':
-    'systemd-udevd applying MACAddressPolicy=persistent right after flannel created the device (a .link file matching flannel* with MACAddressPolicy=none prevents it)',
-  'external-write': 'a userspace write (ip link set address, another agent)',
-  'found-on-resync':
-    'a change made while the guard lost netlink notifications (found when it re-read the namespace)',
-  'found-at-start':
-    'a change made before the guard started (typically systemd-udevd MACAddressPolicy=persistent at device creation)',
-};
-
 export interface GuardEventOptions {
   /** The Node the Events are about (its uid may only be known once the Node was read). */
   involvedObject: () => InvolvedObject;
@@ -469,7 +459,7 @@ export function recordGuardEvents(
     record(
       'Warning',
       EVENT_REASONS.rewrite,
-      `${e.device} has MAC ${e.mac ?? 'none'}${was}; the other nodes use ${e.expected}. Likely cause: ${CAUSES[e.cause]}${e.dryRun ? '. Dry run: not corrected' : ''}`,
+      `${e.device} has MAC ${e.mac ?? 'none'}${was}; the other nodes use ${e.expected}. Written by ${e.writer}: ${e.detail}${e.dryRun ? '. Dry run: not corrected' : ''}`,
     );
   };
   const onRestored = (e: { device: string; mac: string; neighbours: number }): void => {

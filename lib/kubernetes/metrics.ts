@@ -72,7 +72,7 @@ export class GuardMetrics {
     const p = METRIC_PREFIX;
     this.#rewrites = new Counter({
       name: `${p}rewrites_total`,
-      help: 'MAC rewrites of a managed device seen by the guard, by likely cause',
+      help: 'MAC rewrites of a managed device seen by the guard, by writer (udev-persistent-policy, udev-static-mac, another-writer, unknown)',
       labelNames: ['device', 'cause'],
       registers,
     });
@@ -195,7 +195,7 @@ export class GuardMetrics {
     const on = {
       ready: () => this.#ready.set(1),
       rewrite: (e: RewriteEvent) =>
-        this.#rewrites.inc({ device: this.device(e.device), cause: e.cause }),
+        this.#rewrites.inc({ device: this.device(e.device), cause: e.writer }),
       restored: (e: { device: string; neighbours: number; latencyMs: number }) => {
         const device = this.device(e.device);
         this.#corrections.inc({ device });

@@ -20,14 +20,14 @@ import {
 import { arch, hostname, release } from 'node:os';
 import { dirname, join } from 'node:path';
 
-import { FsRoot } from '../../lib/doctor/fsroot';
+import { FsRoot } from '../../lib/core/fsroot';
 import {
   evaluateLinkFiles,
   loadLinkFiles,
   macEffect,
   type DeviceFacts,
   type HostFacts,
-} from '../../lib/doctor/link-files';
+} from '../../lib/udev/link-files';
 
 import { registerSyncCleanup, tempDirPrefix, type Netns } from './netns';
 import { prng } from './prng';

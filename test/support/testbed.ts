@@ -94,6 +94,14 @@ export class TestbedNode {
     return `198.18.${this.index}.2`;
   }
 
+  /**
+   * `--udev-root` for a guard of this node: its udevd's own root (private /run and
+   * machine-id), seen through /proc/PID/root. None without udev.
+   */
+  udevRootFlags(): string[] {
+    return this.udevd ? ['--udev-root', `/proc/${this.udevd.pid}/root`] : [];
+  }
+
   /** The VTEP's MAC right now. */
   async currentMac(): Promise<string> {
     return macOf(this.ns, VTEP);

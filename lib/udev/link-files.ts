@@ -8,9 +8,9 @@
  */
 import { posix } from 'node:path';
 
-import { fnmatch } from './glob';
-import { NETWORK_DIRS, type FsRoot } from './fsroot';
-import { parseSystemdIni, splitWords } from './ini';
+import { fnmatch } from '../core/glob';
+import { NETWORK_DIRS, type FsRoot } from '../core/fsroot';
+import { parseSystemdIni, splitWords } from '../core/ini';
 
 export type Tristate = 'yes' | 'no' | 'unknown';
 

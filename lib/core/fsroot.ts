@@ -4,10 +4,13 @@
  * priority replaces the others, and a file that is empty or a symlink to /dev/null masks the
  * name altogether.
  */
-import { lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, readlinkSync, statSync } from 'node:fs';
 import { isAbsolute, join, posix } from 'node:path';
 
-import { writeFileReplacing } from '../core/files';
+import { readRegularFile, writeFileReplacing } from './files';
+
+/** Bound of one configuration file's size (the largest .link or rules file is a few KiB). */
+const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
 /** Directories of systemd .link files, highest priority first (CONF_PATHS("systemd/network")). */
 export const NETWORK_DIRS = [
@@ -182,10 +185,14 @@ export class FsRoot {
     }
   }
 
-  readText(path: string): string | null {
+  /**
+   * A regular file's text (at most `maxBytes`), or null: missing, a loop of links, not a
+   * regular file (a FIFO there must not hang the read), too large.
+   */
+  readText(path: string, maxBytes = MAX_CONFIG_FILE_BYTES): string | null {
     try {
       const real = this.resolve(path);
-      return real === null ? null : readFileSync(real, 'utf8');
+      return real === null ? null : readRegularFile(real, maxBytes, 'file');
     } catch {
       return null;
     }

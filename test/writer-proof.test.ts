@@ -1,0 +1,141 @@
+/**
+ * Who rewrote the MAC, proven against the real systemd-udevd (its own machine-id, private /run):
+ * a guard in the same namespace names every rewrite udev makes `udev-persistent-policy`, with the
+ * `.link` file from udev's database or configuration, and never blames udev for an
+ * `ip link set address`, not even one writing udev's value for another device name or machine.
+ * Ground truth is udevd's own log ("Applying persistent MAC address") and the test's own writes.
+ * Seeded, bounded: ROUNDS device creations, each followed by foreign writes.
+ */
+import assert from 'node:assert/strict';
+
+import { FlannelGuard, type RewriteEvent } from '../lib/guard';
+import { udevPersistentMac } from '../lib/udev/persistent-mac';
+import { Netns, waitFor } from './support/netns';
+import { prng } from './support/prng';
+import { randomMachineId, Udevd } from './support/udevd';
+
+const ROUNDS = 110;
+const SEED = 0x14c0de;
+
+describe('rewrite attribution against the real systemd-udevd', function () {
+  this.timeout(240_000);
+  let ns: Netns;
+  let udevd: Udevd;
+  let guard: FlannelGuard | undefined;
+
+  before(async function () {
+    ns = await Netns.create('fgt-writer');
+    udevd = await Udevd.start(ns);
+  });
+
+  after(async function () {
+    guard?.close();
+    await udevd.stop().catch(() => undefined);
+    await ns.destroy();
+  });
+
+  it(`names every udev rewrite with proof and no ip link rewrite as udev's (${ROUNDS} devices)`, async function () {
+    const random = prng(SEED);
+    const randomMac = (): string =>
+      [
+        '02',
+        ...[...Array(5)].map(() =>
+          Math.floor(random() * 256)
+            .toString(16)
+            .padStart(2, '0'),
+        ),
+      ].join(':');
+    guard = await FlannelGuard.start({
+      netns: ns.path,
+      interfaces: ['flannel.*'],
+      offload: 'none',
+      udevRoot: `/proc/${udevd.pid}/root`,
+      // Every write here is the test's own, many to one device: none is a contest.
+      fight: { maxRewrites: 1000 },
+    });
+    const rewrites: RewriteEvent[] = [];
+    guard.on('rewrite', (event) => rewrites.push(event));
+    const errors: Error[] = [];
+    guard.on('error', (error) => errors.push(error));
+
+    const truth = { udev: 0, foreign: 0 };
+    const other = randomMachineId();
+    for (let round = 0; round < ROUNDS; round += 1) {
+      const name = `flannel.${1 + Math.floor(random() * 4000)}`;
+      const offset = udevd.logOffset();
+      const before = rewrites.length;
+      await ns.ip([
+        'link',
+        'add',
+        name,
+        'type',
+        'vxlan',
+        'id',
+        '1',
+        'dstport',
+        '8472',
+        'nolearning',
+      ]);
+      await udevd.waitForDeviceProcessed(name, offset);
+      const applied = new RegExp(
+        `^${name.replace('.', '\\.')}: Applying persistent MAC address: ([0-9a-f:]{17})`,
+        'm',
+      ).exec(udevd.log().slice(offset))?.[1];
+      assert.equal(applied, udevPersistentMac(udevd.machineId, name), 'udev wrote its own value');
+      truth.udev += 1;
+      await waitFor(() => rewrites.length > before, {
+        timeoutMs: 5000,
+        what: `${name}: udev's rewrite`,
+      });
+      // Foreign writes: a random MAC, udev's value for another name, udev's value on another machine.
+      const foreign = [
+        randomMac(),
+        udevPersistentMac(udevd.machineId, `${name}0`),
+        udevPersistentMac(other, name),
+      ];
+      const writes = round % 3 === 0 ? foreign : [foreign[round % 3] ?? randomMac()];
+      for (const mac of writes) {
+        const seen = rewrites.length;
+        await ns.ip(['link', 'set', name, 'address', mac]);
+        truth.foreign += 1;
+        await waitFor(() => rewrites.slice(seen).some((e) => e.mac === mac), {
+          timeoutMs: 5000,
+          what: `${name}: the write of ${mac}`,
+        });
+      }
+      await ns.ip(['link', 'del', name]);
+    }
+
+    const byWriter = (mac: (e: RewriteEvent) => boolean): Record<string, number> => {
+      const counts: Record<string, number> = {};
+      for (const e of rewrites.filter(mac)) counts[e.writer] = (counts[e.writer] ?? 0) + 1;
+      return counts;
+    };
+    const udevs = rewrites.filter((e) => e.mac === udevPersistentMac(udevd.machineId, e.device));
+    const foreigns = rewrites.filter((e) => e.mac !== udevPersistentMac(udevd.machineId, e.device));
+    // The counts for the closing note.
+    console.log(
+      `      attribution: udev ${udevs.length} of ${truth.udev} ${JSON.stringify(byWriter((e) => udevs.includes(e)))}, ip link ${foreigns.length} of ${truth.foreign} ${JSON.stringify(byWriter((e) => foreigns.includes(e)))}`,
+    );
+    assert.deepEqual(errors, []);
+    assert.equal(udevs.length, truth.udev);
+    assert.equal(foreigns.length, truth.foreign);
+    assert.deepEqual(
+      byWriter((e) => udevs.includes(e)),
+      { 'udev-persistent-policy': truth.udev },
+    );
+    assert.deepEqual(
+      byWriter((e) => foreigns.includes(e)),
+      { 'another-writer': truth.foreign },
+    );
+    const from: Record<string, number> = {};
+    for (const e of udevs)
+      from[String(e.evidence.linkFileFrom)] = (from[String(e.evidence.linkFileFrom)] ?? 0) + 1;
+    console.log(`      .link file evidence from: ${JSON.stringify(from)}`);
+    for (const e of udevs) {
+      assert.equal(e.evidence.persistentMac, e.mac);
+      assert.equal(e.evidence.linkFile, '/usr/lib/systemd/network/99-default.link');
+      assert.equal(e.evidence.policy, 'persistent');
+    }
+  });
+});
