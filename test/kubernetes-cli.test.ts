@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 
 import { backendDataKey } from '../lib/kubernetes/annotation';
-import { FakeApiServer } from './support/fake-apiserver';
+import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
 import { httpGet } from './support/loopback-http';
 import { Netns, tempDirPrefix, waitFor } from './support/netns';
 import {
@@ -117,6 +117,7 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
         /--kubeconfig \/nonexistent\/kubeconfig: no such file/,
       ],
       [['--node', 'Node_1', '--kubeconfig', kubeconfig], /not a valid Kubernetes name/],
+      [['--node-condition'], /--node-condition needs the Node/],
       [
         ['--kubeconfig', kubeconfig, '--node', 'node1', '--source-timeout', '0'],
         /--source-timeout 0: expected a whole number from 1 to 2147483647 \(ms\)/,
@@ -240,6 +241,27 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     assert.ok(
       lines.some((line) => / source: node node1 synced: flannel\.1=02:00:00:00:c1:02$/.test(line)),
       child.stdout,
+    );
+    child.child.kill('SIGINT');
+    assert.equal((await child.exited).code, 0);
+  });
+
+  it('--node-condition: FlannelVtepHealthy True once the device is back, with a line for the transition', async function () {
+    await ns.ip(['link', 'set', 'flannel.1', 'address', DEVICE_MAC]);
+    const child = watch(['--metrics-address', 'off', '--node-condition'], {
+      ...process.env,
+      NODE_NAME: 'node1',
+      KUBECONFIG: kubeconfig,
+    });
+    await child.waitForLine((line) =>
+      / condition: FlannelVtepHealthy=True VtepHealthy: /.test(line),
+    );
+    const conditions = (fake.node('node1').status as JsonObject).conditions as JsonObject[];
+    const healthy = conditions.find((c) => c.type === 'FlannelVtepHealthy');
+    assert.equal(healthy?.status, 'True', JSON.stringify(conditions));
+    assert.ok(conditions.some((c) => c.type === 'Ready'));
+    assert.ok(
+      fake.requests.some((q) => q.method === 'PATCH' && q.path === '/api/v1/nodes/node1/status'),
     );
     child.child.kill('SIGINT');
     assert.equal((await child.exited).code, 0);

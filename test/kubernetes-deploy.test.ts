@@ -55,20 +55,26 @@ interface Manifest extends JsonObject {
 
 interface Attributes {
   verb: string;
+  /** '' for core/v1. */
+  apiGroup: string;
   resource: string;
   namespace: string;
   name: string;
 }
 
 /**
- * The authorizer's view of a request to /api/v1, as kube-apiserver's
- * RequestInfoFactory derives it: a collection GET is list or (watch=true)
- * watch, and a metadata.name field selector names the one object.
+ * The authorizer's view of a request to /api/v1 or /apis/GROUP/VERSION, as kube-apiserver's
+ * RequestInfoFactory derives it: a collection GET is list or (watch=true) watch, a
+ * metadata.name field selector names the one object, a subresource is `resource/sub`.
  */
 function attributesOf(request: RequestRecord): Attributes {
-  const match = /^\/api\/v1(?:\/namespaces\/([^/]+))?\/([^/]+)(?:\/([^/]+))?$/.exec(request.path);
-  assert.ok(match?.[2], `not a core/v1 resource path: ${request.path}`);
-  let name = match[3] ?? '';
+  const match =
+    /^\/(?:api\/v1|apis\/([^/]+)\/[^/]+)(?:\/namespaces\/([^/]+))?\/([^/]+)(?:\/([^/]+))?(?:\/([^/]+))?$/.exec(
+      request.path,
+    );
+  assert.ok(match?.[3], `not a resource path: ${request.path}`);
+  let name = match[4] ?? '';
+  const resource = match[5] === undefined ? match[3] : `${match[3]}/${match[5]}`;
   const collection = name === '';
   const verbs: Record<string, string> = {
     GET: collection ? 'list' : 'get',
@@ -82,13 +88,13 @@ function attributesOf(request: RequestRecord): Attributes {
     if (['true', '1'].includes(request.query.watch ?? '')) verb = 'watch';
     name = /^metadata\.name=([^,]+)$/.exec(request.query.fieldSelector ?? '')?.[1] ?? '';
   }
-  return { verb, resource: match[2], namespace: match[1] ?? '', name };
+  return { verb, apiGroup: match[1] ?? '', resource, namespace: match[2] ?? '', name };
 }
 
 function allows(rules: PolicyRule[], attributes: Attributes): boolean {
   return rules.some(
     (rule) =>
-      rule.apiGroups.includes('') &&
+      rule.apiGroups.includes(attributes.apiGroup) &&
       (rule.resources.includes(attributes.resource) || rule.resources.includes('*')) &&
       (rule.verbs.includes(attributes.verb) || rule.verbs.includes('*')) &&
       (rule.resourceNames === undefined || rule.resourceNames.includes(attributes.name)),
@@ -147,6 +153,34 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
     manifests = ['rbac.yaml', 'daemonset.yaml'].flatMap(
       (file) => k8s.loadAllYaml(readFileSync(join(DEPLOY, file), 'utf8')) as Manifest[],
     );
+  });
+
+  it('RBAC for --node-condition: exactly patch nodes/status, granted only by its own file', async function () {
+    const k8s = await loadClientNode();
+    const extra = k8s.loadAllYaml(
+      readFileSync(join(DEPLOY, 'node-condition-rbac.yaml'), 'utf8'),
+    ) as Manifest[];
+    const role = extra.find((m) => m.kind === 'ClusterRole');
+    assert.deepEqual(role?.rules, [
+      { apiGroups: [''], resources: ['nodes/status'], verbs: ['patch'] },
+    ]);
+    const binding = extra.find((m) => m.kind === 'ClusterRoleBinding');
+    assert.deepEqual(binding?.subjects, byKind('ClusterRoleBinding').subjects);
+    // The request NodeConditionReporter makes (test/kubernetes.test.ts drives it).
+    const write = attributesOf({
+      method: 'PATCH',
+      path: '/api/v1/nodes/node1/status',
+      query: {},
+    } as unknown as RequestRecord);
+    assert.deepEqual(write, {
+      verb: 'patch',
+      apiGroup: '',
+      resource: 'nodes/status',
+      namespace: '',
+      name: 'node1',
+    });
+    assert.equal(allows(byKind('ClusterRole').rules as unknown as PolicyRule[], write), false);
+    assert.equal(allows(role?.rules as unknown as PolicyRule[], write), true);
   });
 
   it("the image's ENTRYPOINT runs node with the bin's interpreter flags", function () {
@@ -226,7 +260,7 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
     const role = byKind('Role');
     assert.equal((role.metadata as JsonObject).namespace, 'default');
     assert.deepEqual(role.rules, [
-      { apiGroups: [''], resources: ['events'], verbs: ['create', 'patch'] },
+      { apiGroups: ['events.k8s.io', ''], resources: ['events'], verbs: ['create', 'patch'] },
     ]);
     const account = byKind('ServiceAccount').metadata as JsonObject;
     for (const [binding, kind, role] of [
@@ -387,6 +421,7 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
       const watch = dump.requests.find((r) => r.query.watch === 'true');
       assert.deepEqual(attributesOf(watch as RequestRecord), {
         verb: 'watch',
+        apiGroup: '',
         resource: 'nodes',
         namespace: '',
         name: 'node1',

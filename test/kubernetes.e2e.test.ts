@@ -124,7 +124,8 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
   }
 
   function eventsOf(node: string): JsonObject[] {
-    return fake.events().filter((e) => (e.involvedObject as JsonObject).name === node);
+    // events.k8s.io/v1, as the guard writes them to an API server that has the group.
+    return fake.eventsV1().filter((e) => (e.regarding as JsonObject).name === node);
   }
 
   it('with the annotation as the source, corrects a rewrite that happened before it started', async function () {
@@ -173,25 +174,28 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
     assert.equal(rewritten?.reason, 'VtepMacRewritten');
     assert.equal(rewritten.type, 'Warning');
     assert.equal(
-      rewritten.message,
+      rewritten.note,
       `flannel.1 has MAC ${udevMacs.get('node1')}; the other nodes use ${n1.publishedMac}. Written by udev-persistent-policy: ${String(rewrites.get('node1')?.detail)}`,
     );
     assert.equal(restoredEvent?.reason, 'VtepMacRestored');
     assert.equal(restoredEvent.type, 'Normal');
     assert.equal(
-      restoredEvent.message,
+      restoredEvent.note,
       `flannel.1 MAC set back to ${n1.publishedMac} from ${udevMacs.get('node1')}; 1 permanent neighbour entries restored`,
     );
     for (const event of events) {
-      assert.deepEqual(event.involvedObject, {
+      assert.deepEqual(event.regarding, {
         kind: 'Node',
         apiVersion: 'v1',
         name: 'node1',
         uid,
       });
-      assert.deepEqual(event.source, { component: 'flannel-guard', host: 'node1' });
+      assert.deepEqual(
+        [event.reportingController, event.reportingInstance],
+        ['flannel-guard', 'node1'],
+      );
       assert.equal(metaOf(event).namespace, 'default');
-      assert.equal(event.count, 1);
+      assert.equal(event.series, undefined, 'each happened once');
     }
 
     // Metrics, health and readiness over loopback.
@@ -289,7 +293,7 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
     await waitFor(
       () =>
         eventsOf('node2').some(
-          (e) => e.reason === 'VtepMacRewritten' && String(e.message).includes('0e:12:34:56:78:9c'),
+          (e) => e.reason === 'VtepMacRewritten' && String(e.note).includes('0e:12:34:56:78:9c'),
         ),
       { timeoutMs: 30_000, what: 'the rewrite Event recorded after the outage' },
     );
@@ -375,10 +379,10 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
         { timeoutMs: 10_000, what: 'the adoption Events' },
       );
       const adoptedEvent = eventsOf('node2').find(
-        (e) => e.reason === 'VtepMacAdopted' && String(e.message).includes(second),
+        (e) => e.reason === 'VtepMacAdopted' && String(e.note).includes(second),
       );
       assert.match(
-        String(adoptedEvent?.message),
+        String(adoptedEvent?.note),
         new RegExp(
           `^flannel\\.1 keeps MAC ${second} instead of ${first}: ${V4.replace(/\./g, '\\.')} now publishes`,
         ),

@@ -35,7 +35,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { isSystemError } from '../lib/core/errors';
-import type { FlannelGuard, RewriteEvent } from '../lib/guard';
+import type { DeviceStatus, FlannelGuard, RewriteEvent } from '../lib/guard';
+import {
+  NodeConditionReporter,
+  vtepCondition,
+  type NodeConditionValue,
+} from '../lib/kubernetes/condition';
 import { attributeWriter } from '../lib/udev/writer';
 import {
   backendDataKey,
@@ -62,7 +67,11 @@ import {
   type WatchRestartEvent,
 } from '../lib/kubernetes/source';
 import { collectEvents, nextEvent } from './support/events';
-import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
+import {
+  FakeApiServer,
+  type FakeApiServerOptions,
+  type JsonObject,
+} from './support/fake-apiserver';
 import { httpGet as get } from './support/loopback-http';
 import { tempDirPrefix, waitFor } from './support/netns';
 import { parseExposition, valueOf } from './support/prometheus';
@@ -330,9 +339,11 @@ describe('Kubernetes', function () {
     let kubeconfig: string;
     let api: KubernetesApi;
     const sources: KubernetesMacSource[] = [];
+    /** What the next fake API server serves (a suite of an old cluster turns events.k8s.io off). */
+    let fakeOptions: FakeApiServerOptions = {};
 
     beforeEach(async function () {
-      fake = await FakeApiServer.start();
+      fake = await FakeApiServer.start(undefined, fakeOptions);
       dir = mkdtempSync(tempDirPrefix('kube'));
       kubeconfig = fake.writeKubeconfig(dir);
       fake.addNode({ name: 'node1', annotations: flannelAnnotations(MAC_A) });
@@ -659,7 +670,217 @@ describe('Kubernetes', function () {
       });
     });
 
-    describe('EventRecorder', function () {
+    describe('NodeConditionReporter', function () {
+      /** A guard that reports the devices a test sets, and emits what the test emits. */
+      function fakeGuard(): {
+        guard: FlannelGuard;
+        devices: DeviceStatus[];
+        emit: (name: string) => void;
+      } {
+        const devices: DeviceStatus[] = [];
+        const emitter = new EventEmitter();
+        const guard = Object.assign(emitter, { status: () => devices.map((d) => ({ ...d })) });
+        // The reporter reads status() on every event; what the event carries is not used.
+        return {
+          guard: guard as unknown as FlannelGuard,
+          devices,
+          emit: (name) => emitter.emit(name),
+        };
+      }
+      const device = (mac: string, contested = false): DeviceStatus => ({
+        name: 'flannel.1',
+        ifindex: 4,
+        mac,
+        desiredMac: MAC_A,
+        macSource: 'source',
+        addrAssignType: 3,
+        offloads: {},
+        neighbours: 2,
+        contested,
+      });
+      const condition = (): JsonObject | undefined =>
+        (((fake.node('node1').status as JsonObject).conditions ?? []) as JsonObject[]).find(
+          (c) => c.type === 'FlannelVtepHealthy',
+        );
+
+      it('True while healthy; False only for a drift that lasts or a contest; kubelet conditions kept', async function () {
+        const { guard, devices, emit } = fakeGuard();
+        devices.push(device(MAC_A));
+        const reporter = new NodeConditionReporter({ api, nodeName: 'node1', driftGraceMs: 100 });
+        const written: NodeConditionValue[] = [];
+        reporter.on('written', (e) => written.push(e.condition));
+        reporter.attach(guard);
+        await reporter.settled();
+        assert.deepEqual([condition()?.status, condition()?.reason], ['True', 'VtepHealthy']);
+        const conditions = (fake.node('node1').status as JsonObject).conditions as JsonObject[];
+        assert.ok(
+          conditions.some((c) => c.type === 'Ready'),
+          "kubelet's Ready stays",
+        );
+        const patch = fake.requests.find((q) => q.path === '/api/v1/nodes/node1/status');
+        assert.equal(patch?.contentType, 'application/strategic-merge-patch+json');
+
+        // A rewrite corrected at once never shows.
+        devices[0] = device(MAC_B);
+        emit('rewrite');
+        devices[0] = device(MAC_A);
+        emit('restored');
+        await reporter.settled();
+        assert.equal(written.length, 1);
+
+        // One that stays past the grace does.
+        devices[0] = device(MAC_B);
+        emit('rewrite');
+        await reporter.settled();
+        assert.equal(condition()?.status, 'True', 'not yet');
+        await waitFor(() => condition()?.status === 'False', { timeoutMs: 3000, what: 'False' });
+        assert.equal(condition()?.reason, 'VtepMacDrifted');
+        assert.match(String(condition()?.message), new RegExp(`flannel\\.1 has MAC ${MAC_B}`));
+        const transition = condition()?.lastTransitionTime;
+
+        devices[0] = device(MAC_B, true);
+        emit('contested');
+        await reporter.settled();
+        assert.equal(condition()?.reason, 'VtepContested');
+        assert.equal(condition()?.lastTransitionTime, transition, 'still False: no transition');
+
+        devices[0] = device(MAC_A);
+        emit('resumed');
+        await reporter.settled();
+        assert.deepEqual([condition()?.status, condition()?.reason], ['True', 'VtepHealthy']);
+        assert.deepEqual(
+          written.map((c) => c.reason),
+          ['VtepHealthy', 'VtepMacDrifted', 'VtepContested', 'VtepHealthy'],
+        );
+        reporter.close();
+      });
+
+      it('a failed write is written again with the next change', async function () {
+        const { guard, devices, emit } = fakeGuard();
+        devices.push(device(MAC_A));
+        const reporter = new NodeConditionReporter({ api, nodeName: 'node1', driftGraceMs: 0 });
+        const failed: string[] = [];
+        reporter.on('failed', (e) => failed.push(e.error));
+        fake.fail({ method: 'PATCH', path: /\/status$/ }, 403, 1);
+        reporter.attach(guard);
+        await reporter.settled();
+        assert.equal(failed.length, 1);
+        assert.match(failed[0] ?? '', /403/);
+        assert.equal(condition(), undefined);
+        emit('ready');
+        await reporter.settled();
+        assert.equal(condition()?.status, 'True', JSON.stringify(condition()));
+        reporter.close();
+      });
+
+      it('vtepCondition: contested wins over drifted; no device is healthy', function () {
+        const drifted = { ...device(MAC_B), name: 'flannel.2' };
+        assert.equal(
+          vtepCondition([drifted, device(MAC_A, true)], () => true).reason,
+          'VtepContested',
+        );
+        assert.equal(vtepCondition([drifted], () => true).reason, 'VtepMacDrifted');
+        assert.equal(vtepCondition([drifted], () => false).reason, 'VtepHealthy');
+        assert.match(vtepCondition([], () => true).message, /no VXLAN device/);
+      });
+    });
+
+    describe('EventRecorder: events.k8s.io/v1', function () {
+      const node = (): ReturnType<typeof nodeReference> =>
+        nodeReference('node1', (fake.node('node1').metadata as JsonObject).uid as string);
+
+      it("creates an events.k8s.io/v1 Event (the group's required fields, none of core's) and patches its series on a repeat", async function () {
+        const r = new EventRecorder({ api, host: 'node1', retryInitialMs: 20 });
+        const recorded: RecordedEvent[] = [];
+        r.on('recorded', (e) => recorded.push(e));
+        r.record(node(), 'Warning', EVENT_REASONS.rewrite, 'flannel.1 has MAC x');
+        assert.equal(await r.flush(5000), true);
+        assert.deepEqual(fake.events(), [], 'nothing through core/v1');
+        const [stored] = fake.eventsV1();
+        assert.ok(stored);
+        assert.equal(stored.apiVersion, 'events.k8s.io/v1');
+        assert.equal((stored.metadata as JsonObject).namespace, 'default');
+        assert.deepEqual(stored.regarding, {
+          kind: 'Node',
+          apiVersion: 'v1',
+          name: 'node1',
+          uid: (fake.node('node1').metadata as JsonObject).uid,
+        });
+        assert.equal(stored.note, 'flannel.1 has MAC x');
+        assert.equal(stored.reason, 'VtepMacRewritten');
+        assert.equal(stored.action, 'Detected');
+        assert.equal(stored.type, 'Warning');
+        assert.equal(stored.reportingController, 'flannel-guard');
+        assert.equal(stored.reportingInstance, 'node1');
+        assert.match(stored.eventTime as string, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+        for (const core of ['involvedObject', 'message', 'count', 'source', 'firstTimestamp']) {
+          assert.equal(stored[core], undefined, core);
+        }
+        assert.equal(stored.series, undefined, 'a first occurrence has no series');
+        assert.equal(recorded[0]?.stored.api, 'events.k8s.io/v1');
+
+        for (let i = 0; i < 2; i += 1) {
+          r.record(node(), 'Warning', EVENT_REASONS.rewrite, 'flannel.1 has MAC x');
+        }
+        await r.flush(5000);
+        assert.equal(fake.eventsV1().length, 1, 'the same Event');
+        const series = fake.eventsV1()[0]?.series as JsonObject;
+        assert.equal(series.count, 3);
+        assert.match(series.lastObservedTime as string, /\.\d{6}Z$/);
+        assert.equal(fake.eventsV1()[0]?.eventTime, stored.eventTime, 'eventTime stays the first');
+        const patch = fake.requests.filter((q) => q.method === 'PATCH').at(-1);
+        assert.match(
+          patch?.path ?? '',
+          /^\/apis\/events\.k8s\.io\/v1\/namespaces\/default\/events\//,
+        );
+        assert.equal(recorded.at(-1)?.action, 'patched');
+        r.close();
+      });
+
+      it('cuts a note to the 1 kB the group allows, on a character boundary', async function () {
+        const r = new EventRecorder({ api, host: 'node1', retryInitialMs: 20 });
+        const dropped: DroppedEvent[] = [];
+        r.on('dropped', (e) => dropped.push(e));
+        r.record(node(), 'Normal', EVENT_REASONS.restored, 'é'.repeat(1000));
+        assert.equal(await r.flush(5000), true);
+        assert.deepEqual(dropped, []);
+        const note = fake.eventsV1()[0]?.note as string;
+        assert.ok(Buffer.byteLength(note) <= 1024, `${Buffer.byteLength(note)} bytes`);
+        assert.match(note, /^é+\.\.\.$/);
+        r.close();
+      });
+    });
+
+    describe('EventRecorder: an API server without events.k8s.io/v1 (core/v1 Events)', function () {
+      before(function () {
+        fakeOptions = { eventsV1: false };
+      });
+      after(function () {
+        fakeOptions = {};
+      });
+
+      it('asks events.k8s.io/v1 once, then stays with core/v1', async function () {
+        const r = new EventRecorder({ api, host: 'node1', retryInitialMs: 20 });
+        const recorded: RecordedEvent[] = [];
+        r.on('recorded', (e) => recorded.push(e));
+        for (const reason of [
+          EVENT_REASONS.rewrite,
+          EVENT_REASONS.restored,
+          EVENT_REASONS.adopted,
+        ]) {
+          r.record(nodeReference('node1', 'uid'), 'Normal', reason, reason);
+        }
+        assert.equal(await r.flush(5000), true);
+        assert.equal(fake.events().length, 3);
+        assert.deepEqual(
+          recorded.map((e) => e.stored.api),
+          ['v1', 'v1', 'v1'],
+        );
+        const asked = fake.requests.filter((q) => q.path.startsWith('/apis/events.k8s.io/'));
+        assert.equal(asked.length, 1, JSON.stringify(asked.map((q) => q.path)));
+        r.close();
+      });
+
       function recorder(options: Partial<ConstructorParameters<typeof EventRecorder>[0]> = {}): {
         recorder: EventRecorder;
         recorded: RecordedEvent[];
@@ -787,7 +1008,8 @@ describe('Kubernetes', function () {
         assert.equal(dropped[0]?.reason, 'rejected');
         assert.match(dropped[0]?.error ?? '', /403/);
         const posts = fake.requests.filter((q) => q.method === 'POST').map((q) => q.status);
-        assert.deepEqual(posts.slice(0, 3), [503, 503, 201]);
+        // Retried through events.k8s.io/v1, which this server then answers 404: core/v1.
+        assert.deepEqual(posts.slice(0, 4), [503, 503, 404, 201]);
       });
 
       it("records the guard's rewrite, restored, adopted and contested events with both MACs and the cause", async function () {

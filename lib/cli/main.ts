@@ -39,6 +39,7 @@ import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec 
 import { DEFAULT_STATE_DIR } from '../guard/state-file';
 import { readStatus, type StatusReport } from './status';
 import { writeErr, writeOut } from './stdio';
+import { NODE_CONDITION_TYPE } from '../kubernetes/condition';
 import { detectCluster, type ClusterSettings } from '../kubernetes/cluster';
 import type { ListenAddress } from '../kubernetes/listen';
 import type { WatchServices } from '../kubernetes/watch';
@@ -72,6 +73,7 @@ interface WatchFlags extends CommonFlags {
   allowUserNamespace: boolean;
   stateDir: string;
   udevRoot: string;
+  nodeCondition: boolean;
 }
 
 function commonFlags(flags: Flags): CommonFlags {
@@ -103,6 +105,7 @@ function watchFlags(flags: Flags): WatchFlags {
     allowUserNamespace: flags.has('allow-user-namespace'),
     stateDir: flags.required('state-dir'),
     udevRoot: flags.required('udev-root'),
+    nodeCondition: flags.has('node-condition'),
   };
 }
 
@@ -380,6 +383,11 @@ async function startServices(
       );
     }
   }
+  if (flags.nodeCondition && !cluster) {
+    throw new UsageError(
+      '--node-condition needs the Node: --kubeconfig, or KUBECONFIG with --node or NODE_NAME, or a pod',
+    );
+  }
   if (!cluster && metricsAddress === 'off') return null;
   let stop = (): void => {};
   const interrupted = new Promise<void>((resolve) => {
@@ -395,6 +403,7 @@ async function startServices(
       metricsAddress,
       sourceTimeoutMs,
       dryRun: flags.dryRun,
+      nodeCondition: flags.nodeCondition,
       log: output.line,
       interrupted,
     });
@@ -619,6 +628,10 @@ const watchCommand: CommandSpec = {
       value: '<ms>',
       description: 'a contested device is corrected again after this long without a rewrite',
       default: String(DEFAULT_FIGHT_POLICY.quietMs),
+    },
+    {
+      name: 'node-condition',
+      description: `keep the Node condition ${NODE_CONDITION_TYPE} (False while a device stays drifted or is contested); needs patch on nodes/status`,
     },
     {
       name: 'strategy',

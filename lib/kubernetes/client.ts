@@ -1,8 +1,11 @@
 /**
  * The few Kubernetes API calls the guard makes, through @kubernetes/client-node:
  * its KubeConfig (in-cluster service account or a kubeconfig file, with every
- * authentication method it supports) and its typed CoreV1Api for reading and
- * patching the Node and creating and patching Events. Two things are ours:
+ * authentication method it supports), its typed CoreV1Api for reading and
+ * patching the Node (and its status, for the opt-in condition) and its
+ * EventsV1Api for Events (events.k8s.io/v1, what current controllers and
+ * `kubectl events` use; core/v1 Events only once the API server has answered
+ * that it lacks the group). Two things are ours:
  *
  * - the HTTP transport under CoreV1Api (client-node's default has no timeout
  *   and cannot be aborted): every request has a deadline and `close()` aborts
@@ -59,15 +62,13 @@ interface ObjectMetaLike {
 
 interface EventLike {
   metadata: ObjectMetaLike;
+  /** core/v1 */
   count?: number;
+  /** events.k8s.io/v1 */
+  series?: { count?: number };
 }
 
-interface CoreV1ApiLike {
-  readNode(param: { name: string }): Promise<{ metadata?: ObjectMetaLike }>;
-  patchNode(
-    param: { name: string; body: object; fieldManager?: string },
-    options?: unknown,
-  ): Promise<{ metadata?: ObjectMetaLike }>;
+interface EventApiLike {
   createNamespacedEvent(param: {
     namespace: string;
     body: object;
@@ -79,9 +80,22 @@ interface CoreV1ApiLike {
   ): Promise<EventLike>;
 }
 
+interface CoreV1ApiLike extends EventApiLike {
+  readNode(param: { name: string }): Promise<{ metadata?: ObjectMetaLike }>;
+  patchNode(
+    param: { name: string; body: object; fieldManager?: string },
+    options?: unknown,
+  ): Promise<{ metadata?: ObjectMetaLike }>;
+  patchNodeStatus(
+    param: { name: string; body: object; fieldManager?: string },
+    options?: unknown,
+  ): Promise<{ metadata?: ObjectMetaLike }>;
+}
+
 interface ClientNodeModule {
   KubeConfig: new () => KubeConfigLike;
   CoreV1Api: new (configuration: unknown) => CoreV1ApiLike;
+  EventsV1Api: new (configuration: unknown) => EventApiLike;
   ServerConfiguration: new (url: string, variables: Record<string, string>) => unknown;
   RequestContext: new (url: string, method: string) => RequestContextLike;
   ResponseContext: new (
@@ -129,7 +143,14 @@ export interface KubeNode {
   metadata: KubeObjectMeta;
 }
 
-/** A core/v1 Event, in the fields the guard writes. */
+/** The API an Event is stored through: events.k8s.io/v1, or core/v1 where the group is missing. */
+export type EventApi = 'events.k8s.io/v1' | 'v1';
+
+/**
+ * An Event as the recorder correlates it, in core/v1's fields; the client writes it through
+ * events.k8s.io/v1 (regarding, note, eventTime, reportingController, action, series) where
+ * the API server has that group.
+ */
 export interface KubeEvent {
   metadata: { name: string; namespace: string; resourceVersion?: string };
   involvedObject: {
@@ -148,6 +169,17 @@ export interface KubeEvent {
   source: { component: string; host: string };
   reportingComponent: string;
   reportingInstance: string;
+  /** events.k8s.io/v1 `action`: what the reporter did or saw ('Detected', 'Restored', ...). */
+  action: string;
+  /** events.k8s.io/v1 `eventTime`: the first occurrence, to the microsecond. */
+  eventTime: Date;
+}
+
+/** A repeat of a stored Event (kubelet's recorder patches instead of creating another). */
+export interface EventRepeat {
+  count: number;
+  lastTimestamp: Date;
+  message: string;
 }
 
 /** What the API server stored of an Event. */
@@ -156,6 +188,7 @@ export interface StoredEvent {
   namespace: string;
   resourceVersion: string | undefined;
   count: number;
+  api: EventApi;
 }
 
 /** One event of a watch stream: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR. */
@@ -193,9 +226,12 @@ export interface KubernetesApi {
   watchNode(name: string, options: WatchOptions, onEvent: (event: WatchEvent) => void): WatchStream;
   /** A JSON merge patch (RFC 7386) of the Node. */
   patchNode(name: string, patch: object): Promise<KubeNode>;
+  /** Through events.k8s.io/v1, or core/v1 once the server said it lacks that group. */
   createEvent(event: KubeEvent): Promise<StoredEvent>;
-  /** A strategic merge patch of an Event, as kubelet's recorder sends for repeats. */
-  patchEvent(namespace: string, name: string, patch: object): Promise<StoredEvent>;
+  /** A repeat, through the API that stored the Event (`series` or `count`). */
+  patchEvent(stored: StoredEvent, repeat: EventRepeat): Promise<StoredEvent>;
+  /** A strategic merge patch of the Node's status (conditions merge by `type`). */
+  patchNodeStatus(name: string, patch: object): Promise<KubeNode>;
   /** Aborts whatever is in flight; later calls reject. */
   close(): void;
 }
@@ -568,13 +604,68 @@ function objectMeta(meta: ObjectMetaLike | undefined, what: string): KubeObjectM
   return result;
 }
 
-function storedEvent(event: EventLike, namespace: string, what: string): StoredEvent {
+function storedEvent(
+  event: EventLike,
+  namespace: string,
+  api: EventApi,
+  what: string,
+): StoredEvent {
   const meta = objectMeta(event.metadata, what);
   return {
     name: meta.name,
     namespace: meta.namespace ?? namespace,
     resourceVersion: meta.resourceVersion,
-    count: event.count ?? 1,
+    count: (api === 'v1' ? event.count : event.series?.count) ?? 1,
+    api,
+  };
+}
+
+/** events.k8s.io/v1 limits `note` to 1 kB (NoteLengthLimit); cut on a character boundary. */
+export const EVENT_NOTE_LIMIT = 1024;
+
+function noteOf(message: string): string {
+  if (Buffer.byteLength(message) <= EVENT_NOTE_LIMIT) return message;
+  let note = message.slice(0, EVENT_NOTE_LIMIT);
+  while (Buffer.byteLength(note) > EVENT_NOTE_LIMIT - 3) note = note.slice(0, -1);
+  return `${note}...`;
+}
+
+/** A MicroTime as the API server parses it (RFC 3339 with exactly six fractional digits). */
+export function microTime(at: Date): string {
+  return at.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
+/** The events.k8s.io/v1 body of an Event (the deprecated core fields left unset, as required). */
+function eventsV1Body(event: KubeEvent): object {
+  return {
+    apiVersion: 'events.k8s.io/v1',
+    kind: 'Event',
+    metadata: { name: event.metadata.name, namespace: event.metadata.namespace },
+    eventTime: microTime(event.eventTime),
+    reportingController: event.reportingComponent,
+    reportingInstance: event.reportingInstance,
+    action: event.action,
+    reason: event.reason,
+    regarding: event.involvedObject,
+    note: noteOf(event.message),
+    type: event.type,
+  };
+}
+
+/** The core/v1 body: the recorder's Event without the events.k8s.io/v1-only fields. */
+function coreV1Body(event: KubeEvent): object {
+  return {
+    metadata: event.metadata,
+    involvedObject: event.involvedObject,
+    reason: event.reason,
+    message: event.message,
+    type: event.type,
+    count: event.count,
+    firstTimestamp: event.firstTimestamp,
+    lastTimestamp: event.lastTimestamp,
+    source: event.source,
+    reportingComponent: event.reportingComponent,
+    reportingInstance: event.reportingInstance,
   };
 }
 
@@ -584,6 +675,9 @@ class ClientNodeApi implements KubernetesApi {
   readonly #k8s: ClientNodeModule;
   readonly #config: KubeConfigLike;
   readonly #core: CoreV1ApiLike;
+  readonly #eventsV1: EventApiLike;
+  /** events.k8s.io/v1 until the server answers a create with 404 for the group. */
+  #eventApi: EventApi = 'events.k8s.io/v1';
   readonly #transport: Transport;
 
   constructor(
@@ -612,13 +706,13 @@ class ClientNodeApi implements KubernetesApi {
           ),
         ),
     };
-    this.#core = new k8s.CoreV1Api(
-      k8s.createConfiguration({
-        baseServer: new k8s.ServerConfiguration(this.server, {}),
-        authMethods: { default: config },
-        httpApi,
-      }),
-    );
+    const configuration = k8s.createConfiguration({
+      baseServer: new k8s.ServerConfiguration(this.server, {}),
+      authMethods: { default: config },
+      httpApi,
+    });
+    this.#core = new k8s.CoreV1Api(configuration);
+    this.#eventsV1 = new k8s.EventsV1Api(configuration);
   }
 
   async #call<T>(what: string, call: () => Promise<T>): Promise<T> {
@@ -707,25 +801,68 @@ class ClientNodeApi implements KubernetesApi {
 
   async createEvent(event: KubeEvent): Promise<StoredEvent> {
     const what = `create event ${event.metadata.name}`;
+    const { namespace } = event.metadata;
+    if (this.#eventApi === 'events.k8s.io/v1') {
+      try {
+        const created = await this.#call(what, () =>
+          this.#eventsV1.createNamespacedEvent({
+            namespace,
+            body: eventsV1Body(event),
+            fieldManager: FIELD_MANAGER,
+          }),
+        );
+        return storedEvent(created, namespace, 'events.k8s.io/v1', what);
+      } catch (error) {
+        // A cluster without the group (before 1.19, or with it turned off) answers 404 for the
+        // resource itself; a missing namespace would fail core/v1 the same way and be reported.
+        if (!(isKubernetesApiError(error) && error.statusCode === 404)) throw error;
+        this.#eventApi = 'v1';
+      }
+    }
     const created = await this.#call(what, () =>
       this.#core.createNamespacedEvent({
-        namespace: event.metadata.namespace,
-        body: event,
+        namespace,
+        body: coreV1Body(event),
         fieldManager: FIELD_MANAGER,
       }),
     );
-    return storedEvent(created, event.metadata.namespace, what);
+    return storedEvent(created, namespace, 'v1', what);
   }
 
-  async patchEvent(namespace: string, name: string, patch: object): Promise<StoredEvent> {
-    const what = `patch event ${name}`;
+  async patchEvent(stored: StoredEvent, repeat: EventRepeat): Promise<StoredEvent> {
+    const what = `patch event ${stored.name}`;
+    const { name, namespace, api } = stored;
+    const body =
+      api === 'v1'
+        ? {
+            count: repeat.count,
+            // metav1.Time: RFC 3339 to the second.
+            lastTimestamp: repeat.lastTimestamp.toISOString().replace(/\.\d{3}Z$/, 'Z'),
+            message: repeat.message,
+          }
+        : {
+            series: { count: repeat.count, lastObservedTime: microTime(repeat.lastTimestamp) },
+            note: noteOf(repeat.message),
+          };
+    const target = api === 'v1' ? this.#core : this.#eventsV1;
     const patched = await this.#call(what, () =>
-      this.#core.patchNamespacedEvent(
-        { name, namespace, body: patch, fieldManager: FIELD_MANAGER },
+      target.patchNamespacedEvent(
+        { name, namespace, body, fieldManager: FIELD_MANAGER },
         this.#k8s.setHeaderOptions('Content-Type', STRATEGIC_MERGE_PATCH),
       ),
     );
-    return storedEvent(patched, namespace, what);
+    return storedEvent(patched, namespace, api, what);
+  }
+
+  async patchNodeStatus(name: string, patch: object): Promise<KubeNode> {
+    const what = `patch node ${name} status`;
+    const node = await this.#call(what, () =>
+      this.#core.patchNodeStatus(
+        { name, body: patch, fieldManager: FIELD_MANAGER },
+        this.#k8s.setHeaderOptions('Content-Type', STRATEGIC_MERGE_PATCH),
+      ),
+    );
+    return { metadata: objectMeta(node.metadata, what) };
   }
 
   close(): void {

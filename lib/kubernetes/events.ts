@@ -2,12 +2,14 @@
  * Kubernetes Events on the guard's Node for what the guard does, recorded
  * the way kubelet's EventRecorder (client-go tools/record) records them:
  *
- * - core/v1 Events in the `default` namespace (a Node is cluster-scoped),
- *   named `<node>.<hex nanoseconds>`, with source, reportingComponent and
- *   reportingInstance set, count/firstTimestamp/lastTimestamp;
+ * - Events in the `default` namespace (a Node is cluster-scoped), named
+ *   `<node>.<hex nanoseconds>`, through events.k8s.io/v1 (regarding, note,
+ *   action, eventTime, reportingController/Instance) or, on an API server
+ *   without that group, core/v1 (involvedObject, source, count and times);
  * - a repeat of an identical event (same object, type, reason and message)
- *   patches the existing Event - count + 1, lastTimestamp - instead of
- *   creating another (strategic merge patch; a create again if it expired);
+ *   patches the existing Event - series {count, lastObservedTime}, or count and
+ *   lastTimestamp in core/v1 - instead of creating another (strategic merge
+ *   patch; a create again if it expired);
  * - more than 10 events differing only by message within 10 minutes are
  *   aggregated into one "(combined from similar events): ..." Event;
  * - a token bucket per object (burst 25, one more every 5 minutes) drops the
@@ -20,6 +22,7 @@ import { EventEmitter } from 'node:events';
 import type { FlannelGuard, RewriteEvent } from '../guard';
 import {
   isKubernetesApiError,
+  type EventApi,
   type KubeEvent,
   type KubernetesApi,
   type StoredEvent,
@@ -36,6 +39,15 @@ export const EVENT_REASONS = {
   contestedMac: 'VtepMacContested',
   contestedOffload: 'VtepOffloadContested',
 } as const;
+
+/** events.k8s.io/v1 `action` of each reason: what the guard saw or did (default: the reason). */
+const EVENT_ACTIONS: Readonly<Record<string, string>> = {
+  [EVENT_REASONS.rewrite]: 'Detected',
+  [EVENT_REASONS.restored]: 'Restored',
+  [EVENT_REASONS.adopted]: 'Adopted',
+  [EVENT_REASONS.contestedMac]: 'StoppedCorrecting',
+  [EVENT_REASONS.contestedOffload]: 'StoppedCorrecting',
+};
 
 export interface InvolvedObject {
   kind: string;
@@ -101,7 +113,10 @@ interface LoggedEvent {
   name: string;
   count: number;
   firstTimestamp: Date;
+  eventTime: Date;
   resourceVersion: string | undefined;
+  /** Where it is stored (a repeat patches it there); undefined until stored. */
+  api: EventApi | undefined;
 }
 
 interface AggregateRecord {
@@ -139,10 +154,6 @@ class LruCache<V> {
 /** metav1.Time: RFC 3339 to the second. */
 function toSeconds(ms: number): Date {
   return new Date(Math.floor(ms / 1000) * 1000);
-}
-
-function rfc3339(date: Date): string {
-  return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
 export class EventRecorder extends EventEmitter<EventRecorderEvents> {
@@ -253,22 +264,29 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
   async #deliver(pending: Pending): Promise<void> {
     const { event, key } = this.#aggregate(this.#makeEvent(pending));
     const logged = this.#logged.get(key);
-    let patch: Record<string, unknown> | undefined;
+    let repeatOf: StoredEvent | undefined;
     if (logged) {
       event.metadata.name = logged.name;
       event.firstTimestamp = logged.firstTimestamp;
+      event.eventTime = logged.eventTime;
       event.count = logged.count + 1;
-      patch = {
-        count: event.count,
-        lastTimestamp: rfc3339(event.lastTimestamp),
-        message: event.message,
-      };
+      if (logged.api) {
+        repeatOf = {
+          name: logged.name,
+          namespace: event.metadata.namespace,
+          resourceVersion: logged.resourceVersion,
+          count: logged.count,
+          api: logged.api,
+        };
+      }
     }
     this.#logged.set(key, {
       name: event.metadata.name,
       count: event.count,
       firstTimestamp: event.firstTimestamp,
+      eventTime: event.eventTime,
       resourceVersion: logged?.resourceVersion,
+      api: logged?.api,
     });
     if (!this.#allow(event)) {
       this.emit('dropped', { reason: 'spam', eventReason: event.reason, message: event.message });
@@ -286,13 +304,13 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
       try {
         let stored: StoredEvent | undefined;
         let action: RecordedEvent['action'] = 'created';
-        if (patch) {
+        if (repeatOf) {
           try {
-            stored = await this.#api.patchEvent(
-              event.metadata.namespace,
-              event.metadata.name,
-              patch,
-            );
+            stored = await this.#api.patchEvent(repeatOf, {
+              count: event.count,
+              lastTimestamp: event.lastTimestamp,
+              message: event.message,
+            });
             action = 'patched';
           } catch (error) {
             // Expired (Events live an hour by default): create it again.
@@ -304,7 +322,9 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
           name: stored.name,
           count: stored.count,
           firstTimestamp: event.firstTimestamp,
+          eventTime: event.eventTime,
           resourceVersion: stored.resourceVersion,
+          api: stored.api,
         });
         this.emit('recorded', { action, event, stored });
         return;
@@ -343,6 +363,8 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
       source: { component: this.component, host: this.host },
       reportingComponent: this.component,
       reportingInstance: this.host,
+      action: EVENT_ACTIONS[pending.reason] ?? pending.reason,
+      eventTime: new Date(pending.at),
     };
   }
 
@@ -400,6 +422,7 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
         count: 1,
         firstTimestamp: at,
         lastTimestamp: at,
+        eventTime: new Date(now),
       },
       key: aggregateKey,
     };

@@ -15,6 +15,8 @@ export {
 export type { AddressFamily, BackendDataReading } from './annotation';
 export { KubernetesApiError, createKubernetesClient, isKubernetesApiError } from './client';
 export type {
+  EventApi,
+  EventRepeat,
   KubeEvent,
   KubeNode,
   KubeObjectMeta,
@@ -28,6 +30,8 @@ export type {
   WatchStream,
 } from './client';
 export { SERVICE_ACCOUNT_TOKEN, detectCluster, validateNodeName } from './cluster';
+export { NODE_CONDITION_TYPE, NodeConditionReporter } from './condition';
+export type { NodeConditionEvents, NodeConditionOptions, NodeConditionValue } from './condition';
 export type { ClusterOptions, ClusterSettings } from './cluster';
 export {
   EVENT_COMPONENT,

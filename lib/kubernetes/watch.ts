@@ -12,6 +12,7 @@ import type { FlannelGuard } from '../guard';
 import { backendDataKey } from './annotation';
 import { createKubernetesClient, type KubernetesApi } from './client';
 import type { ClusterSettings } from './cluster';
+import { NODE_CONDITION_TYPE, NodeConditionReporter } from './condition';
 import { EventRecorder, nodeReference, recordGuardEvents } from './events';
 import { GuardMetrics } from './metrics';
 import type { ListenAddress } from './listen';
@@ -32,6 +33,8 @@ export interface WatchServicesOptions {
   sourceTimeoutMs: number;
   /** Dry run: no Events are written (the guard writes nothing either). */
   dryRun: boolean;
+  /** Keep the Node condition FlannelVtepHealthy (needs `patch nodes/status`). */
+  nodeCondition: boolean;
   log: LogLine;
   /** Resolves when the user asks to stop (a signal) while the services start. */
   interrupted: Promise<unknown>;
@@ -110,6 +113,7 @@ export class WatchServices {
   #api: KubernetesApi | undefined;
   #source: KubernetesMacSource | undefined;
   #recorder: EventRecorder | undefined;
+  #condition: NodeConditionReporter | undefined;
   #cluster: ClusterSettings | null;
   #closing: Promise<void> | undefined;
 
@@ -161,12 +165,14 @@ export class WatchServices {
         annotation: backendDataKey('ipv4', source.annotationPrefix),
       });
     }
+    this.#condition?.attach(guard);
   }
 
   /** Stops everything; the Events of the last moments get up to 2 s to be sent. Idempotent. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
       this.#source?.close();
+      this.#condition?.close();
       if (this.#recorder) {
         await this.#recorder.flush(2000);
         this.#recorder.close();
@@ -228,6 +234,28 @@ export class WatchServices {
         const why = e.error === undefined ? e.reason : `${e.reason}: ${e.error}`;
         options.log('kubernetes-event', 'warn', e, `event: ${e.eventReason} not recorded (${why})`);
       });
+      if (options.nodeCondition) {
+        const condition = new NodeConditionReporter({ api, nodeName: cluster.nodeName });
+        this.#condition = condition;
+        condition.on('written', (e) => {
+          if (!e.transition) return;
+          const { status, reason, message } = e.condition;
+          options.log(
+            'node-condition',
+            status === 'True' ? 'info' : 'warn',
+            e.condition,
+            `condition: ${NODE_CONDITION_TYPE}=${status} ${reason}: ${message}`,
+          );
+        });
+        condition.on('failed', (e) => {
+          options.log(
+            'node-condition',
+            'warn',
+            e,
+            `condition: ${NODE_CONDITION_TYPE} not written (${e.error})`,
+          );
+        });
+      }
     }
     return true;
   }

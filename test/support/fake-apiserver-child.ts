@@ -7,7 +7,8 @@
  * Starts FakeApiServer on 127.0.0.1 (of the namespace it runs in), adds the
  * Node, writes a kubeconfig into DIR and prints one JSON line
  * {"port":N,"kubeconfig":PATH}. On SIGTERM it prints one more JSON line with
- * everything it saw - {"requests":[...],"events":[...],"nodes":[...]} - and exits.
+ * everything it saw - {"requests":[...],"events":[...],"nodes":[...]} (events: both
+ * groups') - and exits.
  */
 import { FakeApiServer, type NodeSpec } from './fake-apiserver';
 
@@ -24,7 +25,7 @@ async function main(): Promise<void> {
   process.once('SIGTERM', () => {
     const dump = {
       requests: fake.requests,
-      events: fake.events(),
+      events: [...fake.eventsV1(), ...fake.events()],
       nodes: [fake.node(spec.name)],
     };
     process.stdout.write(`${JSON.stringify(dump)}\n`, () => {

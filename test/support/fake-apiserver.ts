@@ -20,7 +20,13 @@
  * - Events: POST /api/v1/namespaces/{ns}/events (201; the server sets uid,
  *   resourceVersion, creationTimestamp; a Node's Events must be in `default`;
  *   timestamps are stored to the second), PATCH of one (merge or strategic
- *   merge), GET of the list; 409 AlreadyExists, 404 NotFound.
+ *   merge), GET of the list; 409 AlreadyExists, 404 NotFound. The same under
+ *   /apis/events.k8s.io/v1 with that group's validation of a create
+ *   (eventTime, reportingController, reportingInstance, action, reason,
+ *   regarding, type, note of at most 1 kB; the deprecated core fields unset),
+ *   or, `eventsV1: false`, a 404 for the whole group as an old cluster.
+ * - Node status: PATCH /api/v1/nodes/{name}/status (strategic merge: the
+ *   conditions merge by `type`; nothing outside `status` changes).
  * - Bearer token authentication (401 with a Status otherwise), Status bodies
  *   for every error, resourceVersions from one increasing counter as etcd's.
  *
@@ -144,6 +150,12 @@ export function status(
   return body;
 }
 
+/** How a FakeApiServer behaves. */
+export interface FakeApiServerOptions {
+  /** Serve events.k8s.io/v1 (default); false answers 404 for the group, as an old cluster. */
+  eventsV1?: boolean;
+}
+
 /** metav1.Time: RFC 3339 to the second. */
 function timeOf(date: Date): string {
   return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
@@ -180,20 +192,26 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
   #compactedRv = 1000;
   readonly #nodes = new Map<string, JsonObject>();
   readonly #events = new Map<string, JsonObject>();
+  readonly #eventsV1 = new Map<string, JsonObject>();
+  readonly #hasEventsV1: boolean;
   readonly #history: HistoryEntry[] = [];
   readonly #watchers = new Set<Watcher>();
   readonly #sockets = new Set<Socket>();
   readonly #faults: Fault[] = [];
   #beforePatch: (() => void) | undefined;
 
-  private constructor(token: string) {
+  private constructor(token: string, options: FakeApiServerOptions) {
     super();
     this.token = token;
+    this.#hasEventsV1 = options.eventsV1 ?? true;
     this.#server = this.#createServer();
   }
 
-  static async start(token = 'fake-token-for-tests'): Promise<FakeApiServer> {
-    const server = new FakeApiServer(token);
+  static async start(
+    token = 'fake-token-for-tests',
+    options: FakeApiServerOptions = {},
+  ): Promise<FakeApiServer> {
+    const server = new FakeApiServer(token, options);
     await server.#listen(0);
     return server;
   }
@@ -358,9 +376,15 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
   /** Every stored Event goes away, as when their TTL (an hour by default) runs out. */
   expireEvents(): void {
     this.#events.clear();
+    this.#eventsV1.clear();
   }
 
   /** The stored Events, oldest first. */
+  /** events.k8s.io/v1 Events, as stored through that group. */
+  eventsV1(): JsonObject[] {
+    return [...this.#eventsV1.values()].map(clone);
+  }
+
   events(): JsonObject[] {
     return [...this.#events.values()].map(clone);
   }
@@ -552,6 +576,28 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
         return; // never answered
       }
       reply(fault.status, status(fault.status, `injected failure (${fault.status})`));
+      return;
+    }
+    const statusMatch = /^\/api\/v1\/nodes\/([^/]+)\/status$/.exec(url.pathname);
+    if (statusMatch && req.method === 'PATCH') {
+      this.#patchNodeStatus(decodeURIComponent(statusMatch[1] ?? ''), record, query, reply);
+      return;
+    }
+    const v1Match = /^\/apis\/events\.k8s\.io\/v1\/namespaces\/([^/]+)\/events(?:\/([^/]+))?$/.exec(
+      url.pathname,
+    );
+    if (v1Match && this.#hasEventsV1) {
+      const namespace = decodeURIComponent(v1Match[1] ?? '');
+      const name = v1Match[2] === undefined ? undefined : decodeURIComponent(v1Match[2]);
+      if (req.method === 'POST' && name === undefined) {
+        this.#createEventV1(namespace, record, query, reply);
+        return;
+      }
+      if (req.method === 'PATCH' && name !== undefined) {
+        this.#patchEventV1(namespace, name, record, reply);
+        return;
+      }
+      reply(405, status(405, `the server does not allow this method on the requested resource`));
       return;
     }
     const nodeMatch = /^\/api\/v1\/nodes(?:\/([^/]+))?$/.exec(url.pathname);
@@ -814,6 +860,173 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     ];
     this.#store(merged, 'MODIFIED');
     reply(200, this.node(name));
+  }
+
+  /** Strategic merge of the status: `conditions` merge by `type`, the rest as a merge patch. */
+  #patchNodeStatus(
+    name: string,
+    record: RequestRecord,
+    query: Record<string, string>,
+    reply: (code: number, body: JsonObject) => void,
+  ): void {
+    const patch = this.#patchable(record, reply);
+    if (!patch) return;
+    const current = this.#nodes.get(name);
+    if (!current) {
+      reply(404, notFound('nodes', name));
+      return;
+    }
+    const patchStatus = isObject(patch.status) ? patch.status : {};
+    const { conditions: patchConditions, ...rest } = patchStatus;
+    const merged = clone(current);
+    merged.status = mergePatch(merged.status, rest);
+    const conditions = [...(((merged.status as JsonObject).conditions ?? []) as JsonObject[])];
+    for (const condition of (Array.isArray(patchConditions) ? patchConditions : []) as Json[]) {
+      if (!isObject(condition) || typeof condition.type !== 'string') {
+        reply(
+          422,
+          status(422, `Node "${name}" is invalid: status.conditions: type required`, 'Invalid'),
+        );
+        return;
+      }
+      const at = conditions.findIndex((c) => c.type === condition.type);
+      if (at < 0) conditions.push(clone(condition));
+      else conditions[at] = mergePatch(conditions[at], condition) as JsonObject;
+    }
+    (merged.status as JsonObject).conditions = conditions;
+    const meta = merged.metadata as JsonObject;
+    const manager = query.fieldManager ?? 'unknown';
+    meta.managedFields = [
+      ...((meta.managedFields ?? []) as JsonObject[]).filter(
+        (m) => !(m.manager === manager && m.subresource === 'status'),
+      ),
+      {
+        manager,
+        operation: 'Update',
+        apiVersion: 'v1',
+        time: timeOf(new Date()),
+        fieldsType: 'FieldsV1',
+        fieldsV1: { 'f:status': { 'f:conditions': {} } },
+        subresource: 'status',
+      },
+    ];
+    this.#store(merged, 'MODIFIED');
+    reply(200, this.node(name));
+  }
+
+  // --- events.k8s.io/v1 ---------------------------------------------------------------
+
+  /** events.k8s.io/v1's create validation (ValidateEventCreate for that group). */
+  #invalidEventV1(event: JsonObject): string | null {
+    const micro = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+    const regarding = event.regarding;
+    const problems = [
+      typeof event.eventTime !== 'string' || !micro.test(event.eventTime)
+        ? 'eventTime: Required value (a MicroTime, six fractional digits)'
+        : null,
+      typeof event.reportingController !== 'string' ||
+      !/^([a-z0-9.-]+\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(event.reportingController)
+        ? 'reportingController: Invalid value (a qualified name)'
+        : null,
+      typeof event.reportingInstance !== 'string' ||
+      event.reportingInstance === '' ||
+      event.reportingInstance.length > 128
+        ? 'reportingInstance: Required value'
+        : null,
+      typeof event.action !== 'string' || event.action === '' || event.action.length > 128
+        ? 'action: Required value'
+        : null,
+      typeof event.reason !== 'string' || event.reason === '' || event.reason.length > 128
+        ? 'reason: Required value'
+        : null,
+      event.type !== 'Normal' && event.type !== 'Warning' ? 'type: Unsupported value' : null,
+      !isObject(regarding) || typeof regarding.kind !== 'string'
+        ? 'regarding: Required value'
+        : null,
+      typeof event.note === 'string' && Buffer.byteLength(event.note) > 1024
+        ? 'note: Too long: may not be longer than 1024'
+        : null,
+      ...[
+        'deprecatedSource',
+        'deprecatedFirstTimestamp',
+        'deprecatedLastTimestamp',
+        'deprecatedCount',
+      ]
+        .filter((field) => event[field] !== undefined && event[field] !== null)
+        .map((field) => `${field}: Invalid value: needs to be unset`),
+    ].filter((problem): problem is string => problem !== null);
+    return problems.length === 0 ? null : problems.join(', ');
+  }
+
+  #createEventV1(
+    namespace: string,
+    record: RequestRecord,
+    query: Record<string, string>,
+    reply: (code: number, body: JsonObject) => void,
+  ): void {
+    if (!isObject(record.body)) {
+      reply(400, status(400, 'the body is not an Event'));
+      return;
+    }
+    const event = clone(record.body);
+    const meta = (isObject(event.metadata) ? event.metadata : {}) as JsonObject;
+    event.metadata = meta;
+    const name = typeof meta.name === 'string' ? meta.name : '';
+    const invalid = name === '' ? 'metadata.name: Required value' : this.#invalidEventV1(event);
+    if (invalid !== null) {
+      reply(422, status(422, `Event.events.k8s.io "${name}" is invalid: ${invalid}`, 'Invalid'));
+      return;
+    }
+    const key = `${namespace}/${name}`;
+    if (this.#eventsV1.has(key)) {
+      reply(
+        409,
+        status(409, `events.events.k8s.io "${name}" already exists`, 'AlreadyExists', {
+          name,
+          kind: 'events',
+        }),
+      );
+      return;
+    }
+    this.#rv += 1;
+    meta.namespace = namespace;
+    meta.uid = randomUUID();
+    meta.resourceVersion = String(this.#rv);
+    meta.creationTimestamp = timeOf(new Date());
+    meta.managedFields = [
+      {
+        manager: query.fieldManager ?? 'unknown',
+        operation: 'Update',
+        apiVersion: 'events.k8s.io/v1',
+      },
+    ];
+    event.kind = 'Event';
+    event.apiVersion = 'events.k8s.io/v1';
+    this.#eventsV1.set(key, event);
+    this.emit('event', { type: 'ADDED', event: clone(event) });
+    reply(201, clone(event));
+  }
+
+  #patchEventV1(
+    namespace: string,
+    name: string,
+    record: RequestRecord,
+    reply: (code: number, body: JsonObject) => void,
+  ): void {
+    const patch = this.#patchable(record, reply);
+    if (!patch) return;
+    const key = `${namespace}/${name}`;
+    const current = this.#eventsV1.get(key);
+    if (!current) {
+      reply(404, notFound('events.events.k8s.io', name));
+      return;
+    }
+    const merged = mergePatch(current, patch) as JsonObject;
+    this.#rv += 1;
+    (merged.metadata as JsonObject).resourceVersion = String(this.#rv);
+    this.#eventsV1.set(key, merged);
+    this.emit('event', { type: 'MODIFIED', event: clone(merged) });
+    reply(200, clone(merged));
   }
 
   // --- events -------------------------------------------------------------------------
