@@ -14,13 +14,15 @@
         "native/arrival_watch.cc",
         "native/socket_filter.cc",
         "native/ethtool.cc",
+        "native/path_probe.cc",
         "native/addon/addon.cc",
         "native/addon/control_wrap.cc",
         "native/addon/convert.cc",
         "native/addon/errors.cc",
         "native/addon/items.cc",
         "native/addon/mirror_wrap.cc",
-        "native/addon/monitor_wrap.cc"
+        "native/addon/monitor_wrap.cc",
+        "native/addon/probe_wrap.cc"
       ],
       "include_dirs": ["native"],
       "defines": [

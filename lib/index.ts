@@ -63,12 +63,15 @@ export type {
   IgnoredEvent,
   MacSourceKind,
   OffloadEvent,
+  PathAnswer,
   ReleasedEvent,
   RestoredEvent,
   ResumedEvent,
   RewriteEvent,
   RewriteFound,
+  VerdictEvent,
 } from './guard';
+export type { AutoOffloadPolicy } from './guard/offload-auto';
 export { udevPersistentMac } from './udev/persistent-mac';
 export type { MacWriter, WriterEvidence } from './udev/writer';
 export { DEFAULT_FIGHT_POLICY } from './guard/fight';

@@ -45,10 +45,27 @@ Result<int> CreateBoundSocket() {
 }
 
 Result<int> CreateSocketIn(const NetnsTarget& target) {
-  if (target.path.empty()) return CreateBoundSocket();
-  Result<int> result = SysError(EINVAL, "setns", "not run");
+  Result<int> socket = SysError(EINVAL, "socket", "not run");
+  Result<Unit> entered = RunInNetns(target, [&] { socket = CreateBoundSocket(); });
+  if (!entered.ok()) return entered.error();
+  return socket;
+}
+
+template <typename T>
+bool SetOption(int fd, int level, int name, T value) {
+  return setsockopt(fd, level, name, &value, sizeof(value)) == 0;
+}
+
+}  // namespace
+
+Result<Unit> RunInNetns(const NetnsTarget& target, const std::function<void()>& work) {
+  if (target.path.empty()) {
+    work();
+    return Unit{};
+  }
+  Result<Unit> result = Unit{};
   // setns() moves only the calling thread; this one exists for that and ends.
-  std::thread opener([&] {
+  std::thread runner([&] {
     // Non-blocking: a FIFO at the path must not hang the open (and the
     // caller joining this thread). Then it must be a network namespace.
     const int ns = open(target.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -68,18 +85,11 @@ Result<int> CreateSocketIn(const NetnsTarget& target) {
       result = SysError(setnsErrno, "setns", "network namespace " + target.path);
       return;
     }
-    result = CreateBoundSocket();
+    work();
   });
-  opener.join();
+  runner.join();
   return result;
 }
-
-template <typename T>
-bool SetOption(int fd, int level, int name, T value) {
-  return setsockopt(fd, level, name, &value, sizeof(value)) == 0;
-}
-
-}  // namespace
 
 Result<uint64_t> NetnsInode(const NetnsTarget& target) {
   const std::string path = target.path.empty() ? "/proc/thread-self/ns/net" : target.path;

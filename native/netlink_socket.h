@@ -6,6 +6,7 @@
 #include <linux/filter.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,11 @@ inline constexpr int kDumpAttempts = 10;
 struct NetnsTarget {
   std::string path;  // "/run/netns/NAME", "/proc/PID/ns/net", or empty
 };
+
+// Runs `work` on a short-lived thread inside `target` (inline for the caller's
+// own namespace): sockets it creates live there; no thread of the process
+// changes namespace. Fails when the namespace cannot be entered (work not run).
+Result<Unit> RunInNetns(const NetnsTarget& target, const std::function<void()>& work);
 
 // Inode number of the network namespace at `path` (own namespace when empty).
 Result<uint64_t> NetnsInode(const NetnsTarget& target);

@@ -29,6 +29,7 @@ const UNIT_SUITES = [
   'fight-control',
   'cli-flags',
   'guard-policy',
+  'offload-auto',
   'state-file',
   'doctor-config',
   'udev-writer',

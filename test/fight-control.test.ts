@@ -33,6 +33,7 @@ function device(ifindex: number, name: string): ManagedDevice {
     vanishing: false,
     neighbours: new RestoreSet(),
     offloads: {},
+    offloadPolicy: null,
   };
 }
 

@@ -35,7 +35,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { isSystemError } from '../lib/core/errors';
-import type { DeviceStatus, FlannelGuard, RewriteEvent } from '../lib/guard';
+import type { DeviceStatus, FlannelGuard, RewriteEvent, VerdictEvent } from '../lib/guard';
 import {
   NodeConditionReporter,
   vtepCondition,
@@ -82,6 +82,24 @@ const MAC_A = '5e:89:db:49:c6:a4';
 const MAC_B = 'd6:02:e3:df:ea:7a';
 const MAC_C = '0e:12:34:56:78:9a';
 const MAC_V6 = '5e:89:db:49:c6:a6';
+
+/** An `--offload auto` verdict on flannel.1: measured broken and turned off, or healthy. */
+function verdictEvent(action: 'turned-off' | 'kept-on'): VerdictEvent {
+  const broken = action === 'turned-off';
+  return {
+    device: 'flannel.1',
+    ifindex: 4,
+    feature: 'tx-checksum-ip-generic',
+    verdict: broken ? 'broken' : 'healthy',
+    action,
+    active: !broken,
+    detail: broken ? '1 peer answered echo, UDP and TCP with it off' : '1 peer answered',
+    rounds: 4,
+    probes: 12,
+    msSinceStart: 6500,
+    evidence: [],
+  };
+}
 
 /** A rewrite event as the guard emits it, its writer named by the real attribution. */
 function rewriteEvent(
@@ -782,6 +800,17 @@ describe('Kubernetes', function () {
         assert.equal(vtepCondition([drifted], () => true).reason, 'VtepMacDrifted');
         assert.equal(vtepCondition([drifted], () => false).reason, 'VtepHealthy');
         assert.match(vtepCondition([], () => true).message, /no VXLAN device/);
+        const measured = { ...device(MAC_A), offloads: { 'tx-checksum-ip-generic': true } };
+        assert.equal(
+          vtepCondition([{ ...measured, offloadVerdict: 'broken' }], () => false).reason,
+          'VtepOffloadBroken',
+        );
+        const fixed = {
+          ...measured,
+          offloadVerdict: 'broken' as const,
+          offloads: { 'tx-checksum-ip-generic': false },
+        };
+        assert.equal(vtepCondition([fixed], () => false).reason, 'VtepHealthy');
       });
     });
 
@@ -834,6 +863,26 @@ describe('Kubernetes', function () {
           /^\/apis\/events\.k8s\.io\/v1\/namespaces\/default\/events\//,
         );
         assert.equal(recorded.at(-1)?.action, 'patched');
+        r.close();
+      });
+
+      it('records what --offload auto changed (VtepOffloadBroken with the measurement), not a verdict that changed nothing', async function () {
+        const r = new EventRecorder({ api, host: 'node1', retryInitialMs: 20 });
+        const guard = new EventEmitter() as unknown as FlannelGuard;
+        const stop = recordGuardEvents(guard, r, { involvedObject: node });
+        guard.emit('verdict', verdictEvent('kept-on'));
+        guard.emit('verdict', verdictEvent('turned-off'));
+        assert.equal(await r.flush(5000), true);
+        stop();
+        const events = fake.eventsV1();
+        assert.deepEqual(
+          events.map((e) => [e.reason, e.type, e.action]),
+          [['VtepOffloadBroken', 'Warning', 'DisabledOffload']],
+        );
+        assert.match(
+          String(events[0]?.note),
+          /tx-checksum-ip-generic turned off: .* \(4 probe rounds, 12 probes\)/,
+        );
         r.close();
       });
 
@@ -1125,6 +1174,7 @@ describe('Kubernetes', function () {
         });
         guard.emit('offload', { device: 'flannel.1', written: true, dryRun: false });
         guard.emit('contested', { device: 'flannel.1', what: 'mac' });
+        guard.emit('verdict', verdictEvent('turned-off'));
         guard.emit('overrun', { cause: 'ENOBUFS' });
         rewrite('flannel-v6.1');
         rewrite('flannel.2'); // past maxDevices: "other"
@@ -1146,6 +1196,15 @@ describe('Kubernetes', function () {
         assert.equal(v('flannel_guard_neighbour_restores_total', { device: 'flannel.1' }), 2);
         assert.equal(v('flannel_guard_offload_applications_total', { device: 'flannel.1' }), 1);
         assert.equal(v('flannel_guard_contested', { device: 'flannel.1', what: 'mac' }), 1);
+        assert.equal(
+          v('flannel_guard_offload_verdicts_total', {
+            device: 'flannel.1',
+            verdict: 'broken',
+            action: 'turned-off',
+          }),
+          1,
+        );
+        assert.equal(v('flannel_guard_offload_broken', { device: 'flannel.1' }), 1);
         assert.equal(v('flannel_guard_netlink_overruns_total'), 1);
         assert.equal(v('flannel_guard_ready'), 1);
         assert.equal(v('flannel_guard_managed_devices'), 2);

@@ -97,14 +97,18 @@ function kernelFeatureNames(netns: string | undefined): Set<string> {
 }
 
 /**
- * `--offload FEATURE=on|off` (repeatable) or `none`; undefined when not given.
- * Feature names are checked against the kernel's list, read in `netns`.
+ * `--offload FEATURE=on|off` (repeatable) or `none` (or, for `watch`, `auto`); undefined when
+ * not given. Feature names are checked against the kernel's list, read in `netns`.
  */
 export function parseOffloadFlags(
   values: readonly string[] | undefined,
   netns: string | undefined,
-): Record<string, boolean> | 'none' | undefined {
+): Record<string, boolean> | 'none' | 'auto' | undefined {
   if (!values) return undefined;
+  if (values.includes('auto')) {
+    if (values.length > 1) throw new UsageError('--offload auto cannot be combined with features');
+    return 'auto';
+  }
   if (values.includes('none')) {
     if (values.length > 1) throw new UsageError('--offload none cannot be combined with features');
     return 'none';

@@ -160,6 +160,8 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
     const side = e.sideEffects.map((s) => `${s.name} ${onOff(s.before)}->${onOff(s.after)}`);
     return `offload: ${e.device} ${states.join(' ')}${e.written ? '' : ' (not written)'} [${e.reason}]${side.length > 0 ? `; also changed: ${side.join(', ')}` : ''}`;
   },
+  verdict: (e) =>
+    `verdict: ${e.device} ${e.feature} ${e.verdict}, ${e.action} (${e.rounds} rounds, ${e.probes} probes, ${e.msSinceStart.toFixed(0)} ms): ${e.detail}`,
   contested: (e) => `contested: ${e.detail}`,
   resumed: (e) => `resumed: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`}`,
   released: (e) => `released: ${e.device} (ifindex ${e.ifindex}) ${e.reason}`,
@@ -188,6 +190,7 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
   restored: 'info',
   adopted: 'info',
   offload: 'info',
+  verdict: 'info',
   contested: 'warn',
   resumed: 'info',
   released: 'info',
@@ -485,6 +488,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     'restored',
     'adopted',
     'offload',
+    'verdict',
     'contested',
     'resumed',
     'released',
@@ -517,8 +521,10 @@ async function watch(flags: WatchFlags): Promise<number> {
 }
 
 async function status(flags: CommonFlags): Promise<number> {
-  const options = commonOptions(flags);
-  const report = await readStatus(options);
+  const { offload, ...options } = commonOptions(flags);
+  if (offload === 'auto')
+    throw new UsageError('--offload auto: only watch measures; status shows a fixed policy');
+  const report = await readStatus(offload === undefined ? options : { ...options, offload });
   writeOut(flags.json ? `${JSON.stringify(report)}\n` : formatStatus(report));
   return 0;
 }
@@ -557,7 +563,9 @@ function formatStatus(report: StatusReport): string {
 const deviceFlags = [
   ifaceFlag('manage'),
   macFlag('desired MAC of a device, repeatable (default: none)'),
-  offloadFlag('leaves offloads alone'),
+  offloadFlag(
+    "leaves offloads alone; 'auto' (watch) turns tx-checksum-ip-generic off only where probes show it broken",
+  ),
   netnsFlag,
 ];
 

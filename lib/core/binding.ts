@@ -351,6 +351,26 @@ export interface RawBinding {
   netnsInode(path?: string): number;
   /** A write that never blocks (RWF_NOWAIT): bytes written, or a negative errno (-EAGAIN, -EOPNOTSUPP). */
   writeNoWait(fd: number, bytes: Buffer): number;
+  /**
+   * One ICMP echo, UDP datagram and TCP SYN to each address (at most 64) through `device`, on
+   * the thread pool; what answered within `timeoutMs` (native/path_probe.h).
+   */
+  probePaths(options: RawProbeOptions, addresses: readonly string[]): Promise<RawPathAnswer[]>;
+}
+
+export interface RawProbeOptions extends RawNetnsOptions {
+  device: string;
+  timeoutMs: number;
+  udpPort: number;
+  tcpPort: number;
+  echoId: number;
+}
+
+export interface RawPathAnswer {
+  address: string;
+  echo: boolean;
+  udp: boolean;
+  tcp: boolean;
 }
 
 /** The package's root: build/ and prebuilds/ are there. */

@@ -13,6 +13,8 @@ import type { FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
 import { compileInterfaceGlob } from '../core/validate';
 import { FsRoot } from '../core/fsroot';
 import { UdevView } from '../udev/view';
+import type { PathAnswer } from '../guard/events';
+import { judgePaths } from '../guard/offload-auto';
 import { attributeWriter, type WriterAttribution } from '../udev/writer';
 import {
   compareVersions,
@@ -39,6 +41,7 @@ export const CHECK_IDS = [
   'addr-assign-type',
   'neighbours',
   'offload',
+  'offload-probe',
   'underlay-driver',
   'random-fully',
   'vxlan-port',
@@ -909,6 +912,82 @@ export async function checkVxlanPort(
 }
 
 /** Runs every check on gathered state. */
+/** Peers probed by the doctor: a sample as small as the guard's. */
+const PROBED_PEERS = 8;
+
+/**
+ * Measures what the offload check can only infer: one round of `--offload auto`'s probes to the
+ * device's peers (its permanent ARP entries) with the offload as it is. Echo answered but UDP
+ * and TCP silent on every peer: the checksums do not arrive (fail); all answered (ok).
+ */
+export async function checkOffloadProbe(
+  gathered: Gathered,
+  device: DeviceState,
+): Promise<CheckResult> {
+  const { link } = device;
+  const base = { id: 'offload-probe' as const, device: link.name };
+  const peers = [
+    ...new Set(
+      device.neighbours
+        .filter((n) => n.family === 'inet' && n.permanent)
+        .flatMap((n) => (n.destination === null ? [] : [n.destination])),
+    ),
+  ].slice(0, PROBED_PEERS);
+  const state = device.features?.find((f) => f.name === 'tx-checksum-ip-generic')?.active;
+  const offload = `tx-checksum-ip-generic ${state === undefined ? 'unknown' : state ? 'on' : 'off'}`;
+  if (link.kind !== 'vxlan' || peers.length === 0) {
+    return {
+      ...base,
+      verdict: 'ok',
+      summary: `${link.name}: no peer VTEP to probe (no permanent ARP entry)`,
+      evidence: [offload],
+      fix: null,
+    };
+  }
+  let answers: PathAnswer[];
+  try {
+    answers = await gathered.probe.probePaths(link.name, peers);
+  } catch (error) {
+    return {
+      ...base,
+      verdict: 'warn',
+      summary: `${link.name}: the paths could not be probed (${(error as Error).message})`,
+      evidence: [offload],
+      fix: 'Run the doctor with CAP_NET_RAW (a raw ICMP socket sends the echo).',
+    };
+  }
+  const judged = judgePaths(answers);
+  const evidence = [
+    offload,
+    ...answers.map(
+      (a) =>
+        `${a.address}: echo ${a.echo ? 'yes' : 'no'}, udp ${a.udp ? 'yes' : 'no'}, tcp ${a.tcp ? 'yes' : 'no'}`,
+    ),
+  ];
+  if (judged.verdict === 'broken') {
+    return {
+      ...base,
+      verdict: 'fail',
+      summary: `${link.name}: ${judged.why} with ${offload}: checksums left to the NIC arrive unfinished (TCP and UDP between nodes fail, ping works)`,
+      evidence,
+      fix:
+        state === true
+          ? 'Turn tx-checksum-ip-generic off (flannel-guard doctor --fix, or watch --offload auto to measure and fix it on every node).'
+          : 'The offload is already off here: look for a filter on UDP and TCP between the nodes.',
+    };
+  }
+  return {
+    ...base,
+    verdict: judged.verdict === 'healthy' ? 'ok' : 'warn',
+    summary: `${link.name}: ${judged.why} with ${offload}`,
+    evidence,
+    fix:
+      judged.verdict === 'healthy'
+        ? null
+        : 'Check that the peers are up and that nothing filters ICMP, UDP or TCP between the nodes.',
+  };
+}
+
 export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
   for (const subject of gathered.subjects) {
@@ -931,6 +1010,7 @@ export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
     results.push(checkAddrAssignType(device));
     results.push(checkNeighbours(device, gathered.peersGiven));
     results.push(checkOffload(device, gathered.offload));
+    results.push(await checkOffloadProbe(gathered, device));
     if (device.link.kind !== 'vxlan') continue;
     results.push(await checkUnderlayDriver(gathered, device));
     results.push(await checkRandomFully(gathered, device));

@@ -66,6 +66,11 @@ function options(flags: Flags): DoctorOptions {
   ];
   if (peers.length > 0) result.peers = peers;
   const offload = parseOffloadFlags(flags.list('offload'), netns);
+  if (offload === 'auto') {
+    throw new UsageError(
+      '--offload auto: the doctor probes the paths in its offload-probe check; give a fixed policy or none',
+    );
+  }
   if (offload !== undefined) result.offload = offload;
   return result;
 }

@@ -8,7 +8,9 @@ import { execFile } from 'node:child_process';
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { release } from 'node:os';
 
+import { binding } from '../core/binding';
 import { getDriverInfo } from '../core/oneshot';
+import type { PathAnswer } from '../guard/events';
 import type { DriverInfo } from '../core/types';
 import { resolveNetnsPath } from '../core/validate';
 import type { FsRoot } from '../core/fsroot';
@@ -46,6 +48,8 @@ export interface SystemProbe {
   addrAssignType(ifname: string, ifindex: number): Promise<number | null>;
   /** The interface that has `address`, or null. */
   interfaceWithAddress(address: string): Promise<string | null>;
+  /** One round of path probes through `device` (native/path_probe.h). */
+  probePaths(device: string, addresses: readonly string[]): Promise<PathAnswer[]>;
 }
 
 interface RunResult {
@@ -117,6 +121,10 @@ export interface ProbeOptions {
 }
 
 /** The probes of the running system, for `netns` (the process's own when undefined). */
+/** A round's wait for answers, and a closed port in traceroute's range. */
+const PROBE_TIMEOUT_MS = 1_000;
+const PROBE_PORT = 33_434;
+
 export function systemProbe(options: ProbeOptions): SystemProbe {
   const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
   const inNetns = (argv: readonly string[]): string[] =>
@@ -226,6 +234,19 @@ export function systemProbe(options: ProbeOptions): SystemProbe {
       if (files.get(`${base}/ifindex`)?.trim() !== String(ifindex)) return null;
       const value = Number(files.get(`${base}/addr_assign_type`)?.trim());
       return Number.isInteger(value) ? value : null;
+    },
+    probePaths(device, addresses) {
+      return binding.probePaths(
+        {
+          ...(netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns }),
+          device,
+          timeoutMs: PROBE_TIMEOUT_MS,
+          udpPort: PROBE_PORT,
+          tcpPort: PROBE_PORT,
+          echoId: process.pid & 0xffff,
+        },
+        addresses,
+      );
     },
     async interfaceWithAddress(address) {
       const result = await run(inNetns(['ip', '-j', 'address', 'show', 'to', address]));

@@ -14,6 +14,7 @@ import {
   type InterfaceGlob,
   type NetnsTarget,
 } from '../core/validate';
+import { DEFAULT_AUTO_OFFLOAD, type AutoOffloadPolicy } from './offload-auto';
 
 export interface FlannelGuardOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
@@ -40,8 +41,13 @@ export interface FlannelGuardOptions {
    * other nodes follow. Either way the flushed neighbour entries are restored.
    */
   strategy?: 'revert' | 'adopt';
-  /** Offload features to enforce (default tx-checksum-ip-generic off); 'none' leaves them alone. */
-  offload?: Readonly<Record<string, boolean>> | 'none';
+  /**
+   * Offload features to enforce (default tx-checksum-ip-generic off); 'none' leaves them alone;
+   * 'auto' turns tx-checksum-ip-generic off only on a device where probes show it broken.
+   */
+  offload?: Readonly<Record<string, boolean>> | 'none' | 'auto';
+  /** `offload: 'auto'`'s probing (rounds, confirmation, sample, re-check period). */
+  autoOffload?: Partial<AutoOffloadPolicy>;
   /** Report what would be done, never write. */
   dryRun?: boolean;
   /** Backoff and contested-state thresholds. */
@@ -88,8 +94,10 @@ export interface GuardConfig {
   readonly source: DesiredMacSource | undefined;
   readonly pinFirstSeen: boolean;
   readonly strategy: 'revert' | 'adopt';
-  /** null: offloads left alone. */
+  /** null: no fixed policy (offloads left alone, or measured: `autoOffload`). */
   readonly offload: Readonly<Record<string, boolean>> | null;
+  /** `--offload auto`: the probing; null otherwise. */
+  readonly autoOffload: AutoOffloadPolicy | null;
   readonly fight: Readonly<FightPolicy>;
   readonly dryRun: boolean;
   readonly kernelFilter: boolean;
@@ -118,8 +126,12 @@ export function guardConfig(options: FlannelGuardOptions = {}): GuardConfig {
     source: options.source,
     pinFirstSeen: (options.pin ?? 'first-seen') === 'first-seen',
     strategy,
+    autoOffload:
+      options.offload === 'auto'
+        ? Object.freeze({ ...DEFAULT_AUTO_OFFLOAD, ...options.autoOffload })
+        : null,
     offload:
-      options.offload === 'none'
+      options.offload === 'none' || options.offload === 'auto'
         ? null
         : options.offload === undefined
           ? DEFAULT_OFFLOAD

@@ -73,6 +73,8 @@ export interface ManagedDevice {
   neighbours: RestoreSet;
   /** Last known active state of each policy feature. */
   offloads: Record<string, boolean | null>;
+  /** What `--offload auto` measured this device needs (null: nothing, or not measured). */
+  offloadPolicy: Readonly<Record<string, boolean>> | null;
 }
 
 export interface DesiredMac {

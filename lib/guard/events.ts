@@ -20,6 +20,8 @@ export interface DeviceStatus {
   /** Permanent neighbour entries the guard keeps for this device. */
   neighbours: number;
   contested: boolean;
+  /** `--offload auto`: the device's last verdict (null: none yet). */
+  offloadVerdict?: VerdictEvent['verdict'] | null;
 }
 
 export interface GuardReadyEvent {
@@ -72,8 +74,40 @@ export interface RestoredEvent {
 export interface OffloadEvent extends FeatureSetResult {
   device: string;
   ifindex: number;
-  reason: 'created' | 'start' | 'managed' | 'drift' | 'resync';
+  /** 'probe': `--offload auto` set it after measuring (see `verdict`). */
+  reason: 'created' | 'start' | 'managed' | 'drift' | 'resync' | 'probe';
   dryRun: boolean;
+}
+
+/** One peer's answers in a probe round. */
+export interface PathAnswer {
+  address: string;
+  /** ICMP echo reply (its checksum is software's: the path works). */
+  echo: boolean;
+  /** ICMP port unreachable for the UDP datagram: its checksum arrived right. */
+  udp: boolean;
+  /** RST for the SYN: its checksum arrived right. */
+  tcp: boolean;
+}
+
+/** `--offload auto`'s measured verdict on a device's TX checksum offload. */
+export interface VerdictEvent {
+  device: string;
+  ifindex: number;
+  feature: string;
+  /** broken: off made UDP and TCP answer; healthy: they answer as it is; else inconclusive. */
+  verdict: 'healthy' | 'broken' | 'inconclusive';
+  /** What the guard did: turned it off (and keeps it off), turned it back on, or left it. */
+  action: 'turned-off' | 'restored-on' | 'kept-on' | 'kept-off';
+  /** The feature's state now (null: unread). */
+  active: boolean | null;
+  detail: string;
+  /** Probe rounds and probes (3 per peer per round) since the device was taken on. */
+  rounds: number;
+  probes: number;
+  msSinceStart: number;
+  /** The last rounds: the feature's state during each, and every peer's answers. */
+  evidence: { offload: boolean; answers: PathAnswer[] }[];
 }
 
 export interface AdoptedEvent {
@@ -167,6 +201,7 @@ export interface FlannelGuardEvents {
   restored: [RestoredEvent];
   adopted: [AdoptedEvent];
   offload: [OffloadEvent];
+  verdict: [VerdictEvent];
   contested: [ContestedEvent];
   resumed: [ResumedEvent];
   released: [ReleasedEvent];

@@ -44,6 +44,7 @@ import {
 import { FightController } from './fight-control';
 import { MacCorrection } from './mac';
 import { OffloadEnforcement } from './offload';
+import { OffloadAuto } from './offload-auto';
 import { openGuardParts, type GuardInternals } from './parts';
 import { DeviceStateStore } from './persistence';
 import type { GuardPorts } from './ports';
@@ -59,6 +60,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly #devices: DeviceTable;
   readonly #mac: MacCorrection;
   readonly #offload: OffloadEnforcement;
+  readonly #autoOffload: OffloadAuto | undefined;
   readonly #state: DeviceStateStore;
   readonly #counters: GuardCounters = zeroCounters();
   #unsubscribeSource: (() => void) | undefined;
@@ -141,6 +143,15 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     };
     this.#mac = new MacCorrection(context);
     this.#offload = new OffloadEnforcement(context);
+    this.#autoOffload =
+      config.autoOffload === null
+        ? undefined
+        : new OffloadAuto(
+            context,
+            this.#offload,
+            config.autoOffload,
+            internals.random ?? Math.random,
+          );
     this.#state = new DeviceStateStore({
       file: internals.stateFile,
       clock: this.#clock,
@@ -210,6 +221,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     if (this.#closed) return;
     this.#closed = true;
     for (const device of this.#devices.values()) this.#fight.cancelTimers(device);
+    this.#autoOffload?.close();
     this.#state.flush();
     this.#unsubscribeSource?.();
     this.#unwatchNetns?.();
@@ -402,6 +414,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       vanishing: false,
       neighbours: RestoreSet.of(this.#monitor.restoreEntries(link.ifindex)),
       offloads: {},
+      offloadPolicy: null,
     };
     this.#devices.add(device);
     if (this.#started) {
@@ -423,6 +436,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   /** Applies the offload policy and, when a source disagrees with the device already, the MAC. */
   #enforce(device: ManagedDevice, reason: OffloadEvent['reason'], at: number): void {
     this.#offload.check(device, reason);
+    this.#autoOffload?.start(device, at);
     const link = this.#devices.currentLink(device);
     const desired = this.#devices.desiredMac(device);
     if (link && desired && link.mac !== desired.mac) {
@@ -433,6 +447,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
     this.#monitor.disarm?.(device.ifindex);
     this.#fight.release(device);
+    this.#autoOffload?.release(device);
     this.#devices.delete(device);
     this.#updateFilter();
     this.#scheduleSave();
@@ -459,6 +474,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     };
     if (desired?.kind === 'source' && this.#config.source)
       status.sourceName = this.#config.source.name;
+    if (this.#autoOffload) status.offloadVerdict = this.#autoOffload.verdictOf(device);
     return status;
   }
 }

@@ -25,8 +25,8 @@ export class OffloadEnforcement {
 
   /** Reads the policy features' state into the device; null when the device vanished. */
   read(device: ManagedDevice): Map<string, boolean> | null {
-    const { config, counters, devices, ports } = this.#ctx;
-    const policy = config.offload;
+    const { counters, devices, ports } = this.#ctx;
+    const policy = this.#policyOf(device);
     if (!policy) return new Map();
     counters.offloadChecks += 1;
     const active = devices.attempt(
@@ -41,7 +41,7 @@ export class OffloadEnforcement {
   /** Brings the device's features to the policy; `drift`: a features notification. */
   check(device: ManagedDevice, reason: OffloadReason): void {
     const { config, counters, fight } = this.#ctx;
-    const policy = config.offload;
+    const policy = this.#policyOf(device);
     if (!policy || device.vanishing) return;
     const before = { ...device.offloads };
     const active = this.read(device);
@@ -75,7 +75,7 @@ export class OffloadEnforcement {
       }
       fight.act(key, fight.record(key), {
         correct: () => {
-          this.#apply(device, { [name]: wanted }, 'drift');
+          this.apply(device, { [name]: wanted }, 'drift');
         },
         contested: (rewrites) => ({
           what: 'offload',
@@ -102,10 +102,16 @@ export class OffloadEnforcement {
       });
       return;
     }
-    this.#apply(device, drifted, reason);
+    this.apply(device, drifted, reason);
   }
 
-  #apply(device: ManagedDevice, wanted: Record<string, boolean>, reason: OffloadReason): void {
+  /** The configured policy, or what `--offload auto` measured this device needs. */
+  #policyOf(device: ManagedDevice): Readonly<Record<string, boolean>> | null {
+    return this.#ctx.config.offload ?? device.offloadPolicy;
+  }
+
+  /** Sets features on the device (re-read by index first) and reports it as an `offload` event. */
+  apply(device: ManagedDevice, wanted: Record<string, boolean>, reason: OffloadReason): void {
     const { counters, devices, ports } = this.#ctx;
     if (!devices.isWritable(device)) return;
     devices.attempt(device, () => {

@@ -84,7 +84,7 @@ export function openGuardParts(config: GuardConfig): GuardInternals {
     );
   }
   const control = openControl(config.netns);
-  const ports = controlPorts(control);
+  const ports = controlPorts(control, config.netns);
   try {
     if (!config.dryRun) ports.probeWriteAccess();
     const state = openStateFile(config, control);

@@ -3,12 +3,13 @@
  * a request socket (synchronous, so a correction runs in the event's own
  * turn of the loop); unit tests substitute a recorder.
  */
-import type { RawControl } from '../core/binding';
+import { binding, type RawControl } from '../core/binding';
 import { isSystemError } from '../core/errors';
 import { toLinkInfo, toRawNeighbourEntries } from '../core/records';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
 import { toFeatureSetResult } from '../core/oneshot';
-import { macBytes } from '../core/validate';
+import { macBytes, type NetnsTarget } from '../core/validate';
+import type { PathAnswer } from './events';
 
 export interface GuardPorts {
   /** The device's current state, or null when no device has this index. */
@@ -25,10 +26,17 @@ export interface GuardPorts {
   addrAssignType(link: LinkInfo): number | null;
   /** Throws EPERM when writes are not allowed (no CAP_NET_ADMIN in the namespace). */
   probeWriteAccess(): void;
+  /** One probe round through `device` to `addresses` (native/path_probe.h), off the loop. */
+  probePaths(
+    device: string,
+    addresses: readonly string[],
+    options: { timeoutMs: number; udpPort: number; tcpPort: number; echoId: number },
+  ): Promise<PathAnswer[]>;
   close(): void;
 }
 
-export function controlPorts(control: RawControl): GuardPorts {
+export function controlPorts(control: RawControl, netns: NetnsTarget | null): GuardPorts {
+  const where = netns === null ? {} : { netns: netns.path, netnsLabel: netns.label };
   return {
     getLink(ifindex) {
       try {
@@ -58,6 +66,9 @@ export function controlPorts(control: RawControl): GuardPorts {
     },
     probeWriteAccess() {
       control.probeWriteAccess();
+    },
+    probePaths(device, addresses, options) {
+      return binding.probePaths({ ...where, ...options, device }, addresses);
     },
     close() {
       control.close();

@@ -2,7 +2,8 @@
  * An opt-in Node condition for what persists, node-problem-detector's convention (Events say
  * what happened; a condition says what is still true): `FlannelVtepHealthy` is False while a
  * managed device stays drifted (its MAC off the desired one for longer than a correction takes)
- * or is contested (another agent keeps rewriting its MAC or offload), True otherwise. Never
+ * or is contested (another agent keeps rewriting its MAC or offload), or its TX checksum offload
+ * was measured broken (`--offload auto`) and is still on; True otherwise. Never
  * `NetworkUnavailable`, which flannel owns. Written with a strategic merge patch of the Node's
  * status (conditions merge by type, so kubelet's and others' stay), on every change of its
  * status, reason or message and as a heartbeat; a failed write is tried again on the next.
@@ -21,7 +22,7 @@ export const DEFAULT_HEARTBEAT_MS = 5 * 60_000;
 
 export interface NodeConditionValue {
   status: 'True' | 'False';
-  reason: 'VtepHealthy' | 'VtepMacDrifted' | 'VtepContested';
+  reason: 'VtepHealthy' | 'VtepMacDrifted' | 'VtepContested' | 'VtepOffloadBroken';
   message: string;
 }
 
@@ -36,6 +37,17 @@ export function vtepCondition(
       status: 'False',
       reason: 'VtepContested',
       message: `${contested.map((d) => d.name).join(', ')}: another agent keeps rewriting it; the guard stopped correcting until it is quiet`,
+    };
+  }
+  // Measured broken (--offload auto) and still offloading: the fix did not take.
+  const broken = devices.filter(
+    (d) => d.offloadVerdict === 'broken' && Object.values(d.offloads).some((on) => on === true),
+  );
+  if (broken.length > 0) {
+    return {
+      status: 'False',
+      reason: 'VtepOffloadBroken',
+      message: `${broken.map((d) => d.name).join(', ')}: TX checksum offload measured broken and still on: TCP and UDP between nodes fail`,
     };
   }
   const drifted = devices.filter(persistentlyDrifted);
@@ -119,6 +131,8 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
       'contested',
       'resumed',
       'released',
+      'verdict',
+      'offload',
     ] as const;
     for (const name of names) guard.on(name, update);
     this.#heartbeat = setInterval(() => {

@@ -19,7 +19,7 @@
  */
 import { EventEmitter } from 'node:events';
 
-import type { FlannelGuard, RewriteEvent } from '../guard';
+import type { FlannelGuard, RewriteEvent, VerdictEvent } from '../guard';
 import {
   isKubernetesApiError,
   type EventApi,
@@ -38,6 +38,8 @@ export const EVENT_REASONS = {
   adopted: 'VtepMacAdopted',
   contestedMac: 'VtepMacContested',
   contestedOffload: 'VtepOffloadContested',
+  offloadBroken: 'VtepOffloadBroken',
+  offloadUnverified: 'VtepOffloadUnverified',
 } as const;
 
 /** events.k8s.io/v1 `action` of each reason: what the guard saw or did (default: the reason). */
@@ -47,6 +49,8 @@ const EVENT_ACTIONS: Readonly<Record<string, string>> = {
   [EVENT_REASONS.adopted]: 'Adopted',
   [EVENT_REASONS.contestedMac]: 'StoppedCorrecting',
   [EVENT_REASONS.contestedOffload]: 'StoppedCorrecting',
+  [EVENT_REASONS.offloadBroken]: 'DisabledOffload',
+  [EVENT_REASONS.offloadUnverified]: 'RestoredOffload',
 };
 
 export interface InvolvedObject {
@@ -513,14 +517,29 @@ export function recordGuardEvents(
       e.detail,
     );
   };
+  // What --offload auto changed, with the measurement behind it (a verdict that changed nothing
+  // is in the metrics, not an Event).
+  const onVerdict = (e: VerdictEvent): void => {
+    if (e.action === 'turned-off') {
+      record(
+        'Warning',
+        EVENT_REASONS.offloadBroken,
+        `${e.device}: ${e.feature} turned off: ${e.detail} (${e.rounds} probe rounds, ${e.probes} probes)`,
+      );
+    } else if (e.action === 'restored-on') {
+      record('Warning', EVENT_REASONS.offloadUnverified, `${e.device}: ${e.detail}`);
+    }
+  };
   guard.on('rewrite', onRewrite);
   guard.on('restored', onRestored);
   guard.on('adopted', onAdopted);
   guard.on('contested', onContested);
+  guard.on('verdict', onVerdict);
   return () => {
     guard.off('rewrite', onRewrite);
     guard.off('restored', onRestored);
     guard.off('adopted', onAdopted);
     guard.off('contested', onContested);
+    guard.off('verdict', onVerdict);
   };
 }

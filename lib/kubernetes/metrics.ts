@@ -9,7 +9,7 @@ import { createRequire } from 'node:module';
 
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
-import type { ContestedEvent, FlannelGuard, RewriteEvent } from '../guard';
+import type { ContestedEvent, FlannelGuard, RewriteEvent, VerdictEvent } from '../guard';
 import type { EventRecorder } from './events';
 import type { KubernetesMacSource, SourceState } from './source';
 
@@ -49,6 +49,8 @@ export class GuardMetrics {
   readonly #adoptions: Counter<'device'>;
   readonly #neighbourRestores: Counter<'device'>;
   readonly #offloadApplications: Counter<'device'>;
+  readonly #offloadVerdicts: Counter<'device' | 'verdict' | 'action'>;
+  readonly #offloadBroken: Gauge<'device'>;
   readonly #overruns: Counter;
   readonly #resyncs: Counter;
   readonly #errors: Counter;
@@ -97,6 +99,18 @@ export class GuardMetrics {
     this.#offloadApplications = new Counter({
       name: `${p}offload_applications_total`,
       help: 'Offload policy writes (features that were not at the policy)',
+      labelNames: ['device'],
+      registers,
+    });
+    this.#offloadVerdicts = new Counter({
+      name: `${p}offload_verdicts_total`,
+      help: '--offload auto verdicts on TX checksum offload (healthy, broken, inconclusive) and what was done',
+      labelNames: ['device', 'verdict', 'action'],
+      registers,
+    });
+    this.#offloadBroken = new Gauge({
+      name: `${p}offload_broken`,
+      help: "1 while --offload auto has measured the device's TX checksum offload broken (and keeps it off)",
       labelNames: ['device'],
       registers,
     });
@@ -212,6 +226,11 @@ export class GuardMetrics {
         if (e.written && !e.dryRun)
           this.#offloadApplications.inc({ device: this.device(e.device) });
       },
+      verdict: (e: VerdictEvent) => {
+        const device = this.device(e.device);
+        this.#offloadVerdicts.inc({ device, verdict: e.verdict, action: e.action });
+        this.#offloadBroken.set({ device }, e.verdict === 'broken' ? 1 : 0);
+      },
       contested: (e: ContestedEvent) => {
         const labels = { device: this.device(e.device), what: e.what };
         this.#contested.set(labels, 1);
@@ -223,6 +242,7 @@ export class GuardMetrics {
         const device = this.device(e.device);
         this.#contested.set({ device, what: 'mac' }, 0);
         this.#contested.set({ device, what: 'offload' }, 0);
+        this.#offloadBroken.set({ device }, 0);
       },
       overrun: () => this.#overruns.inc(),
       resync: (e: { phase: string }) => {

@@ -13,6 +13,7 @@
 #include "monitor_wrap.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
+#include "probe_wrap.h"
 
 namespace fg::addon {
 
@@ -26,6 +27,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
                              InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
                              InstanceMethod<&FlannelGuardAddon::WriteNoWait>("writeNoWait"),
+                             InstanceMethod<&FlannelGuardAddon::ProbePaths>("probePaths"),
                          });
   }
 
@@ -67,6 +69,8 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
     } while (written < 0 && errno == EINTR);
     return Napi::Number::New(env, written < 0 ? -errno : static_cast<double>(written));
   }
+
+  Napi::Value ProbePaths(const Napi::CallbackInfo& info) { return addon::ProbePaths(info); }
 
   // netnsInode(path?: string) -> number: the namespace's inode (own when omitted).
   Napi::Value NetnsInode(const Napi::CallbackInfo& info) {

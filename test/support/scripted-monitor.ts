@@ -38,6 +38,7 @@ import {
   type NativeCorrection,
 } from '../../lib/core/monitor';
 import type { GuardPorts } from '../../lib/guard/ports';
+import type { PathAnswer } from '../../lib/guard/events';
 import { isRestorable, neighbourInfos, neighbourKey, toLinkInfo } from '../../lib/core/records';
 import { delLinkMessage, linkMessage, neighMessage } from './netlink-bytes';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/core/types';
@@ -601,6 +602,7 @@ export type PortCall =
   | { method: 'setFeatures'; name: string; wanted: Record<string, boolean> }
   | { method: 'addrAssignType'; ifindex: number }
   | { method: 'probeWriteAccess' }
+  | { method: 'probePaths'; name: string; addresses: readonly string[] }
   | { method: 'close' };
 
 export type PortMethod = PortCall['method'];
@@ -712,6 +714,27 @@ export class FakePorts implements GuardPorts {
 
   probeWriteAccess(): void {
     this.#enter({ method: 'probeWriteAccess' });
+  }
+
+  /**
+   * How the scripted peers answer a probe round; the default: every path answers everything.
+   * A test replaces it (with the device's features in the FakeKernel, say).
+   */
+  answerProbe: (name: string, address: string) => Omit<PathAnswer, 'address'> = () => ({
+    echo: true,
+    udp: true,
+    tcp: true,
+  });
+
+  probePaths(name: string, addresses: readonly string[]): Promise<PathAnswer[]> {
+    try {
+      this.#enter({ method: 'probePaths', name, addresses: [...addresses] });
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
+    return Promise.resolve(
+      addresses.map((address) => ({ address, ...this.answerProbe(name, address) })),
+    );
   }
 
   close(): void {

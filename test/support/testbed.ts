@@ -3,7 +3,7 @@
  * does it.
  *
  *   switch netns:  br0 ── sw-n<i> (veth) ──┐
- *   node<i> netns: eth0 192.0.2.(10+i)/24 ─┘   flannel.1 (vxlan id 1, dstport 8472, nolearning,
+ *   node<i> netns: eth0 192.0.2.(10+i)/24 ─┘   flannel.1 (vxlan id 1, dstport 8472, nolearning, noudpcsum,
  *                  local 192.0.2.(10+i) dev eth0, mtu 1450) with 198.18.<i>.0/32,
  *                  cni0 bridge 198.18.<i>.1/24 ── veth-pod ──┐
  *   pod<i> netns:  eth0 198.18.<i>.2/24 (mtu 1450), default via 198.18.<i>.1 ───┘
@@ -14,8 +14,14 @@
  *   ip neigh replace 198.18.<i>.0 lladdr MAC dev flannel.1 nud permanent
  *   bridge fdb replace MAC dev flannel.1 dst 192.0.2.(10+i) self permanent
  *   ip route replace 198.18.<i>.0/24 via 198.18.<i>.0 dev flannel.1 onlink
+ *
+ * With `wire: 'relay'` (two nodes) the switch has no bridge: scripts/bench/wire-relay.c copies
+ * every frame between sw-n1 and sw-n2 byte for byte through AF_PACKET, so a checksum a node left
+ * to the NIC (CHECKSUM_PARTIAL, TX checksum offload on flannel.1) arrives unfinished and the
+ * other node drops it, as behind the seed's VMXNET3: ping passes, TCP and UDP do not.
  */
-import { Netns } from './netns';
+import { buildBenchTool } from './flooder';
+import { Netns, waitFor } from './netns';
 import { Udevd } from './udevd';
 import { IpLinkMonitor } from './ip-monitor';
 import { EchoAgent, pingFrom, tcpEchoFrom, udpEchoFrom } from './traffic';
@@ -33,6 +39,8 @@ export interface TestbedOptions {
   linkFiles?: Record<string, string>;
   /** Extra udev rules for every node's udevd. */
   rules?: Record<string, string>;
+  /** The underlay between the nodes: a bridge (default), or the relay that finishes no checksum. */
+  wire?: 'bridge' | 'relay';
 }
 
 /** Options for a traffic probe. */
@@ -171,7 +179,11 @@ export class FlannelTestbed {
       const sw = await Netns.create('fgt');
       created.push(sw);
       await disableIpv6(sw);
-      await sw.ipBatch(['link add br0 type bridge', 'link set br0 up']);
+      if (options.wire === 'relay' && options.nodes !== 2) {
+        throw new Error('the relay wire joins two nodes');
+      }
+      if (options.wire !== 'relay')
+        await sw.ipBatch(['link add br0 type bridge', 'link set br0 up']);
       for (let i = 1; i <= options.nodes; i++) {
         const ns = await Netns.create('fgt');
         created.push(ns);
@@ -182,6 +194,7 @@ export class FlannelTestbed {
       const b = new FlannelTestbed(options, sw, nodes);
       bed = b;
       await Promise.all(nodes.map((n) => b.setUpNode(n)));
+      if (options.wire === 'relay') await b.startRelay();
       // Each node's VTEP: created and read like flanneld, then udev has its go.
       await Promise.all(nodes.map((n) => b.createVtep(n)));
       for (const n of nodes) await b.programLocal(n);
@@ -299,6 +312,16 @@ export class FlannelTestbed {
     }
   }
 
+  /** The relay between sw-n1 and sw-n2, for at most 10 minutes (the switch's teardown stops it). */
+  private async startRelay(): Promise<void> {
+    const child = this.switchNs.spawn([buildBenchTool('wire-relay'), 'sw-n1', 'sw-n2', '600']);
+    let output = '';
+    child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      output += chunk.slice(0, 4096);
+    });
+    await waitFor(() => output.includes('relaying'), { timeoutMs: 5000, what: 'the wire relay' });
+  }
+
   private async ensureAgent(node: TestbedNode): Promise<void> {
     node.agent ??= await EchoAgent.start(node.podNs);
   }
@@ -310,7 +333,9 @@ export class FlannelTestbed {
     await n.ns.sysctl('net.ipv4.ip_forward', 1);
     await this.switchNs.ipBatch([
       `link add sw-n${n.index} type veth peer name eth0 netns ${n.ns.name}`,
-      `link set sw-n${n.index} master br0 up`,
+      this.options.wire === 'relay'
+        ? `link set sw-n${n.index} up`
+        : `link set sw-n${n.index} master br0 up`,
     ]);
     await n.ns.ipBatch([
       `addr add ${n.underlayIp}/24 dev eth0`,
@@ -361,6 +386,8 @@ export class FlannelTestbed {
       'dstport',
       String(VXLAN_PORT),
       'nolearning',
+      // As flanneld creates it (vishvananda/netlink sends UDPCSum false): no outer UDP checksum.
+      'noudpcsum',
       'local',
       n.underlayIp,
       'dev',

@@ -1,0 +1,14 @@
+// probePaths(): the path probes of native/path_probe.h on the thread pool (a
+// round waits up to its timeout, which must not hold the event loop or a
+// Control's lock), settling a promise.
+#pragma once
+
+#include <napi.h>
+
+namespace fg::addon {
+
+// probePaths({ netns?, netnsLabel?, device, timeoutMs, udpPort, tcpPort, echoId },
+//            addresses: string[]) -> Promise<{ address, echo, udp, tcp }[]>
+Napi::Value ProbePaths(const Napi::CallbackInfo& info);
+
+}  // namespace fg::addon

@@ -1,0 +1,234 @@
+/**
+ * `--offload auto` on scripted paths (no privileges): the verdict rules, and the guard's rounds
+ * against peers that answer as a path through a NIC with broken TX checksum offload would (ICMP
+ * echo only while the device's tx-checksum-ip-generic is on), a filtered path (echo only,
+ * whatever the checksum), a healthy one, and none. The real paths are in
+ * test/offload-auto.e2e.test.ts.
+ */
+import assert from 'node:assert/strict';
+
+import { FlannelGuard, type OffloadEvent, type VerdictEvent } from '../lib/guard';
+import { guardConfig } from '../lib/guard/config';
+import { judgePaths } from '../lib/guard/offload-auto';
+import type { FlannelGuardOptions } from '../lib/guard/config';
+import type { PathAnswer } from '../lib/guard/events';
+import {
+  FakeClock,
+  FakeKernel,
+  FakePorts,
+  ScriptedMonitor,
+  permanentArp,
+} from './support/scripted-monitor';
+
+const CSUM = 'tx-checksum-ip-generic';
+const answer = (echo: boolean, udp: boolean, tcp: boolean): PathAnswer => ({
+  address: '198.18.2.0',
+  echo,
+  udp,
+  tcp,
+});
+
+interface Rig {
+  kernel: FakeKernel;
+  monitor: ScriptedMonitor;
+  ports: FakePorts;
+  clock: FakeClock;
+  guard: FlannelGuard;
+  ifindex: number;
+  verdicts: VerdictEvent[];
+  offloads: OffloadEvent[];
+}
+
+const open: FlannelGuard[] = [];
+afterEach(function () {
+  for (const guard of open.splice(0)) guard.close();
+});
+
+/** flannel.1 with `peers` permanent ARP entries, TX checksum offload on, under `--offload auto`. */
+function rig(peers: number, options: FlannelGuardOptions = {}): Rig {
+  const kernel = new FakeKernel();
+  kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
+  const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: '5e:89:db:49:c6:a4' });
+  for (let i = 0; i < peers; i += 1) {
+    kernel.replaceNeighbour(
+      permanentArp(
+        ifindex,
+        `198.18.${2 + i}.0`,
+        `7a:11:22:33:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 0xff).toString(16).padStart(2, '0')}`,
+      ),
+    );
+  }
+  const monitor = new ScriptedMonitor(kernel);
+  const ports = new FakePorts(kernel);
+  const clock = new FakeClock();
+  const guard = new FlannelGuard(guardConfig({ offload: 'auto', ...options }), {
+    monitor,
+    ports,
+    clock,
+    random: () => 0.25,
+  });
+  open.push(guard);
+  const verdicts: VerdictEvent[] = [];
+  const offloads: OffloadEvent[] = [];
+  guard.on('verdict', (e) => verdicts.push(e));
+  guard.on('offload', (e) => offloads.push(e));
+  monitor.start();
+  monitor.pump();
+  return { kernel, monitor, ports, clock, guard, ifindex, verdicts, offloads };
+}
+
+/** A path through a NIC that leaves the checksum unfinished: while the device offloads it, only echo. */
+function brokenOffload(r: Rig): void {
+  r.ports.answerProbe = () => {
+    const offloaded = r.kernel.feature(r.ifindex, CSUM);
+    return { echo: true, udp: !offloaded, tcp: !offloaded };
+  };
+}
+
+/** Runs the guard's timers for `ms`, letting each round's answer arrive. */
+async function run(r: Rig, ms: number): Promise<void> {
+  for (let step = 0; step < ms; step += 100) {
+    r.clock.advance(100);
+    r.monitor.pump();
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+function probeCalls(r: Rig): { addresses: readonly string[] }[] {
+  return r.ports.calls.filter(
+    (c): c is Extract<typeof c, { method: 'probePaths' }> => c.method === 'probePaths',
+  );
+}
+
+describe('offload auto: the verdict of one round', function () {
+  it('broken only when every peer that answers echo is silent on UDP and TCP', function () {
+    const table: [PathAnswer[], string][] = [
+      [[answer(true, true, true)], 'healthy'],
+      [[answer(true, true, false)], 'healthy'], // the peer's own offload may drop its RST
+      [[answer(true, false, true)], 'healthy'],
+      [[answer(true, false, false)], 'broken'],
+      [[answer(true, false, false), answer(false, false, false)], 'broken'],
+      [[answer(false, false, false)], 'inconclusive'],
+      [[], 'inconclusive'],
+      [[answer(true, false, false), answer(true, true, true)], 'inconclusive'],
+    ];
+    for (const [answers, verdict] of table) {
+      assert.equal(judgePaths(answers).verdict, verdict, JSON.stringify(answers));
+    }
+  });
+});
+
+describe('offload auto: the guard measures, then decides', function () {
+  it('broken offload: confirmed, turned off, kept off only because that fixed it; the evidence says so', async function () {
+    const r = rig(3);
+    brokenOffload(r);
+    await run(r, 10_000);
+    const verdict = r.verdicts[0];
+    assert.ok(verdict, 'a verdict');
+    assert.equal(r.verdicts.length, 1);
+    assert.equal(verdict.verdict, 'broken');
+    assert.equal(verdict.action, 'turned-off');
+    assert.equal(verdict.active, false);
+    assert.equal(r.kernel.feature(r.ifindex, CSUM), false);
+    // Two rounds on (confirmed broken), two off (confirmed fixed).
+    assert.equal(verdict.rounds, 4);
+    assert.equal(verdict.probes, 4 * 3 * 3);
+    assert.deepEqual(
+      verdict.evidence.map((round) => [round.offload, round.answers.every((a) => a.udp)]),
+      [
+        [true, false],
+        [true, false],
+        [false, true],
+        [false, true],
+      ],
+    );
+    assert.deepEqual(
+      r.offloads.map((e) => [e.reason, e.active[CSUM]]),
+      [['probe', false]],
+    );
+    // What it measured is now the device's policy: a flip back on is corrected like any drift.
+    r.kernel.setFeatures(r.ifindex, { [CSUM]: true });
+    r.monitor.pump();
+    assert.equal(r.kernel.feature(r.ifindex, CSUM), false);
+    assert.equal(r.offloads.at(-1)?.reason, 'drift');
+  });
+
+  it('a filtered path (echo only, whatever the checksum): turned off, no better, turned back on', async function () {
+    const r = rig(2);
+    r.ports.answerProbe = () => ({ echo: true, udp: false, tcp: false });
+    await run(r, 10_000);
+    const verdict = r.verdicts[0];
+    assert.equal(verdict?.verdict, 'inconclusive');
+    assert.equal(verdict.action, 'restored-on');
+    assert.match(verdict.detail, /did not make UDP or TCP answer/);
+    assert.equal(r.kernel.feature(r.ifindex, CSUM), true);
+    assert.deepEqual(
+      r.offloads.map((e) => e.active[CSUM]),
+      [false, true],
+    );
+  });
+
+  it('healthy: left on, reported once, and checked again only after the slow period', async function () {
+    const r = rig(2, { autoOffload: { slowMs: 60_000 } });
+    await run(r, 5_000);
+    assert.deepEqual(
+      r.verdicts.map((v) => [v.verdict, v.action, v.active]),
+      [['healthy', 'kept-on', true]],
+    );
+    const rounds = probeCalls(r).length;
+    assert.equal(rounds, 2);
+    await run(r, 50_000);
+    assert.equal(probeCalls(r).length, rounds, 'quiet until the slow period');
+    await run(r, 15_000);
+    assert.ok(probeCalls(r).length > rounds, 're-checked');
+    assert.equal(r.verdicts.length, 1, 'an agreeing re-check is not news');
+    assert.deepEqual(r.offloads, []);
+  });
+
+  it('bounded: a sample of at most 8 peers per round, rounds never closer than 1 s', async function () {
+    const r = rig(40, { autoOffload: { roundMs: 10 } });
+    const at: number[] = [];
+    const answerAll = r.ports.answerProbe;
+    r.ports.answerProbe = (name, address) => {
+      at.push(r.clock.now());
+      return answerAll(name, address);
+    };
+    await run(r, 5_000);
+    for (const call of probeCalls(r)) {
+      assert.ok(call.addresses.length <= 8, `${call.addresses.length} peers`);
+      assert.equal(new Set(call.addresses).size, call.addresses.length);
+    }
+    const starts = [...new Set(at)];
+    for (let i = 1; i < starts.length; i += 1) {
+      assert.ok((starts[i] ?? 0) - (starts[i - 1] ?? 0) >= 1_000, JSON.stringify(starts));
+    }
+  });
+
+  it('no peer yet: waits and measures once flanneld programs one; a removed device stops', async function () {
+    const r = rig(0);
+    await run(r, 5_000);
+    assert.equal(probeCalls(r).length, 0);
+    r.kernel.replaceNeighbour(permanentArp(r.ifindex, '198.18.2.0', '7a:11:22:33:44:01'));
+    r.monitor.pump();
+    await run(r, 10_000);
+    assert.equal(r.verdicts[0]?.verdict, 'healthy');
+    r.kernel.removeLink(r.ifindex);
+    r.monitor.pump();
+    const calls = probeCalls(r).length;
+    await run(r, 700_000);
+    assert.equal(probeCalls(r).length, calls, 'no round for a removed device');
+  });
+
+  it('a failed round (no CAP_NET_RAW) is one error, then a slow retry; dry run never probes', async function () {
+    const r = rig(1);
+    const errors: Error[] = [];
+    r.guard.on('error', (e) => errors.push(e));
+    r.ports.fail('probePaths', Object.assign(new Error('EPERM'), { code: 'EPERM' }));
+    await run(r, 5_000);
+    assert.equal(errors.length, 1);
+    assert.equal(probeCalls(r).length, 1);
+    const dry = rig(1, { dryRun: true });
+    await run(dry, 5_000);
+    assert.equal(probeCalls(dry).length, 0);
+  });
+});
