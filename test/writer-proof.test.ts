@@ -16,6 +16,8 @@ import { randomMachineId, Udevd } from './support/udevd';
 
 const ROUNDS = 110;
 const SEED = 0x14c0de;
+const STATIC_NAME = 'flannel.9999';
+const STATIC_MAC = '02:fa:11:00:00:01';
 
 describe('rewrite attribution against the real systemd-udevd', function () {
   this.timeout(240_000);
@@ -25,7 +27,12 @@ describe('rewrite attribution against the real systemd-udevd', function () {
 
   before(async function () {
     ns = await Netns.create('fgt-writer');
-    udevd = await Udevd.start(ns);
+    // One name gets a fixed MAC from a .link file (before 99-default.link in name order).
+    udevd = await Udevd.start(ns, {
+      linkFiles: {
+        '10-static.link': `[Match]\nOriginalName=${STATIC_NAME}\n\n[Link]\nMACAddressPolicy=none\nMACAddress=${STATIC_MAC}\n`,
+      },
+    });
   });
 
   after(async function () {
@@ -136,6 +143,41 @@ describe('rewrite attribution against the real systemd-udevd', function () {
       assert.equal(e.evidence.persistentMac, e.mac);
       assert.equal(e.evidence.linkFile, '/usr/lib/systemd/network/99-default.link');
       assert.equal(e.evidence.policy, 'persistent');
+    }
+  });
+
+  it("names udev's MACAddress= from a .link file udev-static-mac, with the file", async function () {
+    guard ??= await FlannelGuard.start({
+      netns: ns.path,
+      interfaces: ['flannel.*'],
+      offload: 'none',
+      udevRoot: `/proc/${udevd.pid}/root`,
+      fight: { maxRewrites: 1000 },
+    });
+    const rewrites: RewriteEvent[] = [];
+    const onRewrite = (event: RewriteEvent): void => {
+      if (event.device === STATIC_NAME) rewrites.push(event);
+    };
+    guard.on('rewrite', onRewrite);
+    const rounds = 10;
+    for (let round = 0; round < rounds; round += 1) {
+      const offset = udevd.logOffset();
+      const before = rewrites.length;
+      await ns.ip(['link', 'add', STATIC_NAME, 'type', 'vxlan', 'id', '2', 'dstport', '8472']);
+      await udevd.waitForDeviceProcessed(STATIC_NAME, offset);
+      await waitFor(() => rewrites.length > before, { timeoutMs: 5000, what: 'the static MAC' });
+      await ns.ip(['link', 'del', STATIC_NAME]);
+    }
+    guard.off('rewrite', onRewrite);
+    console.log(
+      `      attribution: MACAddress= ${rewrites.length} of ${rounds} ${JSON.stringify([...new Set(rewrites.map((e) => e.writer))])}`,
+    );
+    assert.equal(rewrites.length, rounds);
+    for (const e of rewrites) {
+      assert.equal(e.mac, STATIC_MAC);
+      assert.equal(e.writer, 'udev-static-mac', JSON.stringify(e));
+      assert.equal(e.evidence.linkFile, '/run/systemd/network/10-static.link');
+      assert.equal(e.evidence.macAddress, STATIC_MAC);
     }
   });
 });
