@@ -210,6 +210,12 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
           ['watch', ...netns, '--udev-root', 'host'],
           /--udev-root host: expected an absolute path or off/,
         ],
+        [['status', ...netns, '--offload', 'auto'], /--offload auto: only watch measures/],
+        [['doctor', ...netns, '--offload', 'auto'], /--offload auto: the doctor probes the paths/],
+        [
+          ['watch', ...netns, '--offload', 'auto', '--offload', 'tx-checksum-ip-generic=off'],
+          /auto cannot be combined/,
+        ],
         [['bogus-command'], /unknown command/],
       ];
       for (const [args, reason] of table) {

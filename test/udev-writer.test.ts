@@ -31,6 +31,7 @@ const PAPER_VECTORS: [number, string][] = [
 // MACs the real systemd-udevd 252 (Debian 12) gave VXLAN devices in a test netns whose private
 // /etc/machine-id held MACHINE_ID (recorded from /sys/class/net/NAME/address after udevadm settle).
 const MACHINE_ID = '4f1b7c3a9e2d45c08b6a1f0e3d2c5b7a';
+const UDEV_FLANNEL_1 = '8a:d3:b9:d4:81:b6';
 const UDEVD_252: [string, string][] = [
   ['flannel.1', '8a:d3:b9:d4:81:b6'],
   ['flannel.42', 'e2:2e:d8:01:72:80'],
@@ -160,14 +161,14 @@ describe('UdevView', function () {
     );
     const view = UdevView.open(root);
     assert.equal(view.machineId, MACHINE_ID);
-    const configured = view.expect('flannel.1', 7);
+    const configured = view.expect('flannel.1', 7, UDEV_FLANNEL_1);
     assert.equal(configured.persistentMac, '8a:d3:b9:d4:81:b6');
     assert.equal(configured.machineId, join(root, 'etc/machine-id'));
     assert.deepEqual(
       [configured.linkFile, configured.linkFileFrom, configured.policy],
       ['/usr/lib/systemd/network/99-default.link', 'configuration', 'persistent'],
     );
-    const fixed = view.expect('flannel.9', 8);
+    const fixed = view.expect('flannel.9', 8, '02:00:00:00:00:99');
     assert.deepEqual(
       [fixed.linkFile, fixed.macAddress],
       ['/etc/systemd/network/10-flannel.link', '02:00:00:00:00:99'],
@@ -177,16 +178,18 @@ describe('UdevView', function () {
       join(root, 'run/udev/data/n7'),
       'E:ID_NET_LINK_FILE=/etc/systemd/network/10-flannel.link\nE:ID_NET_NAME=eth0\n',
     );
-    assert.equal(view.expect('flannel.1', 7).linkFileFrom, 'configuration');
+    assert.equal(view.expect('flannel.1', 7, UDEV_FLANNEL_1).linkFileFrom, 'configuration');
     writeFileSync(
       join(root, 'run/udev/data/n7'),
       'E:ID_NET_LINK_FILE=/etc/systemd/network/10-flannel.link\nE:ID_NET_NAME=flannel.1\n',
     );
-    const recorded = view.expect('flannel.1', 7);
+    const recorded = view.expect('flannel.1', 7, UDEV_FLANNEL_1);
     assert.deepEqual(
       [recorded.linkFile, recorded.linkFileFrom, recorded.macAddress],
       ['/etc/systemd/network/10-flannel.link', 'udev-database', '02:00:00:00:00:99'],
     );
+    // A write of any other value is not udev's: its database is not even read.
+    assert.equal(view.expect('flannel.1', 7, '02:00:00:00:00:01').linkFileFrom, 'configuration');
   });
 
   it('never hangs or follows a link out of the root: a FIFO machine-id, a database link to /dev/zero, an outside link', function () {
@@ -200,7 +203,7 @@ describe('UdevView', function () {
     );
     const view = UdevView.open(root);
     assert.equal(view.machineId, null);
-    const expectation = view.expect('flannel.1', 7);
+    const expectation = view.expect('flannel.1', 7, '8a:d3:b9:d4:81:b6');
     assert.equal(expectation.persistentMac, null);
     assert.match(expectation.machineId, /missing or not a machine-id/);
     assert.deepEqual(

@@ -203,7 +203,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
         addrAssignType,
         writer: rewritten
           ? attributeWriter({
-              ...udev.expect(link.name, link.ifindex),
+              ...udev.expect(link.name, link.ifindex, link.mac),
               mac: link.mac,
               msSinceCreation: null,
               addrAssignType,

@@ -96,7 +96,7 @@ export class MacCorrection {
     counters.rewrites += 1;
     device.rewrites += 1;
     const sinceCreation = device.createdAt === null ? null : at - device.createdAt;
-    const { writer, evidence, detail } = this.#attribute(link, sinceCreation);
+    const { writer, evidence, detail } = this.#attribute(link, sinceCreation, origin);
     this.#ctx.emit('rewrite', {
       device: device.name,
       ifindex: device.ifindex,
@@ -122,9 +122,13 @@ export class MacCorrection {
   }
 
   /** Who wrote `link.mac`: udev, proven by its own computation, or someone else. */
-  #attribute(link: LinkInfo, msSinceCreation: number | null): WriterAttribution {
+  #attribute(
+    link: LinkInfo,
+    msSinceCreation: number | null,
+    origin: MacChangeOrigin,
+  ): WriterAttribution {
     const { udev, ports } = this.#ctx;
-    const expectation = udev?.expect(link.name, link.ifindex) ?? {
+    const expectation = udev?.expect(link.name, link.ifindex, link.mac) ?? {
       persistentMac: null,
       machineId: 'not read (option udevRoot false)',
       linkFile: null,
@@ -137,8 +141,10 @@ export class MacCorrection {
       ...expectation,
       mac: link.mac,
       msSinceCreation,
-      // Only evidence against udev needs it (one sysfs read, off the proven path).
-      addrAssignType: udevValue ? null : ports.addrAssignType(link),
+      // A sysfs read costs more than the rest of the correction's JavaScript: it is made for a
+      // change found after the fact, not on a live rewrite's path (where a userspace write
+      // always leaves 3), and never for udev's proven value.
+      addrAssignType: udevValue || origin === 'event' ? null : ports.addrAssignType(link),
     });
   }
 

@@ -200,7 +200,8 @@ export class OffloadAuto {
     if (!this.#current(device, state)) return;
     state.rounds += 1;
     state.probes += 3 * peers.length;
-    const active = device.offloads[policy.feature] ?? this.#readFeature(device);
+    // Read each round: without a policy for it nothing else follows the feature.
+    const active = this.#readFeature(device);
     state.evidence = [...state.evidence, { offload: active ?? true, answers }].slice(
       -EVIDENCE_ROUNDS,
     );

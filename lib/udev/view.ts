@@ -65,17 +65,24 @@ export class UdevView {
     return this.#host.machineId;
   }
 
-  /** What udev does to device `name` (index `ifindex`) as of now. */
-  expect(name: string, ifindex: number): UdevExpectation {
-    const database = this.#databaseLinkFile(ifindex, name);
+  /**
+   * What udev does to device `name` (index `ifindex`), for a write of `mac`. udev's database is
+   * read only when `mac` is one udev would write (its persistent value, or the MACAddress= of
+   * the file it applies): a rewrite by anyone else costs two lookups, not a file read.
+   */
+  expect(name: string, ifindex: number, mac: string | null): UdevExpectation {
     const configured = this.#appliedFile(name);
+    const persistentMac = this.#persistentMac(name);
+    const udevValue =
+      mac !== null && (mac === persistentMac || mac === (configured?.macAddress ?? null));
+    const database = udevValue ? this.#databaseLinkFile(ifindex, name) : null;
     // The database names the file udev applied; its settings are known if it was loaded.
     const file =
       database === null
         ? configured
         : (this.#linkFiles.find((link) => link.path === database) ?? null);
     return {
-      persistentMac: this.#persistentMac(name),
+      persistentMac,
       machineId: this.#machineIdSource,
       linkFile: database ?? configured?.path ?? null,
       linkFileFrom: database !== null ? 'udev-database' : configured ? 'configuration' : null,

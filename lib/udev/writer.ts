@@ -35,7 +35,10 @@ export interface WriterEvidence extends UdevExpectation {
   /** The MAC that was written. */
   mac: string | null;
   msSinceCreation: number | null;
-  /** /sys/class/net/DEV/addr_assign_type after the write (3: set by userspace); null: unread. */
+  /**
+   * /sys/class/net/DEV/addr_assign_type after the write (3: set by userspace); null: unread (the
+   * guard reads it for a change found at start or on a re-read, not on a live rewrite's path).
+   */
   addrAssignType: number | null;
 }
 
