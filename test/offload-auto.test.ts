@@ -18,6 +18,7 @@ import {
   FakePorts,
   ScriptedMonitor,
   permanentArp,
+  permanentNdp,
 } from './support/scripted-monitor';
 
 const CSUM = 'tx-checksum-ip-generic';
@@ -217,6 +218,20 @@ describe('offload auto: the guard measures, then decides', function () {
     const calls = probeCalls(r).length;
     await run(r, 700_000);
     assert.equal(probeCalls(r).length, calls, 'no round for a removed device');
+  });
+
+  it('IPv6 peers only (flannel-v6): said once, not probed, offload left alone', async function () {
+    const r = rig(0);
+    r.kernel.replaceNeighbour(permanentNdp(r.ifindex, 'fd00:18::2', '7a:11:22:33:44:06'));
+    r.monitor.pump();
+    await run(r, 20_000);
+    assert.deepEqual(
+      r.verdicts.map((v) => [v.verdict, v.action]),
+      [['inconclusive', 'kept-on']],
+    );
+    assert.match(r.verdicts[0]?.detail ?? '', /IPv6 peers only/);
+    assert.equal(probeCalls(r).length, 0);
+    assert.deepEqual(r.offloads, []);
   });
 
   it('a failed round (no CAP_NET_RAW) is one error, then a slow retry; dry run never probes', async function () {

@@ -178,6 +178,18 @@ export class OffloadAuto {
     const policy = this.#policy;
     const peers = this.#sample(device);
     if (peers.length === 0) {
+      if (device.neighbours.list().some((n) => n.family === 'inet6') && state.reported === null) {
+        // flannel-v6.*: the probes are IPv4's; say so once, and leave the offload as it is.
+        this.#settle(
+          device,
+          state,
+          'inconclusive',
+          'kept-on',
+          clock.now(),
+          'IPv6 peers only: their paths are not probed (IPv4 only); the offload is left as it is',
+        );
+        return;
+      }
       // No peer programmed yet (a new node, flanneld not done): look again later.
       this.#schedule(device, state, policy.roundMs * 4);
       return;
