@@ -187,7 +187,19 @@ describe('offload auto: the guard measures, then decides', function () {
   });
 
   it('bounded: a sample of at most 8 peers per round, rounds never closer than 1 s', async function () {
-    const r = rig(40, { autoOffload: { roundMs: 10 } });
+    // Faster than the peers' ICMP rate limit is refused, like every setting out of range.
+    for (const [key, value] of [
+      ['roundMs', 999],
+      ['samplePeers', 65],
+      ['confirmRounds', 0],
+      ['timeoutMs', 10_001],
+    ] as const) {
+      assert.throws(
+        () => guardConfig({ offload: 'auto', autoOffload: { [key]: value } }),
+        new RegExp(`autoOffload\\.${key}`),
+      );
+    }
+    const r = rig(40, { autoOffload: { roundMs: 1_000 } });
     const at: number[] = [];
     const answerAll = r.ports.answerProbe;
     r.ports.answerProbe = (name, address) => {

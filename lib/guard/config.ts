@@ -14,7 +14,7 @@ import {
   type InterfaceGlob,
   type NetnsTarget,
 } from '../core/validate';
-import { DEFAULT_AUTO_OFFLOAD, type AutoOffloadPolicy } from './offload-auto';
+import { autoOffloadPolicy, type AutoOffloadPolicy } from './offload-auto';
 
 export interface FlannelGuardOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
@@ -126,10 +126,7 @@ export function guardConfig(options: FlannelGuardOptions = {}): GuardConfig {
     source: options.source,
     pinFirstSeen: (options.pin ?? 'first-seen') === 'first-seen',
     strategy,
-    autoOffload:
-      options.offload === 'auto'
-        ? Object.freeze({ ...DEFAULT_AUTO_OFFLOAD, ...options.autoOffload })
-        : null,
+    autoOffload: options.offload === 'auto' ? autoOffloadPolicy(options.autoOffload) : null,
     offload:
       options.offload === 'none' || options.offload === 'auto'
         ? null

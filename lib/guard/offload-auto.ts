@@ -11,6 +11,7 @@
  * device's verdict holds for its life (never on again after off helped: no flapping), checked
  * again every `slowMs`, and a re-created device starts over.
  */
+import { RANGES, integerInRange } from '../core/validate';
 import type { GuardContext, ManagedDevice } from './context';
 import type { PathAnswer, VerdictEvent } from './events';
 import type { OffloadEnforcement } from './offload';
@@ -61,7 +62,7 @@ export interface AutoOffloadPolicy {
   readonly timeoutMs: number;
 }
 
-export const DEFAULT_AUTO_OFFLOAD: AutoOffloadPolicy = Object.freeze({
+const DEFAULT_AUTO_OFFLOAD: AutoOffloadPolicy = Object.freeze({
   feature: 'tx-checksum-ip-generic',
   roundMs: 1_500,
   confirmRounds: 2,
@@ -77,6 +78,23 @@ const PROBE_PORT_BASE = 33_434;
 const PROBE_PORT_SPAN = 100;
 /** Rounds kept as evidence in a verdict. */
 const EVIDENCE_ROUNDS = 4;
+
+/** Validates and completes `offload: 'auto'`'s settings; throws EINVAL naming the key. */
+export function autoOffloadPolicy(policy: Partial<AutoOffloadPolicy> = {}): AutoOffloadPolicy {
+  const complete = { ...DEFAULT_AUTO_OFFLOAD, ...policy };
+  const { timerMs } = RANGES;
+  integerInRange(complete.roundMs, { ...timerMs, min: MIN_ROUND_MS }, 'autoOffload.roundMs');
+  integerInRange(complete.slowMs, timerMs, 'autoOffload.slowMs');
+  integerInRange(
+    complete.confirmRounds,
+    { min: 1, max: 10, unit: '' },
+    'autoOffload.confirmRounds',
+  );
+  // The native prober takes at most 64 addresses and waits at most 10 s.
+  integerInRange(complete.samplePeers, { min: 1, max: 64, unit: '' }, 'autoOffload.samplePeers');
+  integerInRange(complete.timeoutMs, { min: 1, max: 10_000, unit: 'ms' }, 'autoOffload.timeoutMs');
+  return Object.freeze(complete);
+}
 
 type Phase =
   /** Measuring with the feature as the guard found it. */
@@ -113,7 +131,7 @@ export class OffloadAuto {
   ) {
     this.#ctx = context;
     this.#enforcement = enforcement;
-    this.#policy = { ...policy, roundMs: Math.max(MIN_ROUND_MS, policy.roundMs) };
+    this.#policy = policy;
     this.#random = random;
   }
 
