@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { FlannelGuard, type OffloadEvent, type VerdictEvent } from '../lib/guard';
 import { guardConfig } from '../lib/guard/config';
 import { judgePaths } from '../lib/guard/offload-auto';
+import { prng } from './support/prng';
 import type { FlannelGuardOptions } from '../lib/guard/config';
 import type { PathAnswer } from '../lib/guard/events';
 import {
@@ -46,7 +47,7 @@ afterEach(function () {
 });
 
 /** flannel.1 with `peers` permanent ARP entries, TX checksum offload on, under `--offload auto`. */
-function rig(peers: number, options: FlannelGuardOptions = {}): Rig {
+function rig(peers: number, options: FlannelGuardOptions = {}, random = (): number => 0.25): Rig {
   const kernel = new FakeKernel();
   kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
   const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: '5e:89:db:49:c6:a4' });
@@ -66,7 +67,7 @@ function rig(peers: number, options: FlannelGuardOptions = {}): Rig {
     monitor,
     ports,
     clock,
-    random: () => 0.25,
+    random,
   });
   open.push(guard);
   const verdicts: VerdictEvent[] = [];
@@ -215,6 +216,27 @@ describe('offload auto: the guard measures, then decides', function () {
     for (let i = 1; i < starts.length; i += 1) {
       assert.ok((starts[i] ?? 0) - (starts[i - 1] ?? 0) >= 1_000, JSON.stringify(starts));
     }
+  });
+
+  it('most peers down: the one that answers is found by fresh samples and kept in them', async function () {
+    const r = rig(30, {}, prng(0x0ff10ad));
+    const alive = '198.18.17.0';
+    r.ports.answerProbe = (_name, address) =>
+      address === alive
+        ? { echo: true, udp: true, tcp: true }
+        : { echo: false, udp: false, tcp: false };
+    await run(r, 30_000);
+    assert.deepEqual(
+      r.verdicts.map((v) => [v.verdict, v.action]),
+      [['healthy', 'kept-on']],
+    );
+    const calls = probeCalls(r);
+    const found = calls.findIndex((c) => c.addresses.includes(alive));
+    assert.ok(
+      found >= 0 && found < calls.length - 1,
+      `found in round ${found + 1} of ${calls.length}`,
+    );
+    for (const call of calls.slice(found)) assert.ok(call.addresses.includes(alive));
   });
 
   it('no peer yet: waits and measures once flanneld programs one; a removed device stops', async function () {

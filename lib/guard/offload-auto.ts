@@ -76,6 +76,8 @@ const MIN_ROUND_MS = 1_000;
 /** Closed ports in traceroute's range; one per round. */
 const PROBE_PORT_BASE = 33_434;
 const PROBE_PORT_SPAN = 100;
+/** An inconclusive verdict takes this many times the rounds a conclusive one does. */
+const INCONCLUSIVE_FACTOR = 3;
 /** Rounds kept as evidence in a verdict. */
 const EVIDENCE_ROUNDS = 4;
 
@@ -111,6 +113,8 @@ interface DeviceProbing {
   probes: number;
   startedAt: number;
   evidence: VerdictEvent['evidence'];
+  /** Peers that answered the last round's echo: kept in the next sample. */
+  answering: Set<string>;
   /** The last verdict reported (a re-check that agrees is not reported again). */
   reported: VerdictEvent['verdict'] | null;
   cancelTimer: () => void;
@@ -146,6 +150,7 @@ export class OffloadAuto {
       startedAt: at,
       evidence: [],
       reported: null,
+      answering: new Set(),
       cancelTimer: () => undefined,
     };
     this.#devices.set(device, state);
@@ -174,9 +179,13 @@ export class OffloadAuto {
     }, ms);
   }
 
-  /** The device's permanent IPv4 neighbours: its peers' VTEPs; a random sample of them. */
-  #sample(device: ManagedDevice): string[] {
-    const peers = [
+  /**
+   * The device's permanent IPv4 neighbours: its peers' VTEPs. The sample keeps the peers that
+   * answered an echo before (a node that is down answers nothing and tells nothing) and fills
+   * up with a random choice of the others.
+   */
+  #sample(device: ManagedDevice, state: DeviceProbing): string[] {
+    const all = [
       ...new Set(
         device.neighbours
           .list()
@@ -184,17 +193,19 @@ export class OffloadAuto {
           .flatMap((n) => (n.destination === null ? [] : [n.destination])),
       ),
     ];
-    for (let i = peers.length - 1; i > 0; i -= 1) {
+    const known = all.filter((peer) => state.answering.has(peer));
+    const others = all.filter((peer) => !state.answering.has(peer));
+    for (let i = others.length - 1; i > 0; i -= 1) {
       const j = Math.floor(this.#random() * (i + 1));
-      [peers[i], peers[j]] = [peers[j] as string, peers[i] as string];
+      [others[i], others[j]] = [others[j] as string, others[i] as string];
     }
-    return peers.slice(0, this.#policy.samplePeers);
+    return [...known, ...others].slice(0, this.#policy.samplePeers);
   }
 
   async #round(device: ManagedDevice, state: DeviceProbing): Promise<void> {
     const { ports, clock } = this.#ctx;
     const policy = this.#policy;
-    const peers = this.#sample(device);
+    const peers = this.#sample(device, state);
     if (peers.length === 0) {
       if (device.neighbours.list().some((n) => n.family === 'inet6') && state.reported === null) {
         // flannel-v6.*: the probes are IPv4's; say so once, and leave the offload as it is.
@@ -230,6 +241,7 @@ export class OffloadAuto {
     if (!this.#current(device, state)) return;
     state.rounds += 1;
     state.probes += 3 * peers.length;
+    state.answering = new Set(answers.filter((a) => a.echo).map((a) => a.address));
     // Read each round: without a policy for it nothing else follows the feature.
     const active = this.#readFeature(device);
     state.evidence = [...state.evidence, { offload: active ?? true, answers }].slice(
@@ -246,7 +258,12 @@ export class OffloadAuto {
   #decide(device: ManagedDevice, state: DeviceProbing, why: string, at: number): void {
     const policy = this.#policy;
     const { verdict, rounds } = state.streak;
-    const confirmed = rounds >= policy.confirmRounds;
+    // No verdict is given up on as fast as one is reached: fresh samples may find peers that answer.
+    const needed =
+      verdict === 'inconclusive'
+        ? policy.confirmRounds * INCONCLUSIVE_FACTOR
+        : policy.confirmRounds;
+    const confirmed = rounds >= needed;
     const feature = policy.feature;
     const active = device.offloads[feature] ?? null;
     if (state.phase === 'checking-fix') {
