@@ -24,6 +24,9 @@ describe('rewrite attribution against the real systemd-udevd', function () {
   let ns: Netns;
   let udevd: Udevd;
   let guard: FlannelGuard | undefined;
+  /** The guard's rewrites of the running test (each test collects its own). */
+  let rewrites: RewriteEvent[] = [];
+  const errors: Error[] = [];
 
   before(async function () {
     ns = await Netns.create('fgt-writer');
@@ -33,6 +36,20 @@ describe('rewrite attribution against the real systemd-udevd', function () {
         '10-static.link': `[Match]\nOriginalName=${STATIC_NAME}\n\n[Link]\nMACAddressPolicy=none\nMACAddress=${STATIC_MAC}\n`,
       },
     });
+    guard = await FlannelGuard.start({
+      netns: ns.path,
+      interfaces: ['flannel.*'],
+      offload: 'none',
+      udevRoot: `/proc/${udevd.pid}/root`,
+      // Every write here is the test's own, many to one device: none is a contest.
+      fight: { maxRewrites: 1000 },
+    });
+    guard.on('rewrite', (event) => rewrites.push(event));
+    guard.on('error', (error) => errors.push(error));
+  });
+
+  beforeEach(function () {
+    rewrites = [];
   });
 
   after(async function () {
@@ -52,18 +69,6 @@ describe('rewrite attribution against the real systemd-udevd', function () {
             .padStart(2, '0'),
         ),
       ].join(':');
-    guard = await FlannelGuard.start({
-      netns: ns.path,
-      interfaces: ['flannel.*'],
-      offload: 'none',
-      udevRoot: `/proc/${udevd.pid}/root`,
-      // Every write here is the test's own, many to one device: none is a contest.
-      fight: { maxRewrites: 1000 },
-    });
-    const rewrites: RewriteEvent[] = [];
-    guard.on('rewrite', (event) => rewrites.push(event));
-    const errors: Error[] = [];
-    guard.on('error', (error) => errors.push(error));
 
     const truth = { udev: 0, foreign: 0 };
     const other = randomMachineId();
@@ -84,10 +89,7 @@ describe('rewrite attribution against the real systemd-udevd', function () {
         'nolearning',
       ]);
       await udevd.waitForDeviceProcessed(name, offset);
-      const applied = new RegExp(
-        `^${name.replace('.', '\\.')}: Applying persistent MAC address: ([0-9a-f:]{17})`,
-        'm',
-      ).exec(udevd.log().slice(offset))?.[1];
+      const applied = udevd.persistentMacApplied(name, offset);
       assert.equal(applied, udevPersistentMac(udevd.machineId, name), 'udev wrote its own value');
       truth.udev += 1;
       await waitFor(() => rewrites.length > before, {
@@ -147,18 +149,6 @@ describe('rewrite attribution against the real systemd-udevd', function () {
   });
 
   it("names udev's MACAddress= from a .link file udev-static-mac, with the file", async function () {
-    guard ??= await FlannelGuard.start({
-      netns: ns.path,
-      interfaces: ['flannel.*'],
-      offload: 'none',
-      udevRoot: `/proc/${udevd.pid}/root`,
-      fight: { maxRewrites: 1000 },
-    });
-    const rewrites: RewriteEvent[] = [];
-    const onRewrite = (event: RewriteEvent): void => {
-      if (event.device === STATIC_NAME) rewrites.push(event);
-    };
-    guard.on('rewrite', onRewrite);
     const rounds = 10;
     for (let round = 0; round < rounds; round += 1) {
       const offset = udevd.logOffset();
@@ -168,7 +158,6 @@ describe('rewrite attribution against the real systemd-udevd', function () {
       await waitFor(() => rewrites.length > before, { timeoutMs: 5000, what: 'the static MAC' });
       await ns.ip(['link', 'del', STATIC_NAME]);
     }
-    guard.off('rewrite', onRewrite);
     console.log(
       `      attribution: MACAddress= ${rewrites.length} of ${rounds} ${JSON.stringify([...new Set(rewrites.map((e) => e.writer))])}`,
     );
@@ -179,5 +168,6 @@ describe('rewrite attribution against the real systemd-udevd', function () {
       assert.equal(e.evidence.linkFile, '/run/systemd/network/10-static.link');
       assert.equal(e.evidence.macAddress, STATIC_MAC);
     }
+    assert.deepEqual(errors, []);
   });
 });

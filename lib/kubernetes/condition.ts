@@ -17,6 +17,8 @@ export const NODE_CONDITION_TYPE = 'FlannelVtepHealthy';
 
 /** How long a device may be off its desired MAC before that is a state, not a correction. */
 export const DEFAULT_DRIFT_GRACE_MS = 5_000;
+/** The guard's events within this long are judged together: none pays for it on its own path. */
+const EVALUATE_AFTER_MS = 100;
 /** node-problem-detector's heartbeat of an unchanged condition. */
 export const DEFAULT_HEARTBEAT_MS = 5 * 60_000;
 
@@ -105,6 +107,7 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
   #writing: Promise<void> = Promise.resolve();
   #heartbeat: NodeJS.Timeout | undefined;
   #graceTimer: NodeJS.Timeout | undefined;
+  #evaluateTimer: NodeJS.Timeout | undefined;
   #guard: FlannelGuard | undefined;
   #closed = false;
 
@@ -120,8 +123,13 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
   /** Follows the guard's events; returns a function that stops following. */
   attach(guard: FlannelGuard): () => void {
     this.#guard = guard;
+    // A correction's events come in the turn that corrects: the status is read a little later,
+    // once for all of them, not by each event's listener.
     const update = (): void => {
-      this.update();
+      this.#evaluateTimer ??= setTimeout(() => {
+        this.#evaluateTimer = undefined;
+        this.update();
+      }, EVALUATE_AFTER_MS).unref();
     };
     const names = [
       'ready',
@@ -206,8 +214,13 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
     });
   }
 
-  /** Resolves once the writes queued so far are done. */
+  /** Judges what is pending now and resolves once the writes queued so far are done. */
   settled(): Promise<void> {
+    if (this.#evaluateTimer !== undefined) {
+      clearTimeout(this.#evaluateTimer);
+      this.#evaluateTimer = undefined;
+      this.update();
+    }
     return this.#writing;
   }
 
@@ -215,5 +228,6 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
     this.#closed = true;
     clearInterval(this.#heartbeat);
     clearTimeout(this.#graceTimer);
+    clearTimeout(this.#evaluateTimer);
   }
 }

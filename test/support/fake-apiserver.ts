@@ -150,6 +150,15 @@ export function status(
   return body;
 }
 
+interface EventGroup {
+  store: Map<string, JsonObject>;
+  apiVersion: string;
+  /** As Status messages name it. */
+  resource: string;
+  /** What the API server does to a stored object's fields (metav1.Time to the second). */
+  normalise: (event: JsonObject) => void;
+}
+
 /** How a FakeApiServer behaves. */
 export interface FakeApiServerOptions {
   /** Serve events.k8s.io/v1 (default); false answers 404 for the group, as an old cluster. */
@@ -193,6 +202,25 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
   readonly #nodes = new Map<string, JsonObject>();
   readonly #events = new Map<string, JsonObject>();
   readonly #eventsV1 = new Map<string, JsonObject>();
+  /** The two APIs Events are written through, each with its store (the real one shares it). */
+  readonly #groups: Record<'core' | 'v1', EventGroup> = {
+    core: {
+      store: this.#events,
+      apiVersion: 'v1',
+      resource: 'events',
+      normalise: (event) => {
+        for (const key of ['firstTimestamp', 'lastTimestamp'])
+          event[key] = normaliseTime(event[key]);
+        event.eventTime ??= null;
+      },
+    },
+    v1: {
+      store: this.#eventsV1,
+      apiVersion: 'events.k8s.io/v1',
+      resource: 'events.events.k8s.io',
+      normalise: () => undefined,
+    },
+  };
   readonly #hasEventsV1: boolean;
   readonly #history: HistoryEntry[] = [];
   readonly #watchers = new Set<Watcher>();
@@ -594,7 +622,7 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
         return;
       }
       if (req.method === 'PATCH' && name !== undefined) {
-        this.#patchEventV1(namespace, name, record, reply);
+        this.#patchEvent(this.#groups.v1, namespace, name, record, reply);
         return;
       }
       reply(405, status(405, `the server does not allow this method on the requested resource`));
@@ -643,7 +671,7 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
         return;
       }
       if (req.method === 'PATCH' && name !== undefined) {
-        this.#patchEvent(namespace, name, record, query, reply);
+        this.#patchEvent(this.#groups.core, namespace, name, record, reply);
         return;
       }
       if (req.method === 'GET' && name === undefined) {
@@ -977,63 +1005,8 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
       reply(422, status(422, `Event.events.k8s.io "${name}" is invalid: ${invalid}`, 'Invalid'));
       return;
     }
-    const key = `${namespace}/${name}`;
-    if (this.#eventsV1.has(key)) {
-      reply(
-        409,
-        status(409, `events.events.k8s.io "${name}" already exists`, 'AlreadyExists', {
-          name,
-          kind: 'events',
-        }),
-      );
-      return;
-    }
-    this.#rv += 1;
     meta.namespace = namespace;
-    meta.uid = randomUUID();
-    meta.resourceVersion = String(this.#rv);
-    meta.creationTimestamp = timeOf(new Date());
-    meta.managedFields = [
-      {
-        manager: query.fieldManager ?? 'unknown',
-        operation: 'Update',
-        apiVersion: 'events.k8s.io/v1',
-      },
-    ];
-    event.kind = 'Event';
-    event.apiVersion = 'events.k8s.io/v1';
-    this.#eventsV1.set(key, event);
-    this.emit('event', { type: 'ADDED', event: clone(event) });
-    reply(201, clone(event));
-  }
-
-  #patchEventV1(
-    namespace: string,
-    name: string,
-    record: RequestRecord,
-    reply: (code: number, body: JsonObject) => void,
-  ): void {
-    const patch = this.#patchable(record, reply);
-    if (!patch) return;
-    const key = `${namespace}/${name}`;
-    const current = this.#eventsV1.get(key);
-    if (!current) {
-      reply(404, notFound('events.events.k8s.io', name));
-      return;
-    }
-    const merged = mergePatch(current, patch) as JsonObject;
-    this.#rv += 1;
-    (merged.metadata as JsonObject).resourceVersion = String(this.#rv);
-    this.#eventsV1.set(key, merged);
-    this.emit('event', { type: 'MODIFIED', event: clone(merged) });
-    reply(200, clone(merged));
-  }
-
-  // --- events -------------------------------------------------------------------------
-
-  #normaliseEvent(event: JsonObject): void {
-    for (const key of ['firstTimestamp', 'lastTimestamp']) event[key] = normaliseTime(event[key]);
-    event.eventTime ??= null;
+    this.#storeNewEvent(this.#groups.v1, event, query, reply);
   }
 
   #createEvent(
@@ -1103,12 +1076,24 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
       );
       return;
     }
-    const key = `${namespace}/${String(meta.name)}`;
-    if (this.#events.has(key)) {
+    this.#storeNewEvent(this.#groups.core, event, query, reply);
+  }
+
+  /** A valid new Event of `group` stored as the API server does: 409 if its name is taken. */
+  #storeNewEvent(
+    group: EventGroup,
+    event: JsonObject,
+    query: Record<string, string>,
+    reply: (code: number, body: JsonObject) => void,
+  ): void {
+    const meta = event.metadata as JsonObject;
+    const name = String(meta.name);
+    const key = `${String(meta.namespace)}/${name}`;
+    if (group.store.has(key)) {
       reply(
         409,
-        status(409, `events "${String(meta.name)}" already exists`, 'AlreadyExists', {
-          name: meta.name as string,
+        status(409, `${group.resource} "${name}" already exists`, 'AlreadyExists', {
+          name,
           kind: 'events',
         }),
       );
@@ -1122,40 +1107,41 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
       {
         manager: query.fieldManager ?? 'unknown',
         operation: 'Update',
-        apiVersion: 'v1',
+        apiVersion: group.apiVersion,
         time: timeOf(new Date()),
         fieldsType: 'FieldsV1',
-        fieldsV1: { 'f:count': {}, 'f:message': {}, 'f:reason': {} },
+        fieldsV1: { 'f:reason': {}, 'f:type': {} },
       },
     ];
     event.kind = 'Event';
-    event.apiVersion = 'v1';
-    this.#normaliseEvent(event);
-    this.#events.set(key, event);
+    event.apiVersion = group.apiVersion;
+    group.normalise(event);
+    group.store.set(key, event);
     this.emit('event', { type: 'ADDED', event: clone(event) });
     reply(201, clone(event));
   }
 
+  /** A merge or strategic merge patch of a stored Event of `group`; 404 if there is none. */
   #patchEvent(
+    group: EventGroup,
     namespace: string,
     name: string,
     record: RequestRecord,
-    _query: Record<string, string>,
     reply: (code: number, body: JsonObject) => void,
   ): void {
     const patch = this.#patchable(record, reply);
     if (!patch) return;
     const key = `${namespace}/${name}`;
-    const current = this.#events.get(key);
+    const current = group.store.get(key);
     if (!current) {
-      reply(404, notFound('events', name));
+      reply(404, notFound(group.resource, name));
       return;
     }
     const merged = mergePatch(current, patch) as JsonObject;
     this.#rv += 1;
     (merged.metadata as JsonObject).resourceVersion = String(this.#rv);
-    this.#normaliseEvent(merged);
-    this.#events.set(key, merged);
+    group.normalise(merged);
+    group.store.set(key, merged);
     this.emit('event', { type: 'MODIFIED', event: clone(merged) });
     reply(200, clone(merged));
   }

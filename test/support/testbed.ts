@@ -399,12 +399,7 @@ export class FlannelTestbed {
     let udevApplied: string | null = null;
     if (udevd !== undefined) {
       await udevd.waitForDeviceProcessed(VTEP, offset, 5000);
-      const text = udevd.log().slice(offset);
-      const m = new RegExp(
-        `^${VTEP.replace('.', '\\.')}: Applying persistent MAC address: ([0-9a-f:]{17})`,
-        'm',
-      ).exec(text);
-      udevApplied = m?.[1] ?? null;
+      udevApplied = udevd.persistentMacApplied(VTEP, offset);
     }
     n.publishedMac = published;
     n.lastCreation = {

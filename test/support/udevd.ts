@@ -218,6 +218,13 @@ export class Udevd {
     );
   }
 
+  /** The MAC udev logged it applied to `ifname` ("Applying persistent MAC address: ...") after `fromOffset`. */
+  persistentMacApplied(ifname: string, fromOffset: number): string | null {
+    const name = ifname.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const pattern = new RegExp(`^${name}: Applying persistent MAC address: ([0-9a-f:]{17})`, 'm');
+    return pattern.exec(this.logText.slice(fromOffset))?.[1] ?? null;
+  }
+
   /** Run a command inside udevd's mount namespace (and the test netns). */
   exec(argv: readonly string[], timeoutMs = 10_000): Promise<RunResult> {
     if (!this.running) throw new Error('udevd is not running');
