@@ -8,6 +8,7 @@
         "native/netlink_socket.cc",
         "native/neighbour_batch.cc",
         "native/restore_set.cc",
+        "native/correction_allowance.cc",
         "native/state_mirror.cc",
         "native/sysfs.cc",
         "native/monitor_core.cc",

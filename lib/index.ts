@@ -6,6 +6,7 @@
 export { LinkMonitor } from './core/monitor';
 export type {
   ChangeSource,
+  CorrectionAllowance,
   LinkAddedEvent,
   LinkChangedEvent,
   LinkFilter,

@@ -56,6 +56,22 @@ void ArrivalWatch::Arm() {
   [[maybe_unused]] const int modified = epoll_ctl(epoll_, EPOLL_CTL_MOD, fd_, &socket);
 }
 
+void ArrivalWatch::Pause() {
+  epoll_event socket{};
+  socket.events = EPOLLONESHOT;  // no events until enabled again
+  socket.data.fd = fd_;
+  [[maybe_unused]] const int modified = epoll_ctl(epoll_, EPOLL_CTL_MOD, fd_, &socket);
+}
+
+void ArrivalWatch::Resume() {
+  // Unlike Arm, a stamp of data still unread stays; data waiting unstamped is
+  // stamped at once (it arrived while the loop was busy before this).
+  epoll_event socket{};
+  socket.events = EPOLLIN | EPOLLONESHOT;
+  socket.data.fd = fd_;
+  [[maybe_unused]] const int modified = epoll_ctl(epoll_, EPOLL_CTL_MOD, fd_, &socket);
+}
+
 int64_t ArrivalWatch::Take() { return arrival_.exchange(0); }
 
 void ArrivalWatch::Run() {

@@ -33,6 +33,11 @@ class ArrivalWatch {
 
   // After the socket was read: note the next moment it is readable.
   void Arm();
+  // While the owner's loop sleeps in its own poll, an arrival wakes the loop
+  // at once and needs no stamp: Pause before it sleeps (the thread then stays
+  // asleep too), Resume once it is busy again. A stamp already taken is kept.
+  void Pause();
+  void Resume();
   // steady_clock nanoseconds at which the unread data arrived, or 0 when
   // none was noted; clears it.
   int64_t Take();

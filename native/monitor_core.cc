@@ -48,11 +48,20 @@ void MonitorCore::Close() {
   socket_.Close();
 }
 
+Result<Unit> MonitorCore::ApplyFilter() {
+  if (!filter_) return socket_.SetFilter({});
+  LinkFilter filter = *filter_;
+  if (writer_) filter.ownRequests = writer_->portid();
+  return socket_.SetFilter(BuildLinkFilter(filter));
+}
+
 Result<Unit> MonitorCore::SetFilter(const std::optional<LinkFilter>& filter) {
-  Result<Unit> set =
-      socket_.SetFilter(filter ? BuildLinkFilter(*filter) : std::vector<sock_filter>{});
-  if (!set.ok()) return set;
+  const std::optional<LinkFilter> before = std::move(filter_);
   filter_ = filter;
+  if (Result<Unit> set = ApplyFilter(); !set.ok()) {
+    filter_ = before;
+    return set;
+  }
   if (!filter_) return Unit{};
   kept_.insert(filter_->ifindexes.begin(), filter_->ifindexes.end());
   // What the view no longer covers leaves the mirror silently.
@@ -102,6 +111,8 @@ Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction,
     Result<NetlinkRequester> writer = NetlinkRequester::Open(netns_);
     if (!writer.ok()) return writer.error();
     writer_.emplace(std::move(writer.value()));
+    // From now on the kernel keeps the write socket's own re-adds out.
+    if (Result<Unit> filtered = ApplyFilter(); !filtered.ok()) return filtered.error();
   }
   RestoreSet& set = restoreSets_[ifindex];
   if (change.assign) set.Assign(std::move(*change.assign));
@@ -164,14 +175,21 @@ bool MonitorCore::IsCorrectionEcho(const netlink::NeighRecord& neigh) {
   if (device == echoes_.end()) return false;
   auto entry = device->second.find(NeighbourKey(neigh.family, neigh.destination));
   if (entry == device->second.end()) return false;
+  PendingEcho& pending = entry->second;
   bool echo = false;
   if (neigh.deleted) {
-    echo = true;  // the rewrite's flush of an entry already put back: its re-add follows
+    // The rewrite's flush of an entry already put back (its re-add follows),
+    // once: another delete is someone's.
+    echo = !pending.flushRead;
+    pending.flushRead = true;
+    if (!echo) device->second.erase(entry);
   } else {
-    echo = (neigh.state & NUD_PERMANENT) != 0 &&
+    echo = !pending.readdRead && (neigh.state & NUD_PERMANENT) != 0 &&
            neigh.lladdr.state == netlink::MacField::State::kValid &&
-           neigh.lladdr.bytes == entry->second;
-    device->second.erase(entry);  // re-added, or changed by someone else: passed on from now
+           neigh.lladdr.bytes == pending.lladdr;
+    pending.readdRead = true;
+    // Re-added, or changed by someone else: passed on from now.
+    if (!echo || pending.flushRead) device->second.erase(entry);
   }
   if (device->second.empty()) echoes_.erase(device);
   if (echo) ++stats_.correctionEchoes;
@@ -193,9 +211,12 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
     return std::nullopt;  // nothing to correct; stays armed
   }
   const std::array<uint8_t, 6> mac = armed->second.mac;
-  if (--armed->second.shots <= 0) {
-    armed_.erase(armed);
+  std::optional<CorrectionAllowance>& allowance = armed->second.allowance;
+  if (!allowance || !allowance->Take(batchArrivalNs_)) {
+    const bool refused = allowance.has_value();
+    armed_.erase(armed);  // spent (one correction) or refused (JS decides about this one)
     *disarmed = true;
+    if (refused) return std::nullopt;
   }
   const auto started = std::chrono::steady_clock::now();
   const int64_t queuedNs =
@@ -208,6 +229,7 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   };
   Correction correction;
   correction.mac = mac;
+  correction.arrivalNs = batchArrivalNs_;
   correction.queuedNs = queuedNs > 0 ? queuedNs : 0;
   Result<Unit> written = writer_->SetLinkAddress(link.ifindex, mac);
   correction.macNs = since();
@@ -222,17 +244,15 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
       // Every entry is back: the notifications of its flush and re-add say nothing new.
       auto& echoes = echoes_[link.ifindex];
       for (const netlink::NeighbourEntry& entry : set->second.entries()) {
-        echoes.emplace(NeighbourKey(entry.family, entry.destination), entry.lladdr);
+        echoes[NeighbourKey(entry.family, entry.destination)] = PendingEcho{entry.lladdr};
       }
     }
   }
   correction.doneNs = since();
-  if (correction.error) {
-    correction.error->interface = link.name;
-  } else if (Result<netlink::LinkRecord> after = writer_->GetLink(link.ifindex); after.ok()) {
-    correction.afterName = after.value().name;
-    correction.afterMac = after.value().mac;
-  }
+  // The device as it is after the writes comes from the kernel's notification
+  // of the MAC write, when it is read in this batch (FoldEcho), else from a
+  // re-read once the batch is read (RereadUnconfirmed).
+  if (correction.error) correction.error->interface = link.name;
   return correction;
 }
 
@@ -403,10 +423,7 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
   const bool kept = Keep(link);
   if (kept) {
     mirror_.ApplyLink(std::move(link), fromDump, &changes_);
-    if (correction && !correction->error &&
-        correction->afterMac.state == netlink::MacField::State::kValid) {
-      mirror_.NoteCorrection(ifindex, correction->afterMac.bytes);
-    }
+    if (correction && !correction->error) mirror_.NoteCorrection(ifindex, correction->mac);
   }
   // The device's own change comes last in changes_ (its entries, when it was
   // deleted, before it): the correction and the disarming travel with it.
@@ -416,7 +433,7 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
     changes_.pop_back();
   }
   Emit(changes_, out);
-  if (own && own->correctionEcho && !correction && !disarmed && FoldEcho(ifindex, out)) return;
+  if (own && own->correctionEcho && !correction && !disarmed && FoldEcho(own->link, out)) return;
   if (!own && !correction && !disarmed) return;
   if (own) Resolve(*own);
   out->push_back(LinkItem{ifindex, std::move(own), std::move(correction), disarmed});
@@ -424,16 +441,33 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
 
 // The echo of a correction made in this batch is part of it: the item that
 // carries the correction says so, and listeners see one change per rewrite.
-bool MonitorCore::FoldEcho(int32_t ifindex, std::vector<MonitorItem>* out) {
+// It is also the kernel's account of the device after the write: the re-read.
+bool MonitorCore::FoldEcho(const netlink::LinkRecord& echo, std::vector<MonitorItem>* out) {
   for (auto item = out->rbegin(); item != out->rend(); ++item) {
     auto* link = std::get_if<LinkItem>(&*item);
-    if (!link || link->ifindex != ifindex) continue;
+    if (!link || link->ifindex != echo.ifindex) continue;
     if (!link->correction || link->correction->error || link->correction->echoed) return false;
     link->correction->echoed = true;
+    link->correction->afterName = echo.name;
+    link->correction->afterMac = echo.mac;
     ++stats_.foldedEchoes;
     return true;
   }
   return false;
+}
+
+void MonitorCore::RereadUnconfirmed(std::vector<MonitorItem>* out, size_t first) {
+  for (size_t i = first; i < out->size(); ++i) {
+    auto* link = std::get_if<LinkItem>(&(*out)[i]);
+    if (!link || !link->correction || link->correction->error || link->correction->echoed) {
+      continue;
+    }
+    Correction& correction = *link->correction;
+    if (Result<netlink::LinkRecord> after = writer_->GetLink(link->ifindex); after.ok()) {
+      correction.afterName = after.value().name;
+      correction.afterMac = after.value().mac;
+    }
+  }
 }
 
 void AppendChangeItems(std::vector<MirrorChange>& changes, NeighbourEvents events,
@@ -482,7 +516,9 @@ void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* o
   const int64_t now = SteadyNowNs();
   const int64_t arrival = arrivals_ ? arrivals_->Take() : 0;
   batchArrivalNs_ = arrival > 0 && arrival <= now ? arrival : now;
+  const size_t first = out->size();
   Drain(maxDatagrams, out);
+  RereadUnconfirmed(out, first);
   if (arrivals_) arrivals_->Arm();
 }
 

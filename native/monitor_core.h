@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arrival_watch.h"
+#include "correction_allowance.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
 #include "restore_set.h"
@@ -57,12 +58,14 @@ struct MonitorOptions {
 struct Correction {
   std::array<uint8_t, 6> mac{};   // written back
   size_t neighbours = 0;          // permanent entries re-added
+  int64_t arrivalNs = 0;          // the rewrite's arrival (steady_clock): when it was seen
   int64_t queuedNs = 0;           // from the datagram's arrival (ArrivalWatch) to reading it
   int64_t macNs = 0;              // from reading the datagram to the MAC write's ACK
   int64_t doneNs = 0;             // ... to the last neighbour's ACK
   std::optional<SysError> error;  // the write that failed, if one did
-  // The device re-read after the writes (outside the timings): its name, or
-  // empty when it is gone, and its MAC.
+  // The device after the writes (outside the timings): as the kernel's own
+  // notification of the MAC write shows it when that is read in the same
+  // batch (echoed), else re-read; its name, or empty when it is gone, and its MAC.
   std::string afterName;
   netlink::MacField afterMac;
   // The write's own RTM_NEWLINK was read in the same batch and changed nothing
@@ -80,15 +83,14 @@ struct LinkItem {
 };
 
 // What to write back, without waiting for JS, when the armed device is seen
-// with another MAC: one correction, then the arming is spent. The neighbour
-// entries put back are the device's restore set (see MonitorCore::Arm).
+// with another MAC: a correction for each rewrite the allowance lets through,
+// and the first it refuses ends the arming (JS decides about that one);
+// without an allowance, one correction ends it. The neighbour entries put
+// back are the device's restore set (see MonitorCore::Arm).
 struct ArmedCorrection {
   std::string name;  // the device must still be called this
   std::array<uint8_t, 6> mac{};
-  // Corrections it makes before the caller decides again: a second rewrite
-  // read in the same pass as the first (before JS has seen either) is
-  // answered at once when the caller's policy allows two in a row.
-  int shots = 1;
+  std::optional<CorrectionAllowance> allowance;
 };
 
 // How an arming changes the device's restore set: replaced when `assign` is
@@ -188,11 +190,12 @@ class MonitorCore {
   // Arms a one-shot correction for `ifindex` (replacing any armed one): the
   // first notification or dump reply showing the device, still under that
   // name, with a MAC other than `mac` is answered right there - the MAC set
-  // back, the device's restore set re-added - before anything is handed to JS.
+  // back, the device's restore set re-added - before anything is handed to JS,
+  // and so is each later one the arming's allowance lets through.
   // The restore set is kept across corrections until the device is deleted;
   // `change` says what changed in it since the last arming (the caller sends
   // only that). Policy (whether a correction is due now) stays with the
-  // caller, which re-arms after each one. Opens the write socket on first use.
+  // caller, which re-arms when it changes. Opens the write socket on first use.
   Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction, RestoreSetChange change);
   void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
   // Whether a restore set is kept for the device.
@@ -210,6 +213,13 @@ class MonitorCore {
   void Close();
   // When the data of the batch being read arrived (steady_clock ns): see ArrivalWatch.
   int64_t batchArrivalNs() const { return batchArrivalNs_; }
+  // The owner's loop is about to sleep in its poll / is busy again (ArrivalWatch::Pause).
+  void LoopSleeps() {
+    if (arrivals_) arrivals_->Pause();
+  }
+  void LoopBusy() {
+    if (arrivals_) arrivals_->Resume();
+  }
 
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
@@ -258,7 +268,10 @@ class MonitorCore {
                  bool disarmed, std::vector<MonitorItem>* out);
   // The mirror's changes as items (neighbour changes as neighbourEvents_ says).
   void Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out);
-  bool FoldEcho(int32_t ifindex, std::vector<MonitorItem>* out);
+  bool FoldEcho(const netlink::LinkRecord& echo, std::vector<MonitorItem>* out);
+  // Re-reads the devices of the corrections from out[first] on whose echo was
+  // not read with them: what the device is after the writes.
+  void RereadUnconfirmed(std::vector<MonitorItem>* out, size_t first);
   // Fills in addr_assign_type for a change about to be handed over.
   void Resolve(LinkChange& change);
 
@@ -272,9 +285,18 @@ class MonitorCore {
   std::unordered_map<int32_t, ArmedCorrection> armed_;
   std::unordered_map<int32_t, RestoreSet> restoreSets_;
   // Per device, the entries a correction put back whose flush and re-add
-  // notifications have not been read yet: key (family, destination) -> lladdr.
-  // Emptied once the socket is drained: every echo was queued by then.
-  std::unordered_map<int32_t, std::unordered_map<std::string, std::array<uint8_t, 6>>> echoes_;
+  // notifications have not been read yet, by (family, destination). Each
+  // entry has one of each: a second delete is someone's delete. Emptied once
+  // the socket is drained: every echo was queued by then. (With a kernel
+  // filter the re-adds never arrive: see LinkFilter::ownRequests.)
+  struct PendingEcho {
+    std::array<uint8_t, 6> lladdr{};
+    bool flushRead = false;
+    bool readdRead = false;
+  };
+  std::unordered_map<int32_t, std::unordered_map<std::string, PendingEcho>> echoes_;
+  // Applies filter_ with the write socket's port id (once it is open).
+  Result<Unit> ApplyFilter();
   bool explicitReceiveBuffer_ = false;
   bool readAddrAssignType_ = false;
   size_t dumpedNeighbours_ = 0;  // neighbour records of the resync under way

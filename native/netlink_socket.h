@@ -129,6 +129,8 @@ class NetlinkRequester {
   static Result<NetlinkRequester> Open(const NetnsTarget& target);
 
   int fd() const { return socket_.fd(); }
+  // The port id its requests' notifications name (nlmsg_pid).
+  uint32_t portid() const { return socket_.portid(); }
   void Close() { socket_.Close(); }
 
   Result<std::vector<netlink::LinkRecord>> DumpLinks();

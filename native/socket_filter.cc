@@ -62,6 +62,13 @@ std::vector<sock_filter> BuildLinkFilter(const LinkFilter& filter) {
     if (prefix.empty()) return {};
   }
   Program program;
+  if (filter.ownRequests != 0) {
+    program.Load(BPF_H, kTypeOffset);
+    program.SkipUnlessEqual(Swap16(RTM_NEWNEIGH), 4);  // the next four
+    program.Load(BPF_W, kPidOffset);
+    program.AcceptUnlessEqual(Swap32(filter.ownRequests));
+    program.Return(kDrop);
+  }
   program.Load(BPF_H, kTypeOffset);
   program.AcceptUnlessEqual(Swap16(RTM_NEWLINK));  // deletions, neighbours, dump ends
   program.Load(BPF_W, kPidOffset);

@@ -20,10 +20,15 @@ struct LinkFilter {
   // part of each interface glob). An empty prefix would pass everything: then
   // no filter is built.
   std::vector<std::string> namePrefixes;
+  // Non-zero: RTM_NEWNEIGH notifications of this port's requests are dropped.
+  // The monitor's write socket re-adds a device's whole restore set after a
+  // rewrite; what it wrote, it knows (they would only be read to be dropped).
+  uint32_t ownRequests = 0;
 };
 
-// Passes: every message that is not RTM_NEWLINK (deletions, neighbours, dump
-// ends, errors), replies to requests (nlmsg_pid != 0: dumps), announcements
+// Drops RTM_NEWNEIGH of `ownRequests`. Then passes: every message that is not
+// RTM_NEWLINK (deletions, neighbours, dump ends, errors), replies to requests
+// (nlmsg_pid != 0: dumps, and the notifications of any request), announcements
 // of new devices (ifi_change == ~0), the listed ifindexes, and names with a
 // listed prefix. Drops the rest. Returns an empty program when the filter
 // cannot narrow anything (an empty prefix).

@@ -114,6 +114,54 @@ describe('FightTracker', function () {
     }
   });
 
+  it('allowance(k): its terms, carried out over time as the native layer does, answer exactly the rewrites recordRewrite(k, at) would correct, up to the first it refuses (seeded)', function () {
+    const random = prng(0xa110);
+    for (let round = 0; round < 300; round += 1) {
+      const policy = {
+        maxRewrites: 2 + Math.floor(random() * 6),
+        burst: 1 + Math.floor(random() * 5),
+        windowMs: 10 + Math.floor(random() * 500),
+        jitter: 0,
+      };
+      const { fight, clock } = tracker(policy);
+      for (let i = Math.floor(random() * 4); i > 0; i -= 1) {
+        fight.recordRewrite('k');
+        clock.now += Math.floor(random() * 300);
+      }
+      const what = `round ${round}: ${JSON.stringify(policy)}`;
+      const terms = fight.allowance('k', 16);
+      assert.equal(terms === null, fight.correctionsNow('k') === 0, what);
+      if (!terms) continue;
+      assert.ok(terms.recent.length < terms.limit, what);
+      // native/correction_allowance.cc's rule: answered while fewer than `limit` in the window.
+      const answered = [...terms.recent];
+      let at = clock.now;
+      for (let step = 0; step < 12; step += 1) {
+        at += Math.floor(random() * policy.windowMs * 0.6);
+        const windowMs = terms.windowMs;
+        const now = at;
+        const inWindow: number = answered.filter((t) => now - t < windowMs).length;
+        const native: boolean = inWindow < terms.limit;
+        const decision = fight.recordRewrite('k', at).action;
+        assert.equal(native, decision === 'correct', `${what}: step ${step} at ${at}`);
+        if (!native) break;
+        answered.push(at);
+      }
+    }
+  });
+
+  it('recordRewrite(k, at) counts a rewrite at its own time: a report that was held does not bunch rewrites together', function () {
+    const { fight, clock } = tracker({ ...PLAIN, burst: 2, windowMs: 100 });
+    // Three rewrites 60 ms apart, recorded together 200 ms later.
+    clock.now += 200;
+    const at = clock.now - 200;
+    assert.deepEqual(
+      [at, at + 60, at + 120].map((t) => fight.recordRewrite('k', t).action),
+      ['correct', 'correct', 'correct'],
+    );
+    assert.deepEqual(fight.recentRewrites('k'), [at + 120]);
+  });
+
   it('keeps keys apart: a fight on one key changes nothing for another', function () {
     const { fight } = tracker(PLAIN);
     for (let i = 0; i < PLAIN.maxRewrites; i += 1) fight.recordRewrite('2|mac');

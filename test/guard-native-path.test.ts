@@ -187,7 +187,7 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
     const events: string[] = [];
     r.guard.on('contested', () => events.push('contested'));
     r.guard.on('resumed', () => events.push('resumed'));
-    // Armed before each rewrite whatever policy says now: a native layer left with shots
+    // Armed before each rewrite whatever policy says now: a native layer left with an allowance
     // the contest has used up (the contest is then only known from its correction).
     for (let i = 1; i <= 3; i += 1) {
       r.monitor.arm(r.ifindex, { name: 'flannel.1', mac: PINNED, neighbours: [] });

@@ -6,13 +6,14 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 
-import { LinkMonitor, restoreSetChange } from '../lib/core/monitor';
+import { LinkMonitor, restoreSetChange, type CorrectionAllowance } from '../lib/core/monitor';
 import { isSystemError } from '../lib/core/errors';
 import { getLinks, getNeighbours } from '../lib/core/oneshot';
 import { binding } from '../lib/core/binding';
 import { neighbourKey } from '../lib/core/records';
 import type { LinkInfo, NeighbourInfo } from '../lib/core/types';
-import { Netns, execFile, waitFor } from './support/netns';
+import { monotonicMs } from '../lib/core/clock';
+import { Netns, delay, execFile, waitFor } from './support/netns';
 import { prng } from './support/prng';
 import { collectEvents, nextEvent } from './support/events';
 
@@ -47,7 +48,11 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   async function open(
-    options: { receiveBuffer?: number; neighbours?: boolean | 'ip' } = {},
+    options: {
+      receiveBuffer?: number;
+      neighbours?: boolean | 'ip';
+      reportIntervalMs?: number;
+    } = {},
   ): Promise<LinkMonitor> {
     monitor = await LinkMonitor.open({ netns: ns.name, ...options });
     return monitor;
@@ -56,14 +61,26 @@ describe('LinkMonitor (real kernel, netns)', function () {
   const pinned = '0e:00:00:00:00:01';
 
   /** vx1 at `pinned`, up, with one permanent ARP entry; the monitor opened on it. */
-  async function openWithArmableVx1(): Promise<{ m: LinkMonitor; link: LinkInfo }> {
+  async function openWithArmableVx1(
+    options: { reportIntervalMs?: number } = {},
+  ): Promise<{ m: LinkMonitor; link: LinkInfo }> {
     await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
     await ns.ip(`link set vx1 address ${pinned} up`);
     await ns.ip('neigh replace 198.18.0.1 lladdr 0e:00:00:00:00:aa dev vx1 nud permanent');
-    const m = await open();
+    const m = await open(options);
     const link = m.getLink('vx1');
     assert.ok(link);
     return { m, link };
+  }
+
+  /** Arms vx1's correction back to `pinned`, with its entries as the mirror has them. */
+  function armPinned(m: LinkMonitor, link: LinkInfo, allowance: CorrectionAllowance): void {
+    m.arm(link.ifindex, {
+      name: 'vx1',
+      mac: pinned,
+      neighbours: m.restoreEntries(link.ifindex),
+      allowance,
+    });
   }
 
   it('loads the namespace as its first snapshot, then stays in its own namespace', async function () {
@@ -175,14 +192,10 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(last.correction, undefined);
   });
 
-  it('an arming with shots: 2 answers two rewrites without being armed again, then none', async function () {
+  it('an arming with an allowance of 2 a minute answers two rewrites without being armed again, then refuses the third (the arming ends)', async function () {
     const { m, link } = await openWithArmableVx1();
-    m.arm(link.ifindex, {
-      name: 'vx1',
-      mac: pinned,
-      neighbours: m.restoreEntries(link.ifindex),
-      shots: 2,
-    });
+    const allowance = { limit: 2, windowMs: 60_000, recent: [] };
+    armPinned(m, link, allowance);
     const answered: (string | undefined)[] = [];
     for (const foreign of ['0e:00:00:00:00:02', '0e:00:00:00:00:03', '0e:00:00:00:00:04']) {
       const changed = nextEvent(m, 'linkChanged', (e) => e.link.mac === foreign);
@@ -192,15 +205,10 @@ describe('LinkMonitor (real kernel, netns)', function () {
       if (event.correction) assert.equal(event.correction.neighbours, 1);
     }
     assert.deepEqual(answered, [pinned, pinned, undefined]);
-    // Two rewrites in one burst (one ip -batch), armed again with two shots: both answered
-    // natively, whether the monitor reads them in one pass or two.
+    // Two rewrites in one burst (one ip -batch), armed again with the same terms: both
+    // answered natively, whether the monitor reads them in one pass or two.
     await ns.ip(`link set vx1 address ${pinned}`);
-    m.arm(link.ifindex, {
-      name: 'vx1',
-      mac: pinned,
-      neighbours: m.restoreEntries(link.ifindex),
-      shots: 2,
-    });
+    armPinned(m, link, allowance);
     const corrections = collectEvents(m, 'linkChanged');
     await ns.ipBatch([
       'link set vx1 address 0e:00:00:00:00:05',
@@ -213,6 +221,124 @@ describe('LinkMonitor (real kernel, netns)', function () {
     corrections.stop();
     const shown = await ns.ipJson<IpLink[]>('link show vx1');
     assert.equal(shown[0]?.address, pinned);
+  });
+
+  it('an allowance counts over time: a rewrite once the window has passed is answered without arming again, one inside it is refused', async function () {
+    const { m, link } = await openWithArmableVx1();
+    armPinned(m, link, { limit: 1, windowMs: 250, recent: [] });
+    const answered: boolean[] = [];
+    for (const [foreign, wait] of [
+      ['0e:00:00:00:00:02', 300],
+      ['0e:00:00:00:00:03', 0],
+      ['0e:00:00:00:00:04', 0],
+    ] as const) {
+      const changed = nextEvent(m, 'linkChanged', (e) => e.link.mac === foreign);
+      await ns.ip(`link set vx1 address ${foreign}`);
+      const [event] = await changed;
+      answered.push(event.correction !== undefined);
+      await delay(wait);
+    }
+    // The second came 300 ms after the first: out of its 250 ms window. The third, right
+    // after the second, is refused; the arming ended with it.
+    assert.deepEqual(answered, [true, true, false]);
+    // The history given counts as rewrites answered: one 100 ms ago fills a limit of one.
+    await ns.ip(`link set vx1 address ${pinned}`);
+    armPinned(m, link, { limit: 1, windowMs: 60_000, recent: [monotonicMs() - 100] });
+    const refused = nextEvent(m, 'linkChanged', (e) => e.link.mac === '0e:00:00:00:00:05');
+    await ns.ip('link set vx1 address 0e:00:00:00:00:05');
+    assert.equal((await refused)[0].correction, undefined);
+  });
+
+  it('corrections made in a storm are reported together, at most every reportIntervalMs, each at its own arrival; the first at once; close() reports the held ones', async function () {
+    const interval = 600;
+    const { m, link } = await openWithArmableVx1({ reportIntervalMs: interval });
+    armPinned(m, link, { limit: 16, windowMs: 1, recent: [] });
+    const seen: { mac: string | null; receivedAt: number; handledAt: number; answered: boolean }[] =
+      [];
+    m.on('linkChanged', (e) => {
+      seen.push({
+        mac: e.link.mac,
+        receivedAt: e.receivedAt ?? 0,
+        handledAt: monotonicMs(),
+        answered: e.correction?.echoed === true && e.correction.after?.mac === pinned,
+      });
+    });
+    // A quiet interval since the last report (the snapshot's): the first is reported at once.
+    await delay(interval);
+    const before = m.stats();
+    const storm = [
+      '0e:00:00:00:01:01',
+      '0e:00:00:00:01:02',
+      '0e:00:00:00:01:03',
+      '0e:00:00:00:01:04',
+    ];
+    const issuedAt: number[] = [];
+    const started = monotonicMs();
+    for (const foreign of storm) {
+      issuedAt.push(monotonicMs());
+      await ns.ip(`link set vx1 address ${foreign}`);
+      // Corrected at once, whatever the report waits for.
+      const shown = await ns.ipJson<IpLink[]>('link show vx1');
+      assert.equal(shown[0]?.address, pinned, `${foreign} corrected before its report`);
+    }
+    const stormMs = monotonicMs() - started;
+    // The first reported at once, the rest held (when the storm took less than the interval).
+    if (stormMs < interval / 2) {
+      assert.deepEqual(
+        seen.map((s) => s.mac),
+        [storm[0]],
+        'only the first is reported during the storm',
+      );
+    }
+    await waitFor(() => seen.length === storm.length, {
+      timeoutMs: 5000,
+      what: 'the held reports',
+    });
+    assert.deepEqual(
+      seen.map((s) => s.mac),
+      storm,
+    );
+    assert.ok(
+      seen.every((s) => s.answered),
+      'each with its correction and the echo as its re-read',
+    );
+    // Each at its own arrival: after its rewrite was issued, in order, and not later than the
+    // next one was issued.
+    seen.forEach((s, i) => {
+      assert.ok(s.receivedAt >= (issuedAt[i] ?? 0), `rewrite ${i} arrived after it was issued`);
+      const next = issuedAt[i + 1];
+      if (next !== undefined)
+        assert.ok(s.receivedAt <= next, `rewrite ${i} arrived before the next`);
+    });
+    const held = seen.slice(1);
+    assert.ok(
+      held.every((s) => s.handledAt >= (seen[0]?.handledAt ?? 0) + interval - 50),
+      'the held ones waited for the interval',
+    );
+    const after = m.stats();
+    assert.equal(after.heldCorrections - before.heldCorrections, storm.length - 1);
+    assert.equal(after.reports - before.reports, 2);
+    // One more right away is held; close() reports it before it closes.
+    const last = '0e:00:00:00:01:05';
+    await ns.ip(`link set vx1 address ${last}`);
+    await waitFor(() => m.stats().heldCorrections - before.heldCorrections === storm.length, {
+      timeoutMs: 5000,
+      what: 'the last rewrite held',
+    });
+    assert.equal(seen.length, storm.length);
+    m.close();
+    assert.deepEqual(seen.map((s) => s.mac).slice(-1), [last]);
+  });
+
+  it('with reportIntervalMs 0 each correction is reported at once', async function () {
+    const { m, link } = await openWithArmableVx1({ reportIntervalMs: 0 });
+    armPinned(m, link, { limit: 16, windowMs: 1, recent: [] });
+    for (const foreign of ['0e:00:00:00:02:01', '0e:00:00:00:02:02', '0e:00:00:00:02:03']) {
+      const changed = nextEvent(m, 'linkChanged', (e) => e.link.mac === foreign, 2000);
+      await ns.ip(`link set vx1 address ${foreign}`);
+      assert.equal((await changed)[0].correction?.mac, pinned);
+    }
+    assert.equal(m.stats().heldCorrections, 0);
   });
 
   it("a native correction's echoes stay native (its RTM_NEWLINK folded into the rewrite's event); a delete after it is a delete, not a flush", async function () {
@@ -261,6 +387,43 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal((await deleted)[0].cause, 'deleted');
     removed.stop();
     added.stop();
+  });
+
+  it("with a kernel filter the correction's own re-adds never reach the socket: only the flush is read (and dropped); a delete after it is a delete", async function () {
+    await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
+    await ns.ip(`link set vx1 address ${pinned} up`);
+    const ips = ['198.18.0.1', '198.18.0.2', '198.18.0.3', '198.18.0.4'];
+    await ns.ipBatch(
+      ips.map((ip, i) => `neigh replace ${ip} lladdr 0e:00:00:00:00:b${i} dev vx1 nud permanent`),
+    );
+    const m = await open();
+    const link = m.getLink('vx1');
+    assert.ok(link);
+    m.setFilter({ ifindexes: [link.ifindex], namePrefixes: ['vx'] });
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: m.restoreEntries(link.ifindex) });
+    const added = collectEvents(m, 'neighbourAdded');
+    const removals = collectEvents(m, 'neighbourRemoved');
+    const before = m.stats();
+    const changed = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
+    await ns.ip('link set vx1 address 0e:00:00:00:00:02');
+    const [event] = await changed;
+    assert.equal(event.correction?.neighbours, ips.length);
+    await settled(m);
+    const after = m.stats();
+    assert.equal(after.correctionEchoes - before.correctionEchoes, ips.length, 'the flush only');
+    const ours = (e: { neighbour: { destination: string | null } }): boolean =>
+      ips.includes(e.neighbour.destination ?? '');
+    assert.deepEqual(added.events.filter(ours), []);
+    assert.deepEqual(removals.events.filter(ours), []);
+    const isOurs = (n: NeighbourInfo): boolean => ips.includes(n.destination ?? '');
+    const kernel = await getNeighbours({ netns: ns.name, family: 'ip' });
+    assert.equal(kernel.filter(isOurs).length, ips.length);
+    assert.equal(m.neighbours({ ifindex: link.ifindex }).filter(isOurs).length, ips.length);
+    const deleted = nextEvent(m, 'neighbourRemoved', (e) => e.neighbour.destination === ips[2]);
+    await ns.ip(`neigh del ${ips[2]} dev vx1`);
+    assert.equal((await deleted)[0].cause, 'deleted');
+    added.stop();
+    removals.stop();
   });
 
   it("restoreEntries(): the permanent ARP/NDP entries; armed with them unchanged the set is the mirror's, armed after a read the list given", async function () {

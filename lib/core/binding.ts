@@ -72,7 +72,9 @@ export interface RawNeighbourColumns {
 export interface RawCorrection {
   mac: string;
   neighbours: number;
-  /** From the datagram's arrival (noted by a watcher thread) to its reading, in ns. */
+  /** When the rewrite's datagram arrived, in ms of process.hrtime's clock. */
+  arrivalMs: number;
+  /** From the datagram's arrival (noted by a watcher thread while the loop was busy) to its reading, in ns. */
   queuedNs: number;
   /** From reading the datagram to the ACK of the MAC write, in ns. */
   macNs: number;
@@ -133,6 +135,9 @@ export type RawMonitorItem =
   | { kind: 'fatal'; error: SystemError };
 
 export interface RawMonitorStats {
+  /** Batches handed to JS, and corrections whose report was held for a later batch. */
+  reports: number;
+  heldCorrections: number;
   wakeups: number;
   datagrams: number;
   messages: number;
@@ -169,6 +174,18 @@ export interface RawMonitorOptions extends RawNetnsOptions {
   neighbourEvents?: 'all' | 'permanent';
   /** Read addr_assign_type from sysfs (own namespace only). */
   addrAssignType?: boolean;
+  /** Corrections already made are reported at most this often while they keep coming (0..1000; 0: at once). */
+  reportIntervalMs?: number;
+}
+
+/**
+ * How many rewrites an arming answers: at most `limit` within any `windowMs`, counting the
+ * rewrites at `recent` (ms of process.hrtime's clock) and each one it answers.
+ */
+export interface RawAllowance {
+  limit: number;
+  windowMs: number;
+  recent: readonly number[];
 }
 
 export interface RawLinkFilter {
@@ -191,8 +208,8 @@ export interface RawMonitor {
     target: {
       name: string;
       mac: Buffer;
-      /** Corrections made before the caller decides again (1..16, default 1). */
-      shots?: number;
+      /** Corrections made before the caller decides again (without it: one). */
+      allowance?: RawAllowance;
       neighbours?: RawNeighbourEntries;
       fromMirror?: boolean;
       remove?: RawNeighbourEntries;
@@ -207,6 +224,8 @@ export interface RawMonitor {
   getLink(key: number | string): RawMirroredLink | undefined;
   neighbours(ifindex?: number): RawNeighbourColumns;
   resyncing(): boolean;
+  /** Reports the corrections held for the next report now. */
+  flush(): void;
   close(): void;
 }
 

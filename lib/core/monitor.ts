@@ -8,6 +8,7 @@ import { EventEmitter } from 'node:events';
 
 import {
   binding,
+  type RawAllowance,
   type RawCorrection,
   type RawLinkItem,
   type RawMirroredLink,
@@ -59,7 +60,21 @@ export interface LinkMonitorOptions {
   queueLimit?: number;
   /** Narrow the monitor from the start (see setFilter): the first snapshot holds only what passes. */
   filter?: LinkFilter;
+  /**
+   * Corrections the native layer made (see arm()) are reported at most this often while they
+   * keep coming, in one batch (default 50 ms; 0: each at once). The first after a quiet
+   * interval is reported at once, and anything else takes the held ones along at once: only
+   * a storm of rewrites that are answered already waits, so that it is not a JS call each.
+   */
+  reportIntervalMs?: number;
 }
+
+/**
+ * How many rewrites an arming answers before its caller decides again: at most `limit`
+ * within any `windowMs`, counting the rewrites at `recent` (ms, GuardClock's monotonic clock)
+ * and each one it answers; the first it refuses ends the arming (see arm()).
+ */
+export type CorrectionAllowance = RawAllowance;
 
 export type ChangeSource = 'event' | 'resync';
 
@@ -93,8 +108,8 @@ export interface NativeCorrection {
 /**
  * When the kernel's notification reached the monitor's socket, in ms of
  * CLOCK_MONOTONIC (`Number(process.hrtime.bigint()) / 1e6`): noted by a native
- * thread, so it holds even when the event loop was busy. The origin of the
- * guard's latencies.
+ * thread, so it holds even when the event loop was busy, or the report of a
+ * correction was held (see reportIntervalMs). The origin of the guard's latencies.
  */
 export interface Arrival {
   receivedAt: number;
@@ -263,9 +278,6 @@ function abortError(signal: AbortSignal): Error {
   return Object.assign(error, { code: 'ABORT_ERR' });
 }
 
-/** The most corrections one arming makes (the native layer's bound). */
-const MAX_ARM_SHOTS = 16;
-
 export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   readonly netns: string | undefined;
   /** The socket, the corrections and the mirror of the namespace's links and entries. */
@@ -320,6 +332,11 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
         neighbours: options.neighbours ?? true,
         neighbourEvents: options.neighbourEvents ?? 'all',
         addrAssignType: options.addrAssignType ?? true,
+        reportIntervalMs: integerInRange(
+          options.reportIntervalMs ?? 50,
+          RANGES.reportIntervalMs,
+          'reportIntervalMs',
+        ),
       },
       (batch, arrivalMs) => {
         this.#onBatch(batch, arrivalMs);
@@ -480,17 +497,25 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
    * Arms a correction, made by the native layer in the very read that sees
    * `ifindex` (still called `name`) with a MAC other than `mac`: the MAC set
    * back and `neighbours` re-added before the event reaches JS. The
-   * `linkChanged` event then carries the `correction`. `shots` (default 1):
-   * how many it makes before the caller decides again, so that a second
-   * rewrite read with the first is answered at once when policy allows two
-   * in a row. The caller keeps the policy: it re-arms after each correction.
+   * `linkChanged` event then carries the `correction`. Without an `allowance`
+   * one correction ends the arming; with one, each rewrite it lets through is
+   * answered, so that a storm the caller's policy allows needs no JS round
+   * per rewrite, and the first it refuses ends the arming (its event has
+   * `disarmed` semantics: no correction). The caller keeps the policy: it
+   * re-arms when the arming ended or its terms changed. Sent again only then:
+   * while the arming lasts, the native layer counts the rewrites it answers.
    */
   arm(
     ifindex: number,
-    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[]; shots?: number },
+    target: {
+      name: string;
+      mac: string;
+      neighbours: readonly NeighbourInfo[];
+      allowance?: CorrectionAllowance;
+    },
   ): void {
-    const shots = Math.max(1, Math.min(target.shots ?? 1, MAX_ARM_SHOTS));
-    const key = `${target.name}|${target.mac}|${shots}`;
+    const { allowance } = target;
+    const key = `${target.name}|${target.mac}|${allowance ? `${allowance.limit}|${allowance.windowMs}` : 'once'}`;
     const previous = this.#restoreSets.get(ifindex);
     if (this.#armed.get(ifindex) === key && previous === target.neighbours) return;
     const mirrored = this.#mirrorSets.get(ifindex);
@@ -505,7 +530,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     this.#native.arm(ifindex, {
       name: target.name,
       mac: this.#armedMac.bytes,
-      shots,
+      ...(allowance ? { allowance } : {}),
       ...(fromMirror ? { fromMirror } : restoreSetChange(previous, target.neighbours)),
     });
     this.#armed.set(ifindex, key);
@@ -534,9 +559,15 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     return this;
   }
 
-  /** Stops monitoring and releases the sockets. Idempotent. */
+  /** Reports the corrections held for the next report (see reportIntervalMs) now. */
+  flush(): void {
+    if (!this.#closed) this.#native.flush();
+  }
+
+  /** Stops monitoring and releases the sockets, after reporting held corrections. Idempotent. */
   close(): void {
     if (this.#closed) return;
+    this.#native.flush();
     this.#closed = true;
     this.#native.close();
     this.emit('close');
@@ -679,16 +710,16 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   #onLink(item: RawLinkItem): void {
-    // A correction used a shot, and the arming is void for a device gone or
-    // renamed: forget its key, so that the next arm() is sent.
-    if (item.disarmed || item.correction) this.#armed.delete(item.ifindex);
+    // The arming ended (spent, refused, or void for a device gone or renamed):
+    // forget its key, so that the next arm() is sent.
+    if (item.disarmed) this.#armed.delete(item.ifindex);
     if (item.change === 'removed') {
       this.#armed.delete(item.ifindex);
       this.#restoreSets.delete(item.ifindex);
       this.#mirrorSets.delete(item.ifindex);
     }
     emitChange(this, item, {
-      receivedAt: this.#receivedAt,
+      receivedAt: item.correction?.arrivalMs ?? this.#receivedAt,
       ...(item.correction ? { correction: toNativeCorrection(item.correction) } : {}),
     });
   }

@@ -49,6 +49,7 @@ export const RANGES = {
   receiveBuffer: { min: 1024, max: 2 ** 29, unit: 'bytes' },
   count: { min: 1, max: 1_000_000, unit: '' },
   timerMs: { min: 1, max: 2 ** 31 - 1, unit: 'ms' },
+  reportIntervalMs: { min: 0, max: 1000, unit: 'ms' },
   cniBudgetMs: { min: 1, max: 600_000, unit: 'ms' },
 } as const satisfies Record<string, NumberRange>;
 

@@ -6,7 +6,7 @@
 import type { EventEmitter } from 'node:events';
 
 import { monotonicMs } from '../core/clock';
-import type { LinkFilter, LinkMonitorEvents } from '../core/monitor';
+import type { CorrectionAllowance, LinkFilter, LinkMonitorEvents } from '../core/monitor';
 import type { LinkInfo, NeighbourInfo } from '../core/types';
 import type { GuardConfig } from './config';
 import type { DeviceTable, RestoreSet } from './devices';
@@ -23,9 +23,16 @@ export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
   setFilter?(filter: LinkFilter | null): void;
   arm?(
     ifindex: number,
-    target: { name: string; mac: string; neighbours: readonly NeighbourInfo[]; shots?: number },
+    target: {
+      name: string;
+      mac: string;
+      neighbours: readonly NeighbourInfo[];
+      allowance?: CorrectionAllowance;
+    },
   ): void;
   disarm?(ifindex: number): void;
+  /** Reports held corrections now (see LinkMonitorOptions.reportIntervalMs). */
+  flush?(): void;
   neighbours(filter?: { ifindex?: number }): NeighbourInfo[];
   /** The device's permanent ARP/NDP entries (see LinkMonitor.restoreEntries). */
   restoreEntries(ifindex: number): readonly NeighbourInfo[];

@@ -4,6 +4,7 @@
  * correction, the check that ends a contest - owned here beside the state they belong to,
  * so that forgetting a device forgets both.
  */
+import type { CorrectionAllowance } from '../core/monitor';
 import type { ContestedEvent, GuardCounters } from './events';
 import { FightTracker, type FightDecision, type FightPolicy } from './fight';
 import type { GuardClock, GuardEmit, ManagedDevice } from './context';
@@ -57,15 +58,20 @@ export class FightController {
     this.policy = this.#tracker.policy;
   }
 
-  /** Records a rewrite of `key` and says what to do about it. */
-  record(key: FightKey): FightDecision {
+  /** Records a rewrite of `key` seen at `at` (default: now) and says what to do about it. */
+  record(key: FightKey, at?: number): FightDecision {
     this.#ensureTimers(key);
-    return this.#tracker.recordRewrite(this.#id(key));
+    return this.#tracker.recordRewrite(this.#id(key), at);
   }
 
   /** How many rewrites in a row from now would each be corrected at once. */
   correctionsNow(key: FightKey): number {
     return this.#tracker.correctionsNow(this.#id(key));
+  }
+
+  /** correctionsNow as terms for the native layer (null: none now); see FightTracker.allowance. */
+  allowance(key: FightKey, maxLimit: number): CorrectionAllowance | null {
+    return this.#tracker.allowance(this.#id(key), maxLimit);
   }
 
   isContested(key: FightKey): boolean {

@@ -9,6 +9,7 @@
  */
 
 import { invalidArgument } from '../core/errors';
+import type { CorrectionAllowance } from '../core/monitor';
 import { RANGES, integerInRange } from '../core/validate';
 
 export interface FightPolicy {
@@ -84,9 +85,11 @@ export class FightTracker {
     this.#random = random;
   }
 
-  /** Records a rewrite of `key` and says what to do about it. */
-  recordRewrite(key: string): FightDecision {
-    const now = this.#now();
+  /**
+   * Records a rewrite of `key` seen at `now` (default: the clock's now; a rewrite whose report
+   * was held counts at its own time) and says what to do about it.
+   */
+  recordRewrite(key: string, now: number = this.#now()): FightDecision {
     const state = this.#states.get(key) ?? { rewrites: [], contestedAt: null, lastRewriteAt: now };
     this.#states.set(key, state);
     state.lastRewriteAt = now;
@@ -118,13 +121,35 @@ export class FightTracker {
    * what is left of the burst, and short of the contest (0 when contested).
    */
   correctionsNow(key: string): number {
-    const atOnce = Math.min(this.policy.burst, this.policy.maxRewrites - 1);
-    const state = this.#states.get(key);
-    if (!state) return Math.max(0, atOnce);
-    if (state.contestedAt !== null) return 0;
+    if (this.isContested(key)) return 0;
+    return Math.max(0, this.#atOnce - this.recentRewrites(key).length);
+  }
+
+  /**
+   * The rule of correctionsNow as terms the native layer carries out over time (see
+   * CorrectionAllowance): at most `limit` corrected at once within any `windowMs`, counting
+   * the rewrites at `recent`. Null when none would be now. `maxLimit` caps the limit (the
+   * native bound), which only ever refuses more: the refused ones come back here.
+   */
+  allowance(key: string, maxLimit: number): CorrectionAllowance | null {
+    if (this.correctionsNow(key) === 0) return null;
+    const limit = Math.min(this.#atOnce, maxLimit);
+    return {
+      limit,
+      windowMs: this.policy.windowMs,
+      recent: this.recentRewrites(key).slice(-limit),
+    };
+  }
+
+  /** Rewrites corrected at once within one window: the burst, short of the contest. */
+  get #atOnce(): number {
+    return Math.min(this.policy.burst, this.policy.maxRewrites - 1);
+  }
+
+  /** The times of the key's rewrites inside the window, as of now, oldest first. */
+  recentRewrites(key: string): number[] {
     const now = this.#now();
-    const recent = state.rewrites.filter((at) => now - at < this.policy.windowMs).length;
-    return Math.max(0, atOnce - recent);
+    return (this.#states.get(key)?.rewrites ?? []).filter((at) => now - at < this.policy.windowMs);
   }
 
   isContested(key: string): boolean {

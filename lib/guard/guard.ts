@@ -219,6 +219,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   /** Stops guarding and releases sockets and timers. Idempotent. */
   close(): void {
     if (this.#closed) return;
+    // Corrections already made, whose reports are held, are accounted for first.
+    this.#monitor.flush?.();
     this.#closed = true;
     for (const device of this.#devices.values()) this.#fight.cancelTimers(device);
     this.#autoOffload?.close();

@@ -24,6 +24,9 @@ const FOUND: Record<RewriteFound, string> = {
   start: ' (found when the guard began managing the device)',
 };
 
+/** The most rewrites the native layer answers at once within a window (its bound). */
+const MAX_NATIVE_ALLOWANCE = 16;
+
 function macKey(device: ManagedDevice): FightKey {
   return { what: 'mac', device };
 }
@@ -41,24 +44,25 @@ export class MacCorrection {
   }
 
   /**
-   * Arms the native layer to answer the device's next drift in the read that
-   * sees it - the MAC set back and the kept neighbours re-added before JS
-   * runs - when policy allows a correction right now; disarms it otherwise.
-   * Called after every change to what that decision depends on.
+   * Arms the native layer to answer the device's drifts in the read that sees
+   * each - the MAC set back and the kept neighbours re-added before JS runs -
+   * as long as policy would correct them at once (fight control's allowance);
+   * disarms it when policy allows none now. Called after every change to what
+   * that decision depends on.
    */
   arm(device: ManagedDevice): void {
     const { monitor, config, devices, fight } = this.#ctx;
     if (!monitor.arm || !monitor.disarm) return;
     const desired = devices.desiredMac(device);
     const key = macKey(device);
-    const shots = fight.correctionsNow(key);
+    const allowance = fight.allowance(key, MAX_NATIVE_ALLOWANCE);
     const allowed =
       !config.dryRun &&
       devices.isWritable(device) &&
       desired !== null &&
       !(config.strategy === 'adopt' && desired.kind === 'source') &&
       !fight.heldBack(key) &&
-      shots > 0;
+      allowance !== null;
     if (!allowed) {
       monitor.disarm(device.ifindex);
       return;
@@ -67,7 +71,7 @@ export class MacCorrection {
       name: device.name,
       mac: desired.mac,
       neighbours: device.neighbours.list(),
-      shots,
+      allowance,
     });
   }
 
@@ -112,7 +116,7 @@ export class MacCorrection {
     });
     if (config.dryRun) return;
     const key = macKey(device);
-    const decision = fight.record(key);
+    const decision = fight.record(key, at);
     const observed = link.mac ?? 'none';
     if (correction) {
       this.#afterNativeCorrection(device, desired, observed, at, correction, decision);

@@ -47,6 +47,7 @@ export class UdevView {
   readonly #linkFiles: LinkFile[];
   readonly #persistent = new Map<string, string>();
   readonly #applied = new Map<string, LinkFile | null>();
+  #machineIdText: string | undefined;
 
   /** Over what a caller has read already (the doctor). */
   constructor(fs: FsRoot, host: HostFacts, linkFiles: LinkFile[]) {
@@ -91,9 +92,14 @@ export class UdevView {
     };
   }
 
+  /** Where the machine-id was read, or why it is unknown: worded once, not per rewrite. */
   get #machineIdSource(): string {
-    const path = this.#fs.real(MACHINE_ID_PATH);
-    return this.#host.machineId === null ? `${path} missing or not a machine-id` : path;
+    if (this.#machineIdText === undefined) {
+      const path = this.#fs.real(MACHINE_ID_PATH);
+      this.#machineIdText =
+        this.#host.machineId === null ? `${path} missing or not a machine-id` : path;
+    }
+    return this.#machineIdText;
   }
 
   #persistentMac(name: string): string | null {

@@ -139,6 +139,7 @@ napi_value CorrectionToJs(JsWriter& js, const Correction& done, const std::strin
   napi_value correction = js.Object();
   js.Set(correction, "mac", netlink::FormatMac(done.mac));
   js.Set(correction, "neighbours", static_cast<uint64_t>(done.neighbours));
+  js.Set(correction, "arrivalMs", js.Number(static_cast<double>(done.arrivalNs) / 1e6));
   js.Set(correction, "queuedNs", done.queuedNs);
   js.Set(correction, "macNs", done.macNs);
   js.Set(correction, "doneNs", done.doneNs);

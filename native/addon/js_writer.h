@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 
 namespace fg::addon {
 
@@ -41,8 +42,13 @@ class JsWriter {
     return Make([&](napi_value* out) { return napi_get_null(env_, out); });
   }
 
+  // `key` is a string literal: its JS string is made once per writer (a batch
+  // of items sets the same few dozen keys on every object).
   void Set(napi_value object, const char* key, napi_value value) {
-    if (ok_ && object && value) Check(napi_set_named_property(env_, object, key, value));
+    if (!ok_ || !object || !value) return;
+    napi_value& name = keys_[key];
+    if (!name) Check(napi_create_string_utf8(env_, key, NAPI_AUTO_LENGTH, &name));
+    if (ok_) Check(napi_set_property(env_, object, name, value));
   }
   void Set(napi_value object, const char* key, const std::string& value) {
     Set(object, key, String(value));
@@ -81,6 +87,7 @@ class JsWriter {
 
   napi_env env_;
   bool ok_ = true;
+  std::unordered_map<const char*, napi_value> keys_;
 };
 
 }  // namespace fg::addon

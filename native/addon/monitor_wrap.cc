@@ -11,6 +11,19 @@ namespace {
 // Datagrams read per wake before yielding to the loop; more data wakes it again.
 constexpr size_t kDatagramsPerWake = 64;
 
+// The longest a report of corrections may be held (see Hold).
+constexpr double kMaxReportIntervalMs = 1000;
+
+// An item JS needs nothing from in a hurry: a correction made for an armed
+// device that stays armed, without error, whose own notification was read with
+// it (the mirror is back where it was). Its report can wait; anything else - a
+// rewrite left to JS, an error, any other change - is reported at once.
+bool Holdable(const MonitorItem& item) {
+  const auto* link = std::get_if<LinkItem>(&item);
+  return link != nullptr && link->correction && !link->correction->error &&
+         link->correction->echoed && !link->disarmed;
+}
+
 std::string OptionalString(const Napi::Object& options, const char* key) {
   Napi::Value value = options.Get(key);
   return value.IsString() ? value.As<Napi::String>().Utf8Value() : std::string();
@@ -28,8 +41,8 @@ void ReportCallbackFailure(napi_env env) {
   }
 }
 
-Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuffer,
-                       const StateMirror& mirror) {
+Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportStats& reports,
+                       int receiveBuffer, const StateMirror& mirror) {
   Napi::Object object = Napi::Object::New(env);
   const auto set = [&](const char* key, uint64_t value) {
     object.Set(key, Napi::Number::New(env, static_cast<double>(value)));
@@ -47,6 +60,8 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, int receiveBuff
   set("staleReplies", stats.staleReplies);
   set("correctionEchoes", stats.correctionEchoes);
   set("foldedEchoes", stats.foldedEchoes);
+  set("reports", reports.reports);
+  set("heldCorrections", reports.heldCorrections);
   object.Set("receiveBuffer", receiveBuffer);
   set("links", mirror.linkCount());
   set("neighbours", mirror.neighCount());
@@ -70,12 +85,14 @@ Napi::Function MonitorWrap::Define(Napi::Env env) {
                          InstanceMethod<&MonitorWrap::GetLink>("getLink"),
                          InstanceMethod<&MonitorWrap::Neighbours>("neighbours"),
                          InstanceMethod<&MonitorWrap::Resyncing>("resyncing"),
+                         InstanceMethod<&MonitorWrap::Flush>("flush"),
                          InstanceMethod<&MonitorWrap::Close>("close"),
                      });
 }
 
 // new Monitor({ netns?, netnsLabel?, receiveBuffer?, neighbours?: boolean | "ip",
-//               neighbourEvents?: "all" | "permanent", addrAssignType?: boolean }, onBatch)
+//               neighbourEvents?: "all" | "permanent", addrAssignType?: boolean,
+//               reportIntervalMs?: 0..1000 }, onBatch)
 MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MonitorWrap>(info) {
   Napi::Env env = info.Env();
   if (!info[0].IsObject() || !info[1].IsFunction()) {
@@ -104,6 +121,13 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
                                        ? NeighbourEvents::kPermanent
                                        : NeighbourEvents::kAll;
   monitorOptions.addrAssignType = options.Get("addrAssignType").ToBoolean().Value();
+  if (const Napi::Value interval = options.Get("reportIntervalMs"); !interval.IsUndefined()) {
+    const double ms = interval.ToNumber().DoubleValue();
+    if (!(ms >= 0 && ms <= kMaxReportIntervalMs)) {
+      throw Napi::RangeError::New(env, "Monitor: reportIntervalMs must be 0..1000");
+    }
+    reportIntervalNs_ = static_cast<int64_t>(ms * 1e6);
+  }
 
   Result<std::unique_ptr<MonitorCore>> core = MonitorCore::Open(monitorOptions);
   if (!core.ok()) ThrowSysError(env, core.error(), netnsLabel_);
@@ -120,6 +144,13 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
     throw Napi::Error::New(env, std::string("uv_poll_init: ") + uv_strerror(error));
   }
   poll->handle.data = poll.get();
+  // These cannot fail.
+  uv_timer_init(loop, &poll->reportTimer);
+  uv_prepare_init(loop, &poll->beforeSleep);
+  uv_check_init(loop, &poll->afterSleep);
+  poll->reportTimer.data = poll->beforeSleep.data = poll->afterSleep.data = poll.get();
+  uv_unref(reinterpret_cast<uv_handle_t*>(&poll->beforeSleep));
+  uv_unref(reinterpret_cast<uv_handle_t*>(&poll->afterSleep));
   poll_ = poll.release();
   // What opening had to settle for (a smaller receive buffer, no extended
   // ACKs) reaches JS with the first batch, as warnings.
@@ -157,7 +188,19 @@ Napi::Value MonitorWrap::Start(const Napi::CallbackInfo& info) {
   Napi::ObjectWrap<MonitorWrap>::Ref();  // alive while polling, whatever JS holds
   poll_->core->RequestResync("initial", &pending_);
   uv_poll_start(&poll_->handle, UV_READABLE, &MonitorWrap::OnReadable);
+  uv_prepare_start(&poll_->beforeSleep, &MonitorWrap::OnBeforeSleep);
+  uv_check_start(&poll_->afterSleep, &MonitorWrap::OnAfterSleep);
   return info.Env().Undefined();
+}
+
+void MonitorWrap::OnBeforeSleep(uv_prepare_t* prepare) {
+  auto* poll = static_cast<Poll*>(prepare->data);
+  if (poll->owner) poll->core->LoopSleeps();
+}
+
+void MonitorWrap::OnAfterSleep(uv_check_t* check) {
+  auto* poll = static_cast<Poll*>(check->data);
+  if (poll->owner) poll->core->LoopBusy();
 }
 
 Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
@@ -196,14 +239,40 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
 
 namespace {
 // More than any fight policy lets through without delay.
-constexpr int kMaxShots = 16;
+constexpr int kMaxAllowance = 16;
+constexpr double kMaxWindowMs = 86'400'000;
+
+// { limit: 1..16, windowMs, recent: number[] (ms of the monotonic clock, at most 64) }
+CorrectionAllowance AllowanceFromJs(Napi::Env env, const Napi::Value& value) {
+  if (!value.IsObject())
+    throw Napi::TypeError::New(env, "arm: allowance { limit, windowMs, recent }");
+  const Napi::Object allowance = value.As<Napi::Object>();
+  const double limit = allowance.Get("limit").ToNumber().DoubleValue();
+  const double windowMs = allowance.Get("windowMs").ToNumber().DoubleValue();
+  if (!(limit >= 1 && limit <= kMaxAllowance) || !(windowMs >= 0 && windowMs <= kMaxWindowMs)) {
+    throw Napi::RangeError::New(env, "arm: allowance.limit must be 1.." +
+                                         std::to_string(kMaxAllowance) + ", windowMs 0..1 day");
+  }
+  std::deque<int64_t> recent;
+  if (const Napi::Value list = allowance.Get("recent"); list.IsArray()) {
+    const auto array = list.As<Napi::Array>();
+    if (array.Length() > 4 * kMaxAllowance)
+      throw Napi::RangeError::New(env, "arm: allowance.recent too long");
+    for (uint32_t i = 0; i < array.Length(); ++i) {
+      recent.push_back(static_cast<int64_t>(array.Get(i).ToNumber().DoubleValue() * 1e6));
+    }
+  }
+  return CorrectionAllowance(static_cast<int>(limit), static_cast<int64_t>(windowMs * 1e6),
+                             std::move(recent));
+}
 }  // namespace
 
-// arm(ifindex, { name, mac: Buffer(6), shots?: 1..16, neighbours?: [...] | fromMirror?: true,
-// remove?: [...], upsert?: [...] }): `shots` corrections before the caller decides again
-// (default 1); `neighbours` replaces the device's restore set, `fromMirror` replaces it with
-// the device's permanent ARP/NDP entries in the mirror; `remove` and `upsert` change the one
-// kept (there must be one).
+// arm(ifindex, { name, mac: Buffer(6), allowance?: { limit, windowMs, recent },
+// neighbours?: [...] | fromMirror?: true, remove?: [...], upsert?: [...] }): corrections are
+// made while `allowance` lets them through (without one: one, then the arming is spent);
+// `neighbours` replaces the device's restore set, `fromMirror` replaces it with the device's
+// permanent ARP/NDP entries in the mirror; `remove` and `upsert` change the one kept (there
+// must be one).
 Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() || !info[1].IsObject()) {
@@ -214,12 +283,8 @@ Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   ArmedCorrection correction;
   correction.name = target.Get("name").ToString().Utf8Value();
   correction.mac = MacFromJs(target.Get("mac"), "mac");
-  if (const Napi::Value shots = target.Get("shots"); !shots.IsUndefined()) {
-    const double count = shots.ToNumber().DoubleValue();
-    if (!(count >= 1 && count <= kMaxShots)) {
-      throw Napi::RangeError::New(env, "arm: shots must be 1.." + std::to_string(kMaxShots));
-    }
-    correction.shots = static_cast<int>(count);
+  if (const Napi::Value allowance = target.Get("allowance"); !allowance.IsUndefined()) {
+    correction.allowance = AllowanceFromJs(env, allowance);
   }
   RestoreSetChange change;
   const bool fromMirror = target.Get("fromMirror").ToBoolean().Value();
@@ -247,18 +312,24 @@ Napi::Value MonitorWrap::Disarm(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MonitorWrap::Ref(const Napi::CallbackInfo& info) {
-  if (poll_) uv_ref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
+  if (poll_) {
+    uv_ref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
+    uv_ref(reinterpret_cast<uv_handle_t*>(&poll_->reportTimer));
+  }
   return info.Env().Undefined();
 }
 
 Napi::Value MonitorWrap::Unref(const Napi::CallbackInfo& info) {
-  if (poll_) uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
+  if (poll_) {
+    uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
+    uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->reportTimer));
+  }
   return info.Env().Undefined();
 }
 
 Napi::Value MonitorWrap::Stats(const Napi::CallbackInfo& info) {
-  return StatsToJs(info.Env(), poll_ ? poll_->core->stats() : finalStats_, receiveBuffer_,
-                   mirror());
+  return StatsToJs(info.Env(), poll_ ? poll_->core->stats() : finalStats_, reportStats_,
+                   receiveBuffer_, mirror());
 }
 
 int16_t MonitorWrap::AddrAssignTypeOf(int32_t ifindex) {
@@ -298,6 +369,12 @@ Napi::Value MonitorWrap::Resyncing(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), poll_ && poll_->core->mirror().resyncing());
 }
 
+// flush(): reports the held corrections now (before a close, so that none go unreported).
+Napi::Value MonitorWrap::Flush(const Napi::CallbackInfo& info) {
+  if (poll_ && !delivering_ && !held_.empty()) Report({}, 0);
+  return info.Env().Undefined();
+}
+
 Napi::Value MonitorWrap::Close(const Napi::CallbackInfo& info) {
   CloseFromJs();
   return info.Env().Undefined();
@@ -314,6 +391,7 @@ void MonitorWrap::CloseFromJs() {
     poll_ = nullptr;
   }
   pending_.clear();
+  held_.clear();
   if (!delivering_) DestroyAsyncContext();  // else once the callback has returned
   if (started_) Napi::ObjectWrap<MonitorWrap>::Unref();
 }
@@ -323,10 +401,14 @@ void MonitorWrap::BeginClose(Poll* poll) {
   if (uv_is_closing(handle)) return;
   uv_poll_stop(&poll->handle);
   uv_close(handle, &MonitorWrap::OnHandleClosed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll->reportTimer), &MonitorWrap::OnHandleClosed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll->beforeSleep), &MonitorWrap::OnHandleClosed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll->afterSleep), &MonitorWrap::OnHandleClosed);
 }
 
 void MonitorWrap::OnHandleClosed(uv_handle_t* handle) {
   auto* poll = static_cast<Poll*>(handle->data);
+  if (--poll->openHandles > 0) return;
   if (poll->owner) poll->owner->poll_ = nullptr;
   if (poll->teardownHook) napi_remove_async_cleanup_hook(poll->teardownHook);
   delete poll;  // closes the socket, now that libuv no longer watches it
@@ -351,13 +433,54 @@ void MonitorWrap::OnReadable(uv_poll_t* handle, int status, int) {
 }
 
 void MonitorWrap::Deliver() {
-  napi_env env = Env();
-  Napi::HandleScope scope(Env());
   std::vector<MonitorItem> items;
   items.swap(pending_);
   poll_->core->ReadAvailable(kDatagramsPerWake, &items);
+  if (poll_->core->failed() || !Hold(items))
+    Report(std::move(items), poll_->core->batchArrivalNs());
+}
+
+// Leading edge: the first correction after a quiet report interval is
+// reported at once, and the ones after it, while they keep coming, together
+// when the interval is up. A batch with anything else in it takes the held
+// ones along at once. Each held correction carries its own arrival.
+bool MonitorWrap::Hold(std::vector<MonitorItem>& items) {
+  if (reportIntervalNs_ == 0 || items.empty()) return false;
+  for (const MonitorItem& item : items) {
+    if (!Holdable(item)) return false;
+  }
+  const int64_t now = SteadyNowNs();
+  if (held_.empty()) {
+    const int64_t due = lastReportNs_ + reportIntervalNs_;
+    if (lastReportNs_ == 0 || now >= due) return false;
+    const auto waitMs = static_cast<uint64_t>((due - now + 999'999) / 1'000'000);
+    uv_timer_start(&poll_->reportTimer, &MonitorWrap::OnReportDue, waitMs, 0);
+  }
+  reportStats_.heldCorrections += items.size();
+  for (MonitorItem& item : items) held_.push_back(std::move(item));
+  items.clear();
+  return true;
+}
+
+void MonitorWrap::OnReportDue(uv_timer_t* timer) {
+  auto* poll = static_cast<Poll*>(timer->data);
+  if (poll->owner && !poll->owner->held_.empty()) poll->owner->Report({}, 0);
+}
+
+void MonitorWrap::Report(std::vector<MonitorItem> items, int64_t arrivalNs) {
+  napi_env env = Env();
+  Napi::HandleScope scope(Env());
   const bool failed = poll_->core->failed();
+  if (!held_.empty()) {
+    uv_timer_stop(&poll_->reportTimer);
+    if (arrivalNs == 0) arrivalNs = std::get<LinkItem>(held_.front()).correction->arrivalNs;
+    items.insert(items.begin(), std::make_move_iterator(held_.begin()),
+                 std::make_move_iterator(held_.end()));
+    held_.clear();
+  }
   if (!items.empty()) {
+    lastReportNs_ = SteadyNowNs();
+    ++reportStats_.reports;
     // Raw Node-API from here on: this runs from libuv, possibly while a
     // worker is being terminated, when nothing may throw.
     JsWriter js(env);
@@ -374,8 +497,7 @@ void MonitorWrap::Deliver() {
       delivering_ = true;
       napi_value result = nullptr;
       // The arrival, in ms of the monotonic clock (process.hrtime's): the origin of latencies.
-      napi_value arguments[2] = {
-          batch, js.Number(static_cast<double>(poll_->core->batchArrivalNs()) / 1e6)};
+      napi_value arguments[2] = {batch, js.Number(static_cast<double>(arrivalNs) / 1e6)};
       if (napi_make_callback(env, asyncContext_, receiver, callback, 2, arguments, &result) !=
           napi_ok) {
         ReportCallbackFailure(env);

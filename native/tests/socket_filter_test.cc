@@ -130,3 +130,19 @@ TEST_CASE("filter: many indexes and long prefixes keep every jump in range") {
   EXPECT_EQ(Run(program, NewLink(1001, "abcdefghijklmny")), 0u);
   EXPECT_TRUE(Run(program, NewLink(1001, "xy")) != 0);
 }
+
+TEST_CASE("filter: drops the RTM_NEWNEIGHs of its own write socket's requests, nothing else") {
+  LinkFilter filter = kFlannel;
+  filter.ownRequests = 0x80001234;
+  const auto program = BuildLinkFilter(filter);
+  // The re-adds of a correction (the write socket's port id): dropped.
+  EXPECT_EQ(Run(program, NewLink(7, "flannel.1", 0, 0x80001234, RTM_NEWNEIGH)), 0u);
+  // Anyone else's re-adds, the flush (no port id), a delete of ours, our MAC write's echo.
+  EXPECT_TRUE(Run(program, NewLink(7, "flannel.1", 0, 0x80001235, RTM_NEWNEIGH)) != 0);
+  EXPECT_TRUE(Run(program, NewLink(7, "flannel.1", 0, 0, RTM_NEWNEIGH)) != 0);
+  EXPECT_TRUE(Run(program, NewLink(7, "flannel.1", 0, 0x80001234, RTM_DELNEIGH)) != 0);
+  EXPECT_TRUE(Run(program, NewLink(7, "flannel.1", 0, 0x80001234, RTM_NEWLINK)) != 0);
+  // The rest of the program is unchanged.
+  EXPECT_EQ(Run(program, NewLink(42, "ifb17")), 0u);
+  EXPECT_TRUE(Run(program, NewLink(42, "flannel.9")) != 0);
+}

@@ -10,7 +10,9 @@
  * RTNLGRP_LINK and RTNLGRP_NEIGH before the first write, sees the foreign
  * MAC, then the pinned MAC back (t1, taken right after the recv() that
  * returned it), then NEIGHBOURS distinct permanent IPv4 entries re-added on
- * the device (t2). Paced (-p US): round k starts at start + k*US; back to
+ * the device (t2). Paced (-p US): round k starts at start + k*US (a round
+ * more than US late restarts the schedule: late rounds are never fired back
+ * to back, which would be three rewrites in a fight-control window); back to
  * back (-p 0): the next round starts as soon as the previous one is complete
  * and, with -g PID, the guard's main thread is asleep again (it has finished
  * the correction's tail - verification, logging, bookkeeping - so rounds do
@@ -224,9 +226,18 @@ int main(int argc, char** argv) {
   int rounds = 0, complete = 0, timeouts = 0, errorsSeen = 0, overruns = 0, busy = 0;
   const int64_t start = now();
   const int64_t hardDeadline = start + (int64_t)maxSeconds * 1000000000;
+  // Paced rounds keep to a schedule from `paceFrom` (round `paceRound`); one
+  // that is more than an interval late (the previous correction was slow)
+  // starts the schedule afresh instead of firing the late rounds back to back.
+  int64_t paceFrom = start;
+  int paceRound = 0;
   for (int k = 0; k < count && now() < hardDeadline; k++) {
     if (intervalUs > 0) {
-      const int64_t at = start + (int64_t)k * intervalUs * 1000;
+      int64_t at = paceFrom + (int64_t)(k - paceRound) * intervalUs * 1000;
+      if (now() > at + intervalUs * 1000) {
+        paceFrom = at = now();
+        paceRound = k;
+      }
       struct timespec wake = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
       while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wake, NULL) == EINTR) {
       }
