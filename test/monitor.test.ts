@@ -241,6 +241,17 @@ describe('LinkMonitor (real kernel, netns)', function () {
     // The second came 300 ms after the first: out of its 250 ms window. The third, right
     // after the second, is refused; the arming ended with it.
     assert.deepEqual(answered, [true, true, false]);
+    // Terms outside the native bounds are refused, never wrapped into an integer.
+    for (const bad of [
+      { limit: 17, windowMs: 1, recent: [] },
+      { limit: 0, windowMs: 1, recent: [] },
+      { limit: 1, windowMs: -1, recent: [] },
+      { limit: 1, windowMs: 1, recent: [Number.NaN] },
+      { limit: 1, windowMs: 1, recent: [1e300] },
+      { limit: 1, windowMs: 1, recent: Array<number>(65).fill(1) },
+    ]) {
+      assert.throws(() => armPinned(m, link, bad), RangeError, JSON.stringify(bad));
+    }
     // The history given counts as rewrites answered: one 100 ms ago fills a limit of one.
     await ns.ip(`link set vx1 address ${pinned}`);
     armPinned(m, link, { limit: 1, windowMs: 60_000, recent: [monotonicMs() - 100] });

@@ -241,6 +241,7 @@ namespace {
 // More than any fight policy lets through without delay.
 constexpr int kMaxAllowance = 16;
 constexpr double kMaxWindowMs = 86'400'000;
+constexpr double kMaxClockMs = 1e12;  // 31 years of uptime
 
 // { limit: 1..16, windowMs, recent: number[] (ms of the monotonic clock, at most 64) }
 CorrectionAllowance AllowanceFromJs(Napi::Env env, const Napi::Value& value) {
@@ -259,7 +260,13 @@ CorrectionAllowance AllowanceFromJs(Napi::Env env, const Napi::Value& value) {
     if (array.Length() > 4 * kMaxAllowance)
       throw Napi::RangeError::New(env, "arm: allowance.recent too long");
     for (uint32_t i = 0; i < array.Length(); ++i) {
-      recent.push_back(static_cast<int64_t>(array.Get(i).ToNumber().DoubleValue() * 1e6));
+      const double at = array.Get(i).ToNumber().DoubleValue();
+      // The monotonic clock in ms: finite, and well inside int64 nanoseconds.
+      if (!(at >= 0 && at <= kMaxClockMs)) {
+        throw Napi::RangeError::New(env,
+                                    "arm: allowance.recent holds times of the monotonic clock");
+      }
+      recent.push_back(static_cast<int64_t>(at * 1e6));
     }
   }
   return CorrectionAllowance(static_cast<int>(limit), static_cast<int64_t>(windowMs * 1e6),
@@ -445,7 +452,11 @@ void MonitorWrap::Deliver() {
 // when the interval is up. A batch with anything else in it takes the held
 // ones along at once. Each held correction carries its own arrival.
 bool MonitorWrap::Hold(std::vector<MonitorItem>& items) {
-  if (reportIntervalNs_ == 0 || items.empty()) return false;
+  // Bounded: held corrections never grow past what one read hands over.
+  if (reportIntervalNs_ == 0 || items.empty() ||
+      held_.size() + items.size() > MonitorCore::kItemsPerBatch) {
+    return false;
+  }
   for (const MonitorItem& item : items) {
     if (!Holdable(item)) return false;
   }
