@@ -20,10 +20,10 @@ Result<std::unique_ptr<ArrivalWatch>> ArrivalWatch::Start(int fd) {
   // always wakes the thread.
   epoll_event socket{};
   socket.events = EPOLLONESHOT;
-  socket.data.fd = fd;
+  socket.data.u64 = 1;  // the first arming's generation (see generation_)
   epoll_event stop{};
   stop.events = EPOLLIN;
-  stop.data.fd = wake;
+  stop.data.u64 = 0;
   if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &socket) != 0 ||
       epoll_ctl(epoll, EPOLL_CTL_ADD, wake, &stop) != 0) {
     const int error = errno;
@@ -46,33 +46,33 @@ ArrivalWatch::~ArrivalWatch() {
   close(epoll_);
 }
 
-void ArrivalWatch::Arm() {
-  arrival_.store(0);
+void ArrivalWatch::Enable(bool enabled) {
   epoll_event socket{};
-  socket.events = EPOLLIN | EPOLLONESHOT;
-  socket.data.fd = fd_;
+  socket.events = enabled ? EPOLLIN | EPOLLONESHOT : EPOLLONESHOT;
+  socket.data.u64 = generation_;
   // Data already waiting wakes the thread at once. A failure leaves the
   // socket disabled: latencies fall back to the read time.
   [[maybe_unused]] const int modified = epoll_ctl(epoll_, EPOLL_CTL_MOD, fd_, &socket);
 }
 
-void ArrivalWatch::Pause() {
-  epoll_event socket{};
-  socket.events = EPOLLONESHOT;  // no events until enabled again
-  socket.data.fd = fd_;
-  [[maybe_unused]] const int modified = epoll_ctl(epoll_, EPOLL_CTL_MOD, fd_, &socket);
+void ArrivalWatch::Arm() {
+  ++generation_;
+  Enable(true);
 }
 
-void ArrivalWatch::Resume() {
-  // Unlike Arm, a stamp of data still unread stays; data waiting unstamped is
-  // stamped at once (it arrived while the loop was busy before this).
-  epoll_event socket{};
-  socket.events = EPOLLIN | EPOLLONESHOT;
-  socket.data.fd = fd_;
-  [[maybe_unused]] const int modified = epoll_ctl(epoll_, EPOLL_CTL_MOD, fd_, &socket);
-}
+void ArrivalWatch::Pause() { Enable(false); }
 
-int64_t ArrivalWatch::Take() { return arrival_.exchange(0); }
+// Unlike Arm, a stamp of data still unread stays; data waiting unstamped is
+// stamped at once (it arrived while the loop was busy before this).
+void ArrivalWatch::Resume() { Enable(true); }
+
+int64_t ArrivalWatch::Take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t arrival = arrivalGeneration_ == generation_ ? arrival_ : 0;
+  arrival_ = 0;
+  arrivalGeneration_ = 0;
+  return arrival;
+}
 
 void ArrivalWatch::Run() {
   while (!stop_.load()) {
@@ -83,8 +83,15 @@ void ArrivalWatch::Run() {
       return;  // nothing sensible to watch: latencies fall back to the read time
     }
     for (int i = 0; i < ready; ++i) {
-      // One stamp per arming: the socket is disabled again until the next Arm().
-      if (events[i].data.fd == fd_) arrival_.store(SteadyNowNs());
+      const uint64_t generation = events[i].data.u64;
+      if (generation == 0) continue;  // the stop eventfd
+      // The first stamp of an arming stands (a Resume re-enables the same one).
+      const int64_t now = SteadyNowNs();
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (arrivalGeneration_ != generation) {
+        arrival_ = now;
+        arrivalGeneration_ = generation;
+      }
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "result.h"
@@ -39,20 +40,29 @@ class ArrivalWatch {
   void Pause();
   void Resume();
   // steady_clock nanoseconds at which the unread data arrived, or 0 when
-  // none was noted; clears it.
+  // none was noted since the last Arm; clears it.
   int64_t Take();
 
  private:
   ArrivalWatch(int fd, int epoll, int wake) : fd_(fd), epoll_(epoll), wake_(wake) {}
   void Run();
 
+  void Enable(bool enabled);
+
   const int fd_;
-  // The socket registered EPOLLONESHOT: each Arm() enables it for exactly one
-  // wake of the thread, with no handshake between the threads.
+  // The socket registered EPOLLONESHOT, its event data the arming's
+  // generation (0 is the stop eventfd): epoll reports a wake with the data of
+  // the enabling in force when it delivers it, and only while the socket is
+  // still readable, so a stamp names the arming it belongs to. A wake of an
+  // earlier arming, stamped after the data it saw was read, is never taken
+  // for the next data.
   const int epoll_;
   const int wake_;  // eventfd: stop
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> arrival_{0};
+  uint64_t generation_ = 1;  // the owner's thread only
+  std::mutex mutex_;         // guards the stamp and its generation
+  int64_t arrival_ = 0;
+  uint64_t arrivalGeneration_ = 0;
   std::thread thread_;
 };
 

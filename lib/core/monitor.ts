@@ -500,8 +500,8 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
    * `linkChanged` event then carries the `correction`. Without an `allowance`
    * one correction ends the arming; with one, each rewrite it lets through is
    * answered, so that a storm the caller's policy allows needs no JS round
-   * per rewrite, and the first it refuses ends the arming (its event has
-   * `disarmed` semantics: no correction). The caller keeps the policy: it
+   * per rewrite, and the first it refuses ends the arming (its event carries
+   * no correction: the caller decides about it). The caller keeps the policy: it
    * re-arms when the arming ended or its terms changed. Sent again only then:
    * while the arming lasts, the native layer counts the rewrites it answers.
    */
