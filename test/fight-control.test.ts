@@ -137,7 +137,7 @@ describe('FightController', function () {
       emitted.map(([name]) => name),
       ['contested'],
     );
-    assert.equal(fight.correctionsNow(key), 0);
+    assert.equal(fight.allowance(key, 16), null, 'nothing is corrected at once');
     const before = corrections.length;
     advance(POLICY.quietMs - 1);
     assert.equal(corrections.length, before);

@@ -76,6 +76,9 @@ export interface LinkMonitorOptions {
  */
 export type CorrectionAllowance = RawAllowance;
 
+/** The largest `limit` an allowance may have (the native layer's bound, native/addon/monitor_wrap.cc). */
+export const MAX_ALLOWANCE_LIMIT = 16;
+
 export type ChangeSource = 'event' | 'resync';
 
 /**

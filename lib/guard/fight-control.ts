@@ -64,12 +64,7 @@ export class FightController {
     return this.#tracker.recordRewrite(this.#id(key), at);
   }
 
-  /** How many rewrites in a row from now would each be corrected at once. */
-  correctionsNow(key: FightKey): number {
-    return this.#tracker.correctionsNow(this.#id(key));
-  }
-
-  /** correctionsNow as terms for the native layer (null: none now); see FightTracker.allowance. */
+  /** What would be corrected at once, as terms for the native layer (null: none now); see FightTracker.allowance. */
   allowance(key: FightKey, maxLimit: number): CorrectionAllowance | null {
     return this.#tracker.allowance(this.#id(key), maxLimit);
   }

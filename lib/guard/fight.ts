@@ -132,13 +132,11 @@ export class FightTracker {
    * native bound), which only ever refuses more: the refused ones come back here.
    */
   allowance(key: string, maxLimit: number): CorrectionAllowance | null {
-    if (this.correctionsNow(key) === 0) return null;
+    if (this.isContested(key)) return null;
+    const recent = this.recentRewrites(key);
+    if (recent.length >= this.#atOnce) return null;
     const limit = Math.min(this.#atOnce, maxLimit);
-    return {
-      limit,
-      windowMs: this.policy.windowMs,
-      recent: this.recentRewrites(key).slice(-limit),
-    };
+    return { limit, windowMs: this.policy.windowMs, recent: recent.slice(-limit) };
   }
 
   /** Rewrites corrected at once within one window: the burst, short of the contest. */

@@ -6,7 +6,7 @@
  * then accounts for it, as for one it makes itself.
  */
 import { systemError } from '../core/errors';
-import type { NativeCorrection } from '../core/monitor';
+import { MAX_ALLOWANCE_LIMIT, type NativeCorrection } from '../core/monitor';
 import { neighbourKey } from '../core/records';
 import type { LinkInfo } from '../core/types';
 import type { DesiredMac, GuardContext, ManagedDevice } from './context';
@@ -23,9 +23,6 @@ const FOUND: Record<RewriteFound, string> = {
   resync: ' (found when re-reading the namespace after lost notifications)',
   start: ' (found when the guard began managing the device)',
 };
-
-/** The most rewrites the native layer answers at once within a window (its bound). */
-const MAX_NATIVE_ALLOWANCE = 16;
 
 function macKey(device: ManagedDevice): FightKey {
   return { what: 'mac', device };
@@ -55,7 +52,7 @@ export class MacCorrection {
     if (!monitor.arm || !monitor.disarm) return;
     const desired = devices.desiredMac(device);
     const key = macKey(device);
-    const allowance = fight.allowance(key, MAX_NATIVE_ALLOWANCE);
+    const allowance = fight.allowance(key, MAX_ALLOWANCE_LIMIT);
     const allowed =
       !config.dryRun &&
       devices.isWritable(device) &&

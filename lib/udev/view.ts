@@ -47,13 +47,16 @@ export class UdevView {
   readonly #linkFiles: LinkFile[];
   readonly #persistent = new Map<string, string>();
   readonly #applied = new Map<string, LinkFile | null>();
-  #machineIdText: string | undefined;
+  /** Where the machine-id was read, or why it is unknown: worded once, not per rewrite. */
+  readonly #machineIdSource: string;
 
   /** Over what a caller has read already (the doctor). */
   constructor(fs: FsRoot, host: HostFacts, linkFiles: LinkFile[]) {
     this.#fs = fs;
     this.#host = host;
     this.#linkFiles = linkFiles;
+    const path = fs.real(MACHINE_ID_PATH);
+    this.#machineIdSource = host.machineId === null ? `${path} missing or not a machine-id` : path;
   }
 
   /** Reads the machine-id and the `.link` files under `root` (default `/`). */
@@ -90,16 +93,6 @@ export class UdevView {
       policy: file?.macAddressPolicy ?? null,
       macAddress: file?.macAddress ?? null,
     };
-  }
-
-  /** Where the machine-id was read, or why it is unknown: worded once, not per rewrite. */
-  get #machineIdSource(): string {
-    if (this.#machineIdText === undefined) {
-      const path = this.#fs.real(MACHINE_ID_PATH);
-      this.#machineIdText =
-        this.#host.machineId === null ? `${path} missing or not a machine-id` : path;
-    }
-    return this.#machineIdText;
   }
 
   #persistentMac(name: string): string | null {

@@ -131,6 +131,11 @@ export function mergePatch(target: Json | undefined, patch: Json): Json {
 }
 
 /** A Kubernetes Status object. */
+/** A 422 Invalid Status, as the API server words a failed validation. */
+function invalid(message: string): JsonObject {
+  return status(422, message, 'Invalid');
+}
+
 export function status(
   code: number,
   message: string,
@@ -850,11 +855,7 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     if (meta.name !== name || meta.uid !== currentMeta.uid) {
       reply(
         422,
-        status(
-          422,
-          `Node "${name}" is invalid: metadata.name, metadata.uid: field is immutable`,
-          'Invalid',
-        ),
+        invalid(`Node "${name}" is invalid: metadata.name, metadata.uid: field is immutable`),
       );
       return;
     }
@@ -911,10 +912,7 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     const conditions = [...(((merged.status as JsonObject).conditions ?? []) as JsonObject[])];
     for (const condition of (Array.isArray(patchConditions) ? patchConditions : []) as Json[]) {
       if (!isObject(condition) || typeof condition.type !== 'string') {
-        reply(
-          422,
-          status(422, `Node "${name}" is invalid: status.conditions: type required`, 'Invalid'),
-        );
+        reply(422, invalid(`Node "${name}" is invalid: status.conditions: type required`));
         return;
       }
       const at = conditions.findIndex((c) => c.type === condition.type);
@@ -1000,9 +998,9 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     const meta = (isObject(event.metadata) ? event.metadata : {}) as JsonObject;
     event.metadata = meta;
     const name = typeof meta.name === 'string' ? meta.name : '';
-    const invalid = name === '' ? 'metadata.name: Required value' : this.#invalidEventV1(event);
-    if (invalid !== null) {
-      reply(422, status(422, `Event.events.k8s.io "${name}" is invalid: ${invalid}`, 'Invalid'));
+    const problem = name === '' ? 'metadata.name: Required value' : this.#invalidEventV1(event);
+    if (problem !== null) {
+      reply(422, invalid(`Event.events.k8s.io "${name}" is invalid: ${problem}`));
       return;
     }
     meta.namespace = namespace;
@@ -1040,10 +1038,8 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
       else {
         reply(
           422,
-          status(
-            422,
+          invalid(
             'Event "" is invalid: metadata.name: Required value: name or generateName is required',
-            'Invalid',
           ),
         );
         return;
@@ -1057,21 +1053,15 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     ) {
       reply(
         422,
-        status(
-          422,
-          `Event "${String(meta.name)}" is invalid: involvedObject: Required value`,
-          'Invalid',
-        ),
+        invalid(`Event "${String(meta.name)}" is invalid: involvedObject: Required value`),
       );
       return;
     }
     if ((involved.namespace ?? '') === '' && namespace !== 'default') {
       reply(
         422,
-        status(
-          422,
+        invalid(
           `Event "${String(meta.name)}" is invalid: involvedObject.namespace: Invalid value: "": does not match event.namespace`,
-          'Invalid',
         ),
       );
       return;
