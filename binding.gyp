@@ -12,7 +12,7 @@
         "native/state_mirror.cc",
         "native/sysfs.cc",
         "native/monitor_core.cc",
-        "native/arrival_watch.cc",
+        "native/read_thread.cc",
         "native/socket_filter.cc",
         "native/ethtool.cc",
         "native/path_probe.cc",

@@ -33,20 +33,11 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
     Result<uint64_t> own = NetnsInode(NetnsTarget{});
     readAddrAssignType = target.ok() && own.ok() && target.value() == own.value();
   }
-  std::unique_ptr<MonitorCore> core(
+  return std::unique_ptr<MonitorCore>(
       new MonitorCore(std::move(socket.value()), options, readAddrAssignType));
-  Result<std::unique_ptr<ArrivalWatch>> watch = ArrivalWatch::Start(core->socket_.fd());
-  if (watch.ok()) {
-    core->arrivals_ = std::move(watch.value());
-    core->arrivals_->Arm();
-  }
-  return core;
 }
 
-void MonitorCore::Close() {
-  arrivals_.reset();  // stops its thread before the socket it polls goes away
-  socket_.Close();
-}
+void MonitorCore::Close() { socket_.Close(); }
 
 Result<Unit> MonitorCore::ApplyFilter() {
   if (!filter_) return socket_.SetFilter({});
@@ -256,11 +247,8 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   return correction;
 }
 
-void MonitorCore::RequestResync(const char* reason, std::vector<MonitorItem>* out) {
-  if (failed_) return;
-  MarkResyncPending(reason);
-  // Whatever is queued now predates the dump: read it first (see Drain).
-  if (phase_ == Phase::kIdle) Drain(kDatagramsPerDrain, out);
+void MonitorCore::RequestResync(const char* reason) {
+  if (!failed_) MarkResyncPending(reason);
 }
 
 void MonitorCore::MarkResyncPending(const char* reason) {
@@ -511,15 +499,14 @@ int16_t MonitorCore::AddrAssignTypeOf(int32_t ifindex) {
   return value;
 }
 
-void MonitorCore::ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out) {
+void MonitorCore::ReadAvailable(size_t maxDatagrams, int64_t arrivalNs,
+                                std::vector<MonitorItem>* out) {
   ++stats_.wakeups;
   const int64_t now = SteadyNowNs();
-  const int64_t arrival = arrivals_ ? arrivals_->Take() : 0;
-  batchArrivalNs_ = arrival > 0 && arrival <= now ? arrival : now;
+  batchArrivalNs_ = arrivalNs > 0 && arrivalNs <= now ? arrivalNs : now;
   const size_t first = out->size();
   Drain(maxDatagrams, out);
   RereadUnconfirmed(out, first);
-  if (arrivals_) arrivals_->Arm();
 }
 
 // Reads until the socket is empty or `maxDatagrams` were read. A pending

@@ -15,7 +15,6 @@
 #include <variant>
 #include <vector>
 
-#include "arrival_watch.h"
 #include "correction_allowance.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
@@ -23,6 +22,7 @@
 #include "result.h"
 #include "socket_filter.h"
 #include "state_mirror.h"
+#include "steady_clock.h"
 
 namespace fg {
 
@@ -59,7 +59,7 @@ struct Correction {
   std::array<uint8_t, 6> mac{};   // written back
   size_t neighbours = 0;          // permanent entries re-added
   int64_t arrivalNs = 0;          // the rewrite's arrival (steady_clock): when it was seen
-  int64_t queuedNs = 0;           // from the datagram's arrival (ArrivalWatch) to reading it
+  int64_t queuedNs = 0;           // from the datagram's arrival to reading it
   int64_t macNs = 0;              // from reading the datagram to the MAC write's ACK
   int64_t doneNs = 0;             // ... to the last neighbour's ACK
   std::optional<SysError> error;  // the write that failed, if one did
@@ -175,17 +175,18 @@ class MonitorCore {
   // after each MAC change when enabled.
   int16_t AddrAssignTypeOf(int32_t ifindex);
 
-  // Asks for a full resync (coalesced with any pending one). It begins once
-  // everything already queued has been read; this call reads what it can now.
-  void RequestResync(const char* reason, std::vector<MonitorItem>* out);
+  // Asks for a full resync (coalesced with any pending one). It begins in a
+  // later read, once everything already queued has been read.
+  void RequestResync(const char* reason);
 
   // Items a read stops at (more can follow in the datagram it was reading);
   // the rest waits for the next wake.
   static constexpr size_t kItemsPerBatch = 512;
 
-  // One wake of the poll: reads until the socket is empty, `maxDatagrams`
-  // were read or the batch holds kItemsPerBatch items.
-  void ReadAvailable(size_t maxDatagrams, std::vector<MonitorItem>* out);
+  // One wake of the reader: reads until the socket is empty, `maxDatagrams`
+  // were read or the batch holds kItemsPerBatch items. `arrivalNs`: when the
+  // data arrived (steady_clock; 0: now).
+  void ReadAvailable(size_t maxDatagrams, int64_t arrivalNs, std::vector<MonitorItem>* out);
 
   // Arms a one-shot correction for `ifindex` (replacing any armed one): the
   // first notification or dump reply showing the device, still under that
@@ -211,15 +212,8 @@ class MonitorCore {
   Result<Unit> SetFilter(const std::optional<LinkFilter>& filter);
 
   void Close();
-  // When the data of the batch being read arrived (steady_clock ns): see ArrivalWatch.
+  // When the data of the batch last read arrived (steady_clock ns).
   int64_t batchArrivalNs() const { return batchArrivalNs_; }
-  // The owner's loop is about to sleep in its poll / is busy again (ArrivalWatch::Pause).
-  void LoopSleeps() {
-    if (arrivals_) arrivals_->Pause();
-  }
-  void LoopBusy() {
-    if (arrivals_) arrivals_->Resume();
-  }
 
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
@@ -252,9 +246,6 @@ class MonitorCore {
   // Grows the receive buffer (unless it was set explicitly) to hold a flush of
   // `entries` neighbour entries and their re-adds, with room to spare.
   void SizeReceiveBufferFor(size_t entries);
-
-  // Datagrams read when a resync is requested outside a poll wake.
-  static constexpr size_t kDatagramsPerDrain = 256;
 
   void Drain(size_t maxDatagrams, std::vector<MonitorItem>* out);
   void MarkResyncPending(const char* reason);
@@ -313,8 +304,6 @@ class MonitorCore {
   std::vector<uint8_t> buffer_;
   MonitorStats stats_;
   int64_t batchArrivalNs_ = 0;
-  // Last: destroyed first, so its thread stops before the socket closes.
-  std::unique_ptr<ArrivalWatch> arrivals_;
 };
 
 }  // namespace fg

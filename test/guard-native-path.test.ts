@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight';
 import { FlannelGuard, type FlannelGuardOptions, type RestoredEvent } from '../lib/guard';
 import { guardConfig } from '../lib/guard/config';
+import type { DesiredMacSource } from '../lib/guard/sources';
 import type { NativeCorrection } from '../lib/core/monitor';
 import type { LinkInfo, NeighbourInfo } from '../lib/core/types';
 import {
@@ -114,6 +115,35 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
       '10.244.1.0',
       '10.244.2.0',
     ]);
+    r.guard.close();
+  });
+
+  it('arms the MAC it writes itself before it writes it (the native reader sees the write at once, and would answer it as a rewrite)', function () {
+    const NEXT = '5e:89:db:49:c6:b5';
+    const table = new Map([['flannel.1', PINNED]]);
+    const listeners = new Set<() => void>();
+    const source: DesiredMacSource = {
+      name: 'kubernetes',
+      desiredMac: (device) => table.get(device),
+      subscribe: (listener) => {
+        listeners.add(listener);
+        return () => listeners.delete(listener);
+      },
+    };
+    const r = rig({ source });
+    assert.equal(r.monitor.armed.get(r.ifindex)?.mac, PINNED);
+    const armedAtWrite: (string | undefined)[] = [];
+    r.ports.before('setLinkMac', () => armedAtWrite.push(r.monitor.armed.get(r.ifindex)?.mac));
+    // The source publishes another MAC: the guard brings the device to it.
+    table.set('flannel.1', NEXT);
+    for (const listener of listeners) listener();
+    r.monitor.pump();
+    assert.deepEqual(
+      r.ports.macWrites().map((w) => w.mac),
+      [NEXT],
+    );
+    assert.deepEqual(armedAtWrite, [NEXT]);
+    assert.equal(r.kernel.links.get(r.ifindex)?.mac, NEXT);
     r.guard.close();
   });
 

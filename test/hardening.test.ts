@@ -745,36 +745,36 @@ describe('hardening: latencies count from the notification reaching the socket',
     await ns.destroy();
   });
 
-  it('a busy event loop shows in the restored latency instead of hiding in it', async function () {
+  it('a busy event loop never delays a correction: the MAC is back while JavaScript is still blocked', async function () {
     const guard = await FlannelGuard.start({ netns: ns.name, offload: 'none' });
     try {
-      for (const busyMs of [0, 300]) {
+      for (const [i, busyMs] of [0, 300].entries()) {
         const restored = once(guard, 'restored') as Promise<[RestoredEvent]>;
-        // The rewrite lands while this process (the guard's) is blocked.
-        execFileSync('ip', [
-          '-n',
-          ns.name,
-          'link',
-          'set',
-          'flannel.1',
-          'address',
-          '02:00:00:00:dd:0' + String(busyMs ? 2 : 3),
-        ]);
-        const until = performance.now() + busyMs;
-        while (performance.now() < until) {
-          // busy, as a long JSON.parse or a slow listener would be
+        // The rewrite lands while this process (the guard's) is blocked, as by a long
+        // JSON.parse or a slow listener; the blocked thread watches the device meanwhile.
+        const ip = (...args: string[]): string =>
+          execFileSync('ip', ['-n', ns.name, ...args], { encoding: 'utf8' });
+        ip('link', 'set', 'flannel.1', 'address', `02:00:00:00:dd:0${String(i + 2)}`);
+        const started = performance.now();
+        let backAfterMs = NaN;
+        while (performance.now() - started < Math.max(busyMs, 2000)) {
+          if (
+            Number.isNaN(backAfterMs) &&
+            ip('link', 'show', 'flannel.1').includes('0e:00:00:00:dd:01')
+          )
+            backAfterMs = performance.now() - started;
+          if (!Number.isNaN(backAfterMs) && performance.now() - started >= busyMs) break;
         }
+        assert.ok(
+          backAfterMs < 1000,
+          `the MAC back while the loop was blocked (${backAfterMs} ms)`,
+        );
         const [event] = await restored;
         assert.equal(event.mac, '0e:00:00:00:dd:01');
         assert.equal(event.neighbours, 1);
-        if (busyMs > 0) {
-          assert.ok(
-            event.latencyMs >= busyMs - 5,
-            `latency ${event.latencyMs} ms after ${busyMs} ms busy`,
-          );
-        } else {
-          assert.ok(event.latencyMs < 100, `latency ${event.latencyMs} ms with a free loop`);
-        }
+        // Counted from the notification's arrival to the writes' end: the loop's 300 ms are
+        // the report's delay, not the correction's.
+        assert.ok(event.latencyMs < 100, `latency ${event.latencyMs} ms, ${busyMs} ms busy`);
       }
     } finally {
       guard.close();

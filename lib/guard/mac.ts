@@ -290,6 +290,9 @@ export class MacCorrection {
       const desired = devices.desiredMac(device);
       if (!target || !desired) return;
       if (target.mac === desired.mac) return; // someone else already put it back
+      // The native reader sees this write the moment it is made: armed for another MAC (the
+      // desired one has just changed), it would take the write for a rewrite.
+      this.arm(device);
       ports.setLinkMac(device.ifindex, desired.mac, device.name);
       counters.writes += 1;
       const restored = this.#restoreNeighbours(device);

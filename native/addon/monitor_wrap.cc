@@ -1,5 +1,7 @@
 #include "monitor_wrap.h"
 
+#include <algorithm>
+
 #include "convert.h"
 #include "errors.h"
 #include "items.h"
@@ -140,17 +142,11 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   auto poll = std::make_unique<Poll>();
   poll->core = std::move(core.value());
   poll->owner = this;
-  if (const int error = uv_poll_init(loop, &poll->handle, poll->core->fd()); error != 0) {
-    throw Napi::Error::New(env, std::string("uv_poll_init: ") + uv_strerror(error));
+  if (const int error = uv_async_init(loop, &poll->handedOver, &MonitorWrap::OnHandedOver);
+      error != 0) {
+    throw Napi::Error::New(env, std::string("uv_async_init: ") + uv_strerror(error));
   }
-  poll->handle.data = poll.get();
-  // These cannot fail.
-  uv_timer_init(loop, &poll->reportTimer);
-  uv_prepare_init(loop, &poll->beforeSleep);
-  uv_check_init(loop, &poll->afterSleep);
-  poll->reportTimer.data = poll->beforeSleep.data = poll->afterSleep.data = poll.get();
-  uv_unref(reinterpret_cast<uv_handle_t*>(&poll->beforeSleep));
-  uv_unref(reinterpret_cast<uv_handle_t*>(&poll->afterSleep));
+  poll->handedOver.data = poll.get();
   poll_ = poll.release();
   // What opening had to settle for (a smaller receive buffer, no extended
   // ACKs) reaches JS with the first batch, as warnings.
@@ -182,29 +178,27 @@ void MonitorWrap::DestroyAsyncContext() {
 }
 
 Napi::Value MonitorWrap::Start(const Napi::CallbackInfo& info) {
-  if (closed_) throw Napi::Error::New(info.Env(), "monitor is closed");
-  if (started_) return info.Env().Undefined();
+  Napi::Env env = info.Env();
+  if (closed_) throw Napi::Error::New(env, "monitor is closed");
+  if (started_) return env.Undefined();
+  poll_->core->RequestResync("initial");  // no reader yet: nothing else touches the core
+  Result<std::unique_ptr<ReadThread>> reader =
+      ReadThread::Start(poll_->core->fd(), [this](int64_t arrivalNs) { return Turn(arrivalNs); });
+  if (!reader.ok()) ThrowSysError(env, reader.error(), netnsLabel_);
+  poll_->reader = std::move(reader.value());
   started_ = true;
-  Napi::ObjectWrap<MonitorWrap>::Ref();  // alive while polling, whatever JS holds
-  poll_->core->RequestResync("initial", &pending_);
-  uv_poll_start(&poll_->handle, UV_READABLE, &MonitorWrap::OnReadable);
-  uv_prepare_start(&poll_->beforeSleep, &MonitorWrap::OnBeforeSleep);
-  uv_check_start(&poll_->afterSleep, &MonitorWrap::OnAfterSleep);
-  return info.Env().Undefined();
-}
-
-void MonitorWrap::OnBeforeSleep(uv_prepare_t* prepare) {
-  auto* poll = static_cast<Poll*>(prepare->data);
-  if (poll->owner) poll->core->LoopSleeps();
-}
-
-void MonitorWrap::OnAfterSleep(uv_check_t* check) {
-  auto* poll = static_cast<Poll*>(check->data);
-  if (poll->owner) poll->core->LoopBusy();
+  Napi::ObjectWrap<MonitorWrap>::Ref();  // alive while reading, whatever JS holds
+  return env.Undefined();
 }
 
 Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
-  if (started_ && !closed_) poll_->core->RequestResync("requested", &pending_);
+  if (started_ && !closed_) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      poll_->core->RequestResync("requested");
+    }
+    poll_->reader->Kick();
+  }
   return info.Env().Undefined();
 }
 
@@ -232,6 +226,7 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
     throw Napi::TypeError::New(env, "setFilter(filter | null)");
   }
   if (!poll_) throw Napi::Error::New(env, "monitor is closed");
+  std::lock_guard<std::mutex> lock(mutex_);
   Result<Unit> set = poll_->core->SetFilter(filter);
   if (!set.ok()) ThrowSysError(env, set.error(), netnsLabel_);
   return env.Undefined();
@@ -304,6 +299,7 @@ Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   if (!target.Get("upsert").IsUndefined())
     change.upsert = NeighbourEntriesFromJs(target.Get("upsert"));
   if (!poll_) throw Napi::Error::New(env, "monitor is closed");
+  std::lock_guard<std::mutex> lock(mutex_);
   if (fromMirror) change.assign = poll_->core->MirroredRestoreEntries(ifindex);
   if (!change.assign && !poll_->core->HasRestoreSet(ifindex)) {
     throw Napi::TypeError::New(env, "arm: no neighbour entries kept for this device yet");
@@ -314,27 +310,26 @@ Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MonitorWrap::Disarm(const Napi::CallbackInfo& info) {
-  if (poll_ && info[0].IsNumber()) poll_->core->Disarm(info[0].As<Napi::Number>().Int32Value());
+  if (poll_ && info[0].IsNumber()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    poll_->core->Disarm(info[0].As<Napi::Number>().Int32Value());
+  }
   return info.Env().Undefined();
 }
 
+// The loop stays alive for the monitor (the reader's thread never keeps it so).
 Napi::Value MonitorWrap::Ref(const Napi::CallbackInfo& info) {
-  if (poll_) {
-    uv_ref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
-    uv_ref(reinterpret_cast<uv_handle_t*>(&poll_->reportTimer));
-  }
+  if (poll_) uv_ref(reinterpret_cast<uv_handle_t*>(&poll_->handedOver));
   return info.Env().Undefined();
 }
 
 Napi::Value MonitorWrap::Unref(const Napi::CallbackInfo& info) {
-  if (poll_) {
-    uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->handle));
-    uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->reportTimer));
-  }
+  if (poll_) uv_unref(reinterpret_cast<uv_handle_t*>(&poll_->handedOver));
   return info.Env().Undefined();
 }
 
 Napi::Value MonitorWrap::Stats(const Napi::CallbackInfo& info) {
+  std::lock_guard<std::mutex> lock(mutex_);
   return StatsToJs(info.Env(), poll_ ? poll_->core->stats() : finalStats_, reportStats_,
                    receiveBuffer_, mirror());
 }
@@ -347,6 +342,7 @@ int16_t MonitorWrap::AddrAssignTypeOf(int32_t ifindex) {
 
 // links(): every mirrored link (as at close() once closed).
 Napi::Value MonitorWrap::Links(const Napi::CallbackInfo& info) {
+  std::lock_guard<std::mutex> lock(mutex_);
   JsWriter js(info.Env());
   return Napi::Value(info.Env(), MirroredLinksToJs(js, mirror(), [this](int32_t ifindex) {
                        return AddrAssignTypeOf(ifindex);
@@ -356,6 +352,7 @@ Napi::Value MonitorWrap::Links(const Napi::CallbackInfo& info) {
 // getLink(ifindex | name): the mirrored link, or undefined.
 Napi::Value MonitorWrap::GetLink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  std::lock_guard<std::mutex> lock(mutex_);
   const StateMirror::Link* link = FindMirroredLink(mirror(), info[0]);
   if (!link) return env.Undefined();
   const int32_t ifindex = link->record.ifindex;
@@ -366,6 +363,7 @@ Napi::Value MonitorWrap::GetLink(const Napi::CallbackInfo& info) {
 
 // neighbours(ifindex?): the mirrored neighbour and FDB entries, of one device when given.
 Napi::Value MonitorWrap::Neighbours(const Napi::CallbackInfo& info) {
+  std::lock_guard<std::mutex> lock(mutex_);
   JsWriter js(info.Env());
   std::optional<int32_t> ifindex;
   if (info[0].IsNumber()) ifindex = info[0].As<Napi::Number>().Int32Value();
@@ -373,12 +371,16 @@ Napi::Value MonitorWrap::Neighbours(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MonitorWrap::Resyncing(const Napi::CallbackInfo& info) {
+  std::lock_guard<std::mutex> lock(mutex_);
   return Napi::Boolean::New(info.Env(), poll_ && poll_->core->mirror().resyncing());
 }
 
-// flush(): reports the held corrections now (before a close, so that none go unreported).
+// flush(): reports the held corrections now, with anything handed over and not yet
+// reported (before a close, so that none go unreported).
 Napi::Value MonitorWrap::Flush(const Napi::CallbackInfo& info) {
-  if (poll_ && !delivering_ && !held_.empty()) Report({}, 0);
+  if (!poll_ || !poll_->reader || delivering_) return info.Env().Undefined();
+  poll_->reader->Suspend();
+  DeliverHandedOver(true);
   return info.Env().Undefined();
 }
 
@@ -391,6 +393,7 @@ void MonitorWrap::CloseFromJs() {
   if (closed_) return;
   closed_ = true;
   if (poll_) {
+    poll_->reader.reset();  // after the turn it is in: the core is the loop's alone
     finalStats_ = poll_->core->stats();
     finalMirror_ = poll_->core->ReleaseMirror();
     poll_->owner = nullptr;
@@ -399,23 +402,20 @@ void MonitorWrap::CloseFromJs() {
   }
   pending_.clear();
   held_.clear();
+  ready_.clear();
   if (!delivering_) DestroyAsyncContext();  // else once the callback has returned
   if (started_) Napi::ObjectWrap<MonitorWrap>::Unref();
 }
 
 void MonitorWrap::BeginClose(Poll* poll) {
-  uv_handle_t* handle = reinterpret_cast<uv_handle_t*>(&poll->handle);
+  uv_handle_t* handle = reinterpret_cast<uv_handle_t*>(&poll->handedOver);
   if (uv_is_closing(handle)) return;
-  uv_poll_stop(&poll->handle);
+  poll->reader.reset();  // no uv_async_send after the close
   uv_close(handle, &MonitorWrap::OnHandleClosed);
-  uv_close(reinterpret_cast<uv_handle_t*>(&poll->reportTimer), &MonitorWrap::OnHandleClosed);
-  uv_close(reinterpret_cast<uv_handle_t*>(&poll->beforeSleep), &MonitorWrap::OnHandleClosed);
-  uv_close(reinterpret_cast<uv_handle_t*>(&poll->afterSleep), &MonitorWrap::OnHandleClosed);
 }
 
 void MonitorWrap::OnHandleClosed(uv_handle_t* handle) {
   auto* poll = static_cast<Poll*>(handle->data);
-  if (--poll->openHandles > 0) return;
   if (poll->owner) poll->owner->poll_ = nullptr;
   if (poll->teardownHook) napi_remove_async_cleanup_hook(poll->teardownHook);
   delete poll;  // closes the socket, now that libuv no longer watches it
@@ -423,49 +423,45 @@ void MonitorWrap::OnHandleClosed(uv_handle_t* handle) {
 
 void MonitorWrap::OnTeardown(napi_async_cleanup_hook_handle, void* data) {
   // The environment is going away (worker exit, process exit): JS may no
-  // longer run, so only the handle is closed; OnHandleClosed ends the hook.
+  // longer run, so only the reader is stopped and the handle closed;
+  // OnHandleClosed ends the hook.
   BeginClose(static_cast<Poll*>(data));
 }
 
-void MonitorWrap::OnReadable(uv_poll_t* handle, int status, int) {
-  auto* poll = static_cast<Poll*>(handle->data);
-  if (!poll->owner) return;
-  // A pending socket error (ENOBUFS after an overrun) polls as POLLERR, on
-  // which libuv stops the handle and reports UV_EBADF. Reading collects the
-  // error (handled as an overrun, or as fatal if it is one); then resume.
-  poll->owner->Deliver();
-  if (status < 0 && poll->owner && !uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
-    uv_poll_start(handle, UV_READABLE, &MonitorWrap::OnReadable);
-  }
-}
-
-void MonitorWrap::Deliver() {
+ReadThread::Next MonitorWrap::Turn(int64_t arrivalNs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MonitorCore& core = *poll_->core;
   std::vector<MonitorItem> items;
   items.swap(pending_);
-  poll_->core->ReadAvailable(kDatagramsPerWake, &items);
-  if (poll_->core->failed() || !Hold(items))
-    Report(std::move(items), poll_->core->batchArrivalNs());
+  core.ReadAvailable(kDatagramsPerWake, arrivalNs, &items);
+  const int64_t now = SteadyNowNs();
+  const bool due = !held_.empty() && now >= heldDueNs_;
+  if (!core.failed() && !due && (items.empty() || Hold(items, now))) {
+    return {held_.empty() ? 0 : heldDueNs_, false, false};
+  }
+  // JS queries the mirror as of what it is handed: the reader waits for JS,
+  // unless it hands over corrections alone (the mirror back where it was).
+  const bool news = core.failed() || !std::all_of(items.begin(), items.end(), Holdable);
+  const bool pause = HandOver(std::move(items), core.batchArrivalNs(), news);
+  uv_async_send(&poll_->handedOver);
+  return {0, pause, core.failed()};
 }
 
 // Leading edge: the first correction after a quiet report interval is
 // reported at once, and the ones after it, while they keep coming, together
 // when the interval is up. A batch with anything else in it takes the held
 // ones along at once. Each held correction carries its own arrival.
-bool MonitorWrap::Hold(std::vector<MonitorItem>& items) {
+bool MonitorWrap::Hold(std::vector<MonitorItem>& items, int64_t now) {
   // Bounded: held corrections never grow past what one read hands over.
-  if (reportIntervalNs_ == 0 || items.empty() ||
-      held_.size() + items.size() > MonitorCore::kItemsPerBatch) {
+  if (reportIntervalNs_ == 0 || held_.size() + items.size() > MonitorCore::kItemsPerBatch) {
     return false;
   }
   for (const MonitorItem& item : items) {
     if (!Holdable(item)) return false;
   }
-  const int64_t now = SteadyNowNs();
   if (held_.empty()) {
-    const int64_t due = lastReportNs_ + reportIntervalNs_;
-    if (lastReportNs_ == 0 || now >= due) return false;
-    const auto waitMs = static_cast<uint64_t>((due - now + 999'999) / 1'000'000);
-    uv_timer_start(&poll_->reportTimer, &MonitorWrap::OnReportDue, waitMs, 0);
+    heldDueNs_ = lastReportNs_ + reportIntervalNs_;
+    if (lastReportNs_ == 0 || now >= heldDueNs_) return false;
   }
   reportStats_.heldCorrections += items.size();
   for (MonitorItem& item : items) held_.push_back(std::move(item));
@@ -473,25 +469,60 @@ bool MonitorWrap::Hold(std::vector<MonitorItem>& items) {
   return true;
 }
 
-void MonitorWrap::OnReportDue(uv_timer_t* timer) {
-  auto* poll = static_cast<Poll*>(timer->data);
-  if (poll->owner && !poll->owner->held_.empty()) poll->owner->Report({}, 0);
+void MonitorWrap::ReadyHeld() {
+  if (held_.empty()) return;
+  if (ready_.empty()) readyArrivalNs_ = std::get<LinkItem>(held_.front()).correction->arrivalNs;
+  for (MonitorItem& item : held_) ready_.push_back(std::move(item));
+  held_.clear();
+  lastReportNs_ = SteadyNowNs();
 }
 
-void MonitorWrap::Report(std::vector<MonitorItem> items, int64_t arrivalNs) {
+bool MonitorWrap::HandOver(std::vector<MonitorItem> items, int64_t arrivalNs, bool news) {
+  ReadyHeld();
+  if (!items.empty()) {
+    readyArrivalNs_ = arrivalNs;
+    for (MonitorItem& item : items) ready_.push_back(std::move(item));
+    lastReportNs_ = SteadyNowNs();
+  }
+  readFailed_ = poll_->core->failed();
+  // Bounded: a loop that does not take what it is handed stops the reader.
+  const bool pause = !readyPauses_ && (news || ready_.size() >= MonitorCore::kItemsPerBatch);
+  readyPauses_ = readyPauses_ || pause;
+  return pause;
+}
+
+void MonitorWrap::DeliverHandedOver(bool suspended) {
+  std::vector<MonitorItem> items;
+  int64_t arrivalNs = 0;
+  bool paused = false;
+  bool failed = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (suspended) ReadyHeld();
+    items.swap(ready_);
+    arrivalNs = readyArrivalNs_;
+    paused = readyPauses_;
+    readyPauses_ = false;
+    failed = readFailed_;
+    if (!items.empty()) ++reportStats_.reports;
+  }
+  Report(std::move(items), arrivalNs, failed, (suspended ? 1 : 0) + (paused ? 1 : 0));
+}
+
+void MonitorWrap::ResumeReader(int times) {
+  for (; times > 0 && poll_; --times) poll_->reader->Resume();  // none once closed
+}
+
+void MonitorWrap::OnHandedOver(uv_async_t* async) {
+  auto* poll = static_cast<Poll*>(async->data);
+  if (poll->owner) poll->owner->DeliverHandedOver(false);
+}
+
+void MonitorWrap::Report(std::vector<MonitorItem> items, int64_t arrivalNs, bool failed,
+                         int resumes) {
   napi_env env = Env();
   Napi::HandleScope scope(Env());
-  const bool failed = poll_->core->failed();
-  if (!held_.empty()) {
-    uv_timer_stop(&poll_->reportTimer);
-    if (arrivalNs == 0) arrivalNs = std::get<LinkItem>(held_.front()).correction->arrivalNs;
-    items.insert(items.begin(), std::make_move_iterator(held_.begin()),
-                 std::make_move_iterator(held_.end()));
-    held_.clear();
-  }
   if (!items.empty()) {
-    lastReportNs_ = SteadyNowNs();
-    ++reportStats_.reports;
     // Raw Node-API from here on: this runs from libuv, possibly while a
     // worker is being terminated, when nothing may throw.
     JsWriter js(env);
@@ -503,19 +534,26 @@ void MonitorWrap::Report(std::vector<MonitorItem> items, int64_t arrivalNs) {
     napi_value callback = nullptr;
     const napi_ref self = static_cast<const Napi::Reference<Napi::Object>&>(*this);
     const napi_ref onBatch = onBatch_;
+    napi_callback_scope callbackScope = nullptr;
     if (js.ok() && napi_get_reference_value(env, self, &receiver) == napi_ok &&
-        napi_get_reference_value(env, onBatch, &callback) == napi_ok) {
+        napi_get_reference_value(env, onBatch, &callback) == napi_ok &&
+        napi_open_callback_scope(env, receiver, asyncContext_, &callbackScope) == napi_ok) {
       delivering_ = true;
       napi_value result = nullptr;
       // The arrival, in ms of the monotonic clock (process.hrtime's): the origin of latencies.
       napi_value arguments[2] = {batch, js.Number(static_cast<double>(arrivalNs) / 1e6)};
-      if (napi_make_callback(env, asyncContext_, receiver, callback, 2, arguments, &result) !=
-          napi_ok) {
+      if (napi_call_function(env, receiver, callback, 2, arguments, &result) != napi_ok) {
         ReportCallbackFailure(env);
       }
       delivering_ = false;
+      // The listeners have returned: the reader goes on before the promise jobs and ticks the
+      // scope's close runs (what awaits an event runs there, and must not hold it up).
+      ResumeReader(resumes);
+      resumes = 0;
+      napi_close_callback_scope(env, callbackScope);
     }
   }
+  ResumeReader(resumes);
   if (failed) CloseFromJs();
   if (closed_) DestroyAsyncContext();
 }

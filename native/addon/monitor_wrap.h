@@ -1,20 +1,27 @@
-// JS class `Monitor`: a MonitorCore polled on the environment's own libuv loop
-// (main thread or worker). Each wake reads a bounded batch and hands it to JS
-// in one call - except a batch of corrections already made (see Holdable):
-// during a storm those are reported together, at most once per report
-// interval, so that the kernel's pace of rewrites is not a JS call each.
-// Closing is idempotent, and environment teardown (a worker exiting) closes
-// the handles through an async cleanup hook.
+// JS class `Monitor`: a MonitorCore read by a thread of its own (ReadThread),
+// so that an armed correction is made the moment the kernel's notification
+// arrives, whatever the environment's loop (main thread or worker) is doing.
+// Each wake reads a bounded batch; what JS must see is handed to the loop
+// (uv_async) in one call, and the thread waits until JS has handled it, so
+// that JS queries the mirror as of what it was handed (corrections alone
+// need no wait: the mirror is back where it was). A batch of corrections
+// already made (see Holdable) is not handed over at once: during a storm those
+// are reported together, at most once per report interval, so that the
+// kernel's pace of rewrites is not a JS call - nor a loop wake - each.
+// Closing is idempotent, and environment teardown (a worker exiting) stops the
+// thread and closes the handle through an async cleanup hook.
 #pragma once
 
 #include <napi.h>
 #include <uv.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "monitor_core.h"
+#include "read_thread.h"
 
 namespace fg::addon {
 
@@ -31,18 +38,13 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   ~MonitorWrap() override;
 
  private:
-  // Owns the poll and timer handles and the socket; outlives the JS object
-  // until libuv has closed both handles.
+  // Owns the socket, its reader and the handle that wakes the loop; outlives
+  // the JS object until libuv has closed the handle.
   struct Poll {
-    uv_poll_t handle;
-    uv_timer_t reportTimer;  // a held report is due
-    // Around the loop's own poll: the arrival watch sleeps while the loop does
-    // (see ArrivalWatch::Pause). Never keep the loop alive.
-    uv_prepare_t beforeSleep;
-    uv_check_t afterSleep;
-    int openHandles = 4;
+    uv_async_t handedOver;  // the reader handed a batch over (ready_)
     MonitorWrap* owner = nullptr;
     std::unique_ptr<MonitorCore> core;
+    std::unique_ptr<ReadThread> reader;  // stopped before the core goes
     napi_async_cleanup_hook_handle teardownHook = nullptr;
   };
 
@@ -61,27 +63,44 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   Napi::Value Flush(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
-  void Deliver();
-  // Hands `items` to JS, after the held ones: `arrivalNs` is when they were read.
-  void Report(std::vector<MonitorItem> items, int64_t arrivalNs);
+  // The reader's turn (its thread, under mutex_): reads a batch, then holds
+  // it or hands it over with the held ones.
+  ReadThread::Next Turn(int64_t arrivalNs);
   // Keeps a batch of corrections for the next report; true when it was kept.
-  bool Hold(std::vector<MonitorItem>& items);
-  static void OnReportDue(uv_timer_t* timer);
-  static void OnBeforeSleep(uv_prepare_t* prepare);
-  static void OnAfterSleep(uv_check_t* check);
+  bool Hold(std::vector<MonitorItem>& items, int64_t now);
+  // Adds the held corrections, then `items` (read at `arrivalNs`), to what JS
+  // is to report next (under mutex_). True when the reader is to wait until
+  // JS has: `news` (JS queries the mirror as of it), or JS falls behind.
+  bool HandOver(std::vector<MonitorItem> items, int64_t arrivalNs, bool news);
+  // Moves the held corrections to what JS is to report next (under mutex_).
+  void ReadyHeld();
+  // The loop's side: reports what was handed over (`suspended`: by Flush, with
+  // the reader suspended, and the held ones too), then resumes the reader.
+  void DeliverHandedOver(bool suspended);
+  static void OnHandedOver(uv_async_t* async);
+  // Hands `items` to JS: `arrivalNs` is when they were read; `failed`: reading is over.
+  // The reader is resumed `resumes` times once the listeners have returned.
+  void Report(std::vector<MonitorItem> items, int64_t arrivalNs, bool failed, int resumes);
+  void ResumeReader(int times);
   void CloseFromJs();
   void DestroyAsyncContext();
   static void BeginClose(Poll* poll);
-  static void OnReadable(uv_poll_t* handle, int status, int events);
   static void OnHandleClosed(uv_handle_t* handle);
   static void OnTeardown(napi_async_cleanup_hook_handle hook, void* data);
 
   Poll* poll_ = nullptr;
   Napi::FunctionReference onBatch_;
   napi_async_context asyncContext_ = nullptr;
-  std::vector<MonitorItem> pending_;
+  // Between the loop and the reader: the core and what follows, to the stats.
+  std::mutex mutex_;
+  std::vector<MonitorItem> pending_;  // for the next turn (warnings from opening)
   // Corrections made since the last report, waiting for the next (see Hold).
   std::vector<MonitorItem> held_;
+  int64_t heldDueNs_ = 0;
+  std::vector<MonitorItem> ready_;  // handed over, not yet reported
+  int64_t readyArrivalNs_ = 0;
+  bool readyPauses_ = false;  // the reader waits for ready_'s report
+  bool readFailed_ = false;
   int64_t reportIntervalNs_ = 0;  // 0: every batch is reported at once
   int64_t lastReportNs_ = 0;
   ReportStats reportStats_;

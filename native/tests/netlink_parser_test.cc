@@ -1031,7 +1031,7 @@ TEST_CASE("parser: S12 MonitorCore drops a spoofed RTM_NEWLINK: no item, counted
   }
   std::vector<fg::MonitorItem> items;
   for (int round = 0; round < 20 && monitor.stats().foreignSenderDrops == 0; ++round) {
-    monitor.ReadAvailable(64, &items);
+    monitor.ReadAvailable(64, 0, &items);
     if (monitor.stats().foreignSenderDrops == 0) usleep(10 * 1000);
   }
   EXPECT_EQ(monitor.stats().foreignSenderDrops, 1u);

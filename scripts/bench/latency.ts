@@ -799,36 +799,152 @@ export interface GuardFigures {
   repaired: string | null;
 }
 
-async function runMode(bench: Bench, guard: GuardRun, mode: ModeName): Promise<ModeFigures> {
-  const { options } = bench;
+/** One block of rounds of a mode, as measured. */
+interface ModeBlock {
+  samples: Sample[];
+  cpu: CpuDelta;
+  deferred: number;
+  busy: number;
+  hostBusy: number;
+}
+
+async function runBlock(
+  bench: Bench,
+  guard: GuardRun,
+  mode: ModeName,
+  rounds: number,
+): Promise<ModeBlock> {
   guard.refresh();
   const deferredBefore = guard.deferred;
   const hostBefore = hostCpu();
   const before = sampleProc(guard.pid);
   const run =
     mode === 'paced'
-      ? await rewrite(bench, options.rewrites, options.intervalMs)
-      : await rewrite(bench, options.rewrites, 0, guard.pid);
+      ? await rewrite(bench, rounds, bench.options.intervalMs)
+      : await rewrite(bench, rounds, 0, guard.pid);
   const after = sampleProc(guard.pid);
   const hostAfter = hostCpu();
   guard.refresh();
-  const corrections = run.samples.filter((s) => s.mac >= 0).length;
-  const deferred = guard.deferred - deferredBefore;
-  const kept = withoutBackoff(run.samples, deferred);
+  return {
+    samples: run.samples,
+    cpu: cpuDelta(before, after),
+    deferred: guard.deferred - deferredBefore,
+    busy: run.summary.busy ?? 0,
+    hostBusy: (hostAfter.busy - hostBefore.busy) / Math.max(1, hostAfter.total - hostBefore.total),
+  };
+}
+
+function sumCpu(a: CpuDelta, b: CpuDelta): CpuDelta {
+  const threads = new Map(a.threads.map((t) => [t.tid, { ...t }]));
+  for (const t of b.threads) {
+    const known = threads.get(t.tid);
+    if (known) {
+      known.switches += t.switches;
+      known.runMs += t.runMs;
+    } else {
+      threads.set(t.tid, { ...t });
+    }
+  }
+  return {
+    ticks: a.ticks + b.ticks,
+    cpuMs: a.cpuMs + b.cpuMs,
+    userMs: a.userMs + b.userMs,
+    systemMs: a.systemMs + b.systemMs,
+    runMs: a.runMs + b.runMs,
+    mainMs: a.mainMs + b.mainMs,
+    switches: a.switches + b.switches,
+    threads: [...threads.values()],
+  };
+}
+
+function modeFigures(mode: ModeName, blocks: readonly ModeBlock[]): ModeFigures {
+  const [first, ...rest] = blocks;
+  if (!first) throw new Error('no block measured');
+  const samples = blocks.flatMap((b) => b.samples);
+  const deferred = blocks.reduce((sum, b) => sum + b.deferred, 0);
+  const corrections = samples.filter((s) => s.mac >= 0).length;
+  const kept = withoutBackoff(samples, deferred);
   return {
     mode,
     mac: distribution(microseconds(kept, 'mac')),
     full: distribution(microseconds(kept, 'full')),
-    rounds: run.samples.length,
+    rounds: samples.length,
     corrections,
-    missed: run.samples.length - corrections,
-    cpu: cpuDelta(before, after),
+    missed: samples.length - corrections,
+    cpu: rest.reduce((sum, b) => sumCpu(sum, b.cpu), first.cpu),
     deferred,
-    excluded: run.samples.length - kept.length,
-    busy: run.summary.busy ?? 0,
-    hostBusy: (hostAfter.busy - hostBefore.busy) / Math.max(1, hostAfter.total - hostBefore.total),
-    samples: run.samples,
+    excluded: samples.length - kept.length,
+    busy: blocks.reduce((sum, b) => sum + b.busy, 0),
+    hostBusy: blocks.reduce((sum, b) => sum + b.hostBusy, 0) / blocks.length,
+    samples,
   };
+}
+
+/** A guard to measure, in its own namespace. */
+export interface Measured {
+  bench: Bench;
+  spec: GuardSpec;
+}
+
+/**
+ * Starts the guards, times each one's first (cold) correction, warms them up, then runs
+ * both modes in `blocks` blocks, taking turns: guard A's block, guard B's, A's again.
+ * The machine's speed drifts by tens of percent over a minute here; taking turns puts
+ * the same drift into every guard's figures, so that their ratio holds. `keep`: the
+ * guards are left running (the caller stops them).
+ */
+export async function measureGuards(
+  measured: readonly Measured[],
+  blocks = 1,
+  keep = false,
+): Promise<{ figures: GuardFigures; guard: GuardRun }[]> {
+  const started: { bench: Bench; spec: GuardSpec; guard: GuardRun; repaired: string | null }[] = [];
+  try {
+    for (const { bench, spec } of measured) {
+      const repaired = await ensureState(bench);
+      started.push({ bench, spec, guard: await GuardRun.start(spec), repaired });
+    }
+    const colds: (Sample | undefined)[] = [];
+    for (const { bench, guard } of started) {
+      colds.push((await rewrite(bench, 1, 0)).samples[0]);
+      if (bench.options.warmup > 0) await rewrite(bench, bench.options.warmup, 0, guard.pid);
+    }
+    const modes = started.map((): ModeFigures[] => []);
+    for (const mode of ['paced', 'back-to-back'] as const) {
+      const runs = started.map((): ModeBlock[] => []);
+      for (let block = 0; block < blocks; block += 1) {
+        for (const [i, { bench, guard }] of started.entries()) {
+          const total = bench.options.rewrites;
+          const rounds =
+            Math.floor((total * (block + 1)) / blocks) - Math.floor((total * block) / blocks);
+          if (rounds > 0) runs[i]?.push(await runBlock(bench, guard, mode, rounds));
+        }
+      }
+      runs.forEach((blocksRun, i) => modes[i]?.push(modeFigures(mode, blocksRun)));
+    }
+    return await Promise.all(
+      started.map(async ({ spec, guard, repaired }, i) => {
+        const { hwmKiB, rssKiB } = memory(guard.pid);
+        const figures: GuardFigures = {
+          label: spec.label,
+          startupMs: guard.readyMs,
+          cold: colds[i],
+          modes: modes[i] ?? [],
+          hwmKiB,
+          rssKiB,
+          errors: guard.errors,
+          contested: guard.contested,
+          events: guard.events,
+          repaired,
+        };
+        if (!keep) await guard.stop();
+        return { figures, guard };
+      }),
+    );
+  } catch (error) {
+    for (const { guard } of started) await guard.stop();
+    throw error;
+  }
 }
 
 /** Starts a guard, times its first (cold) correction, warms it up, runs both modes. */
@@ -837,34 +953,9 @@ export async function measureGuard(
   spec: GuardSpec,
   keep = false,
 ): Promise<{ figures: GuardFigures; guard: GuardRun }> {
-  const repaired = await ensureState(bench);
-  const guard = await GuardRun.start(spec);
-  try {
-    const cold = (await rewrite(bench, 1, 0)).samples[0];
-    if (bench.options.warmup > 0) await rewrite(bench, bench.options.warmup, 0, guard.pid);
-    const modes = [
-      await runMode(bench, guard, 'paced'),
-      await runMode(bench, guard, 'back-to-back'),
-    ];
-    const { hwmKiB, rssKiB } = memory(guard.pid);
-    const figures: GuardFigures = {
-      label: spec.label,
-      startupMs: guard.readyMs,
-      cold,
-      modes,
-      hwmKiB,
-      rssKiB,
-      errors: guard.errors,
-      contested: guard.contested,
-      events: guard.events,
-      repaired,
-    };
-    if (!keep) await guard.stop();
-    return { figures, guard };
-  } catch (error) {
-    await guard.stop();
-    throw error;
-  }
+  const [measured] = await measureGuards([{ bench, spec }], 1, keep);
+  if (!measured) throw new Error('no guard measured');
+  return measured;
 }
 
 export async function measureStartups(

@@ -10,7 +10,9 @@
  *
  * Per N and guard: rewrite -> MAC and all N ARP entries back (p50/p99, seen by the C rewriter of
  * scripts/bench/latency.ts), CPU per correction (all threads' run time), peak RSS (VmHWM), and the
- * guard's own account (restored events, errors, overruns). Before those (on a quiet machine):
+ * guard's own account (restored events, errors, overruns). The two guards run at once, each in
+ * its own namespace set up alike, and take turns in blocks of rewrites, so that the machine's
+ * drift in speed is in both figures alike. Before those (on a quiet machine):
  * start-up to `ready` with N = 5000 and 2000 unrelated links, against an empty namespace. Prints the figures, as ratios to the C
  * reference and to `ip -batch`; asserts nothing. Needs root.
  *
@@ -28,7 +30,7 @@ import {
   distribution,
   flannelGuardSpec,
   fmt,
-  measureGuard,
+  measureGuards,
   measureStartups,
   parseOptions,
   ratio,
@@ -143,20 +145,31 @@ function cpuPerCorrection(figures: GuardFigures): number {
   return mode.corrections > 0 ? (mode.cpu.runMs * 1000) / mode.corrections : NaN;
 }
 
+/** Blocks each guard's rounds are split into, the guards taking turns (see measureGuards). */
+const BLOCKS = 10;
+
 async function measureSize(n: number, options: ScaleOptions): Promise<SizeFigures> {
-  const bench = await scaleBench(n, options.rewrites);
+  // One namespace per guard, set up alike: both guards run throughout, each its own rewrites.
+  const referenceBench = await scaleBench(n, options.rewrites);
+  const guardBench = await scaleBench(n, options.rewrites);
   try {
-    process.stderr.write(`N = ${n}: C reference\n`);
-    const reference = (await measureGuard(bench, referenceSpec(bench))).figures;
-    process.stderr.write(`N = ${n}: flannel-guard\n`);
-    const guard = (await measureGuard(bench, flannelGuardSpec(bench))).figures;
+    process.stderr.write(`N = ${n}: C reference and flannel-guard, taking turns\n`);
+    const [reference, guard] = await measureGuards(
+      [
+        { bench: referenceBench, spec: referenceSpec(referenceBench) },
+        { bench: guardBench, spec: flannelGuardSpec(guardBench) },
+      ],
+      BLOCKS,
+    );
+    if (!reference || !guard) throw new Error('a guard was not measured');
     process.stderr.write(`N = ${n}: ip -batch\n`);
     const ipBatch = distribution(
-      (await ipBatchRestores(bench, Math.min(options.rewrites, 20))).map((ms) => ms * 1000),
+      (await ipBatchRestores(guardBench, Math.min(options.rewrites, 20))).map((ms) => ms * 1000),
     );
-    return { n, reference, guard, ipBatch };
+    return { n, reference: reference.figures, guard: guard.figures, ipBatch };
   } finally {
-    await bench.ns.destroy();
+    await referenceBench.ns.destroy();
+    await guardBench.ns.destroy();
   }
 }
 

@@ -143,6 +143,17 @@ export async function execFileText(
 }
 
 /** Promise-based sleep. */
+/**
+ * How many times slower than native this run executes: scripts/valgrind.mjs
+ * sets FLANNEL_GUARD_TEST_SLOWDOWN for node under memcheck. Tests whose
+ * subject is a time interval scale it by this, so the interval still dwarfs
+ * the test's own steps.
+ */
+export const slowdown = ((): number => {
+  const factor = Number(process.env.FLANNEL_GUARD_TEST_SLOWDOWN ?? 1);
+  return Number.isFinite(factor) && factor >= 1 && factor <= 100 ? factor : 1;
+})();
+
 export function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
