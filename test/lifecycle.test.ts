@@ -289,7 +289,8 @@ describe('native core lifecycle (real kernel, netns)', function () {
       for (let round = 0; round < 5; round += 1) {
         const worker = startWorker({ mode: 'poll', netns: ns.name });
         await worker.message('ready');
-        // The monitor is live: it delivers an event, then sits in uv_poll when terminated.
+        // The monitor is live: it delivers an event, then its reader thread waits on the socket
+        // when the worker is terminated (the teardown joins it).
         await ns.ip(`link add ifbt${round} type ifb`);
         assert.equal((await worker.message('seen')).name, `ifbt${round}`);
         const code = await worker.worker.terminate();

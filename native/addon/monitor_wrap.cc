@@ -192,7 +192,7 @@ Napi::Value MonitorWrap::Start(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
-  if (started_ && !closed_) {
+  if (started_ && !closed_ && poll_ && poll_->reader) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       poll_->core->RequestResync("requested");
@@ -510,7 +510,8 @@ void MonitorWrap::DeliverHandedOver(bool suspended) {
 }
 
 void MonitorWrap::ResumeReader(int times) {
-  for (; times > 0 && poll_; --times) poll_->reader->Resume();  // none once closed
+  // None once closed (or torn down): the reader is gone.
+  for (; times > 0 && poll_ && poll_->reader; --times) poll_->reader->Resume();
 }
 
 void MonitorWrap::OnHandedOver(uv_async_t* async) {
