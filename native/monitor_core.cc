@@ -37,8 +37,6 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
       new MonitorCore(std::move(socket.value()), options, readAddrAssignType));
 }
 
-void MonitorCore::Close() { socket_.Close(); }
-
 Result<Unit> MonitorCore::ApplyFilter() {
   if (!filter_) return socket_.SetFilter({});
   LinkFilter filter = *filter_;

@@ -211,7 +211,6 @@ class MonitorCore {
   // before anything is made of them. Without a filter, everything is read.
   Result<Unit> SetFilter(const std::optional<LinkFilter>& filter);
 
-  void Close();
   // When the data of the batch last read arrived (steady_clock ns).
   int64_t batchArrivalNs() const { return batchArrivalNs_; }
 

@@ -474,7 +474,6 @@ void MonitorWrap::ReadyHeld() {
   if (ready_.empty()) readyArrivalNs_ = std::get<LinkItem>(held_.front()).correction->arrivalNs;
   for (MonitorItem& item : held_) ready_.push_back(std::move(item));
   held_.clear();
-  lastReportNs_ = SteadyNowNs();
 }
 
 bool MonitorWrap::HandOver(std::vector<MonitorItem> items, int64_t arrivalNs, bool news) {
@@ -482,9 +481,8 @@ bool MonitorWrap::HandOver(std::vector<MonitorItem> items, int64_t arrivalNs, bo
   if (!items.empty()) {
     readyArrivalNs_ = arrivalNs;
     for (MonitorItem& item : items) ready_.push_back(std::move(item));
-    lastReportNs_ = SteadyNowNs();
   }
-  readFailed_ = poll_->core->failed();
+  lastReportNs_ = SteadyNowNs();
   // Bounded: a loop that does not take what it is handed stops the reader.
   const bool pause = !readyPauses_ && (news || ready_.size() >= MonitorCore::kItemsPerBatch);
   readyPauses_ = readyPauses_ || pause;
@@ -498,12 +496,16 @@ void MonitorWrap::DeliverHandedOver(bool suspended) {
   bool failed = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (suspended) ReadyHeld();
+    if (suspended && !held_.empty()) {
+      ReadyHeld();
+      lastReportNs_ = SteadyNowNs();
+    }
     items.swap(ready_);
     arrivalNs = readyArrivalNs_;
     paused = readyPauses_;
     readyPauses_ = false;
-    failed = readFailed_;
+    // A read that failed handed its FatalItem over with this: the reader has stopped.
+    failed = poll_->core->failed();
     if (!items.empty()) ++reportStats_.reports;
   }
   Report(std::move(items), arrivalNs, failed, (suspended ? 1 : 0) + (paused ? 1 : 0));

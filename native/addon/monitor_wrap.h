@@ -99,8 +99,7 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   int64_t heldDueNs_ = 0;
   std::vector<MonitorItem> ready_;  // handed over, not yet reported
   int64_t readyArrivalNs_ = 0;
-  bool readyPauses_ = false;  // the reader waits for ready_'s report
-  bool readFailed_ = false;
+  bool readyPauses_ = false;      // the reader waits for ready_'s report
   int64_t reportIntervalNs_ = 0;  // 0: every batch is reported at once
   int64_t lastReportNs_ = 0;
   ReportStats reportStats_;

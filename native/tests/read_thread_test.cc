@@ -29,6 +29,7 @@ struct Bed {
   std::condition_variable changed;
   std::vector<int64_t> arrivals;  // one per turn
   std::vector<int64_t> turnTimes;
+  size_t turnsStarted = 0;
   ReadThread::Next next;
   std::atomic<int64_t> turnSleepNs{0};
 
@@ -38,6 +39,11 @@ struct Bed {
     close(fds[1]);
   }
   ReadThread::Next Turn(int64_t arrival) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++turnsStarted;
+      changed.notify_all();
+    }
     if (turnSleepNs > 0) {
       const int64_t until = SteadyNowNs() + turnSleepNs;
       while (SteadyNowNs() < until) usleep(1000);
@@ -57,6 +63,11 @@ struct Bed {
     std::unique_lock<std::mutex> lock(mutex);
     return changed.wait_for(lock, std::chrono::seconds(2),
                             [&] { return arrivals.size() >= count; });
+  }
+  // Waits (at most 2 s) for `count` turns begun in all; whether they began.
+  bool WaitTurnsStarted(size_t count) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, std::chrono::seconds(2), [&] { return turnsStarted >= count; });
   }
   size_t Turns() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -162,7 +173,7 @@ TEST_CASE("read thread: Suspend waits for the turn under way, and holds turns un
   EXPECT_TRUE(bed.WaitTurns(1));
   bed.turnSleepNs = 40 * kMs;  // read by the thread only inside the next turn
   bed.Write();
-  usleep(10'000);  // the turn is under way
+  EXPECT_TRUE(bed.WaitTurnsStarted(2));  // the turn is under way
   reader->Suspend();
   EXPECT_EQ(bed.Turns(), size_t{2});  // it ended before Suspend returned
   bed.turnSleepNs = 0;

@@ -91,8 +91,9 @@ async function observe(task: Extract<WorkerTask, { mode: 'observe' }>): Promise<
 async function poll(task: Extract<WorkerTask, { mode: 'poll' }>): Promise<void> {
   const monitor = await LinkMonitor.open({ netns: task.netns });
   // Reported from a timer, after the batch callback has returned: the worker is then idle (its
-  // monitor's reader thread waiting on the socket) when terminated. (A terminate() landing inside the batch callback aborts the whole
-  // process - see the lifecycle report; that case is not part of this suite.)
+  // monitor's reader thread waiting on the socket) when terminated. (A terminate() landing
+  // inside the batch callback aborts the whole process - see the lifecycle report; that case is
+  // not part of this suite.)
   monitor.on('linkAdded', (event) => {
     setTimeout(() => post({ type: 'seen', name: event.link.name }), 0);
   });

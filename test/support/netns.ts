@@ -142,7 +142,6 @@ export async function execFileText(
   return (await execFile(cmd, args, opts)).stdout;
 }
 
-/** Promise-based sleep. */
 /**
  * How many times slower than native this run executes: scripts/valgrind.mjs
  * sets FLANNEL_GUARD_TEST_SLOWDOWN for node under memcheck. Tests whose
@@ -154,6 +153,7 @@ export const slowdown = ((): number => {
   return Number.isFinite(factor) && factor >= 1 && factor <= 100 ? factor : 1;
 })();
 
+/** Promise-based sleep. */
 export function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
