@@ -1108,4 +1108,28 @@ describe('LinkMonitor (real kernel, netns)', function () {
     await assert.rejects(ready);
     assert.equal(m.closed, true);
   });
+
+  it('close() emits nothing the reader read but JS had not seen: a snapshot finished natively still leaves ready() rejected', async function () {
+    const m = new LinkMonitor({ netns: ns.name });
+    monitor = m;
+    const ready = m.ready();
+    const seen: string[] = [];
+    for (const type of ['ready', 'linkAdded', 'neighbourAdded', 'resync'] as const) {
+      m.on(type, () => seen.push(type));
+    }
+    // JS stays on this tick while the reader loads the snapshot and hands it over: the
+    // `ready` item is waiting for the loop when close() runs (bounded wait).
+    const tick = new Int32Array(new SharedArrayBuffer(4));
+    const deadline = monotonicMs() + 10_000 * slowdown;
+    while (!(m.stats().resyncs === 1 && !m.resyncing) && monotonicMs() < deadline) {
+      Atomics.wait(tick, 0, 0, 1);
+    }
+    assert.equal(m.stats().resyncs, 1, 'the reader never finished the first snapshot');
+    assert.equal(m.resyncing, false);
+    m.close();
+    await assert.rejects(ready, /closed before it was ready/);
+    assert.deepEqual(seen, []);
+    // The snapshot itself stays readable after close().
+    assert.ok(m.links().some((link) => link.name === 'lo'));
+  });
 });

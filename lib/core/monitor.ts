@@ -305,6 +305,8 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   #batches = 0;
   #ready = false;
   #closed = false;
+  /** close() is reporting the corrections made before it: nothing else is emitted. */
+  #closing = false;
   /** The batch being dispatched, and the index of its item being handled (see #laterChanges). */
   #batch: readonly RawMonitorItem[] | undefined;
   #position = 0;
@@ -567,9 +569,15 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     if (!this.#closed) this.#native.flush();
   }
 
-  /** Stops monitoring and releases the sockets, after reporting held corrections. Idempotent. */
+  /**
+   * Stops monitoring and releases the sockets, after reporting the corrections the native layer
+   * made (each must be accounted for). Nothing else read but not yet reported is emitted: from
+   * close() on, the mirror's state is what links() and neighbours() show, and a `ready` the
+   * reader had read but JS had not seen does not resolve ready(). Idempotent.
+   */
   close(): void {
     if (this.#closed) return;
+    this.#closing = true;
     this.#native.flush();
     this.#closed = true;
     this.#native.close();
@@ -669,6 +677,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     try {
       for (const [position, item] of batch.entries()) {
         if (this.#closed) return;
+        if (this.#closing && (item.kind !== 'link' || item.correction === undefined)) continue;
         this.#position = position;
         this.#dispatch(item);
       }
