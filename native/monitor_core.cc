@@ -216,6 +216,7 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
                                                                 started)
         .count();
   };
+  wrote_ = true;
   Correction correction;
   correction.mac = mac;
   correction.arrivalNs = batchArrivalNs_;
@@ -254,7 +255,8 @@ void MonitorCore::MarkResyncPending(const char* reason) {
   resyncPending_ = true;
 }
 
-void MonitorCore::NoteLostNotifications() {
+void MonitorCore::NoteLostNotifications(const char* cause, std::vector<MonitorItem>* out) {
+  out->emplace_back(OverrunItem{cause});
   // A resync under way can no longer tell what is gone: what was re-added by
   // a lost notification is missing from it too. Its end applies no removals;
   // the resync that follows does.
@@ -514,47 +516,47 @@ void MonitorCore::ReadAvailable(size_t maxDatagrams, int64_t arrivalNs,
 void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
   // Bounded in items too: a dump datagram holds hundreds of entries, and each
   // item is held (and converted for JS) until the batch is handed over.
-  for (size_t count = 0; count < maxDatagrams && out->size() < kItemsPerBatch && !failed_;
-       ++count) {
-    size_t length = 0;
-    Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
+  for (size_t count = 0; count < maxDatagrams && out->size() < kItemsPerBatch && !failed_;) {
+    // Notifications come one to a datagram (a rewrite and its flush are a
+    // dozen): many are read in one syscall. A dump's datagrams are full: one
+    // at a time, so that the item bound holds and only one slot grows large.
+    const size_t want = phase_ == Phase::kIdle ? maxDatagrams - count : 1;
+    bool drained = false;
+    Result<Unit> received = socket_.ReceiveMany(&slots_, want, &datagrams_, &drained);
     if (!received.ok()) {
       out->push_back(FatalItem{received.error()});
       failed_ = true;
       return;
     }
-    switch (received.value()) {
-      case NetlinkSocket::Received::kWouldBlock:
-        // A correction's echoes were queued while its writes ran (rtnetlink
-        // notifies inside sendmsg): read by now, or lost to an overrun.
-        echoes_.clear();
-        if (resyncPending_ && phase_ == Phase::kIdle) BeginResync(out);
-        return;
-      case NetlinkSocket::Received::kOverrun:
-        ++stats_.overruns;
-        out->push_back(OverrunItem{"ENOBUFS"});
-        NoteLostNotifications();
-        continue;
-      case NetlinkSocket::Received::kTruncated:
-        ++stats_.truncatedDrops;
-        out->push_back(OverrunItem{"truncated"});
-        NoteLostNotifications();
-        continue;
-      case NetlinkSocket::Received::kForeignSender:
-        ++stats_.foreignSenderDrops;
-        continue;
-      case NetlinkSocket::Received::kDatagram:
-        break;
+    wrote_ = false;
+    for (const NetlinkSocket::Datagram& datagram : datagrams_) {
+      ++count;
+      switch (datagram.kind) {
+        case NetlinkSocket::Received::kWouldBlock:
+          break;
+        case NetlinkSocket::Received::kOverrun:
+          ++stats_.overruns;
+          NoteLostNotifications("ENOBUFS", out);
+          break;
+        case NetlinkSocket::Received::kTruncated:
+          ++stats_.truncatedDrops;
+          NoteLostNotifications("truncated", out);
+          break;
+        case NetlinkSocket::Received::kForeignSender:
+          ++stats_.foreignSenderDrops;
+          break;
+        case NetlinkSocket::Received::kDatagram:
+          HandleDatagram(datagram.data, datagram.length, out);
+          break;
+      }
     }
-    ++stats_.datagrams;
-    netlink::ParsedDatagram parsed = netlink::ParseDatagram(buffer_.data(), length);
-    for (netlink::Message& message : parsed.messages) HandleMessage(message, out);
-    if (parsed.error) {
-      ++stats_.malformed;
-      // The rest of the datagram is lost; if it held dump replies, walk the table again.
-      if (phase_ != Phase::kIdle) dumpInterrupted_ = true;
-      out->push_back(WarningItem{
-          "EBADMSG", parsed.error->reason + " at offset " + std::to_string(parsed.error->offset)});
+    // Empty, unless a correction wrote meanwhile: the kernel queued its echoes
+    // after this read (rtnetlink notifies inside sendmsg), so read again.
+    if (drained && !wrote_) {
+      // A correction's echoes were read by now, or lost to an overrun.
+      echoes_.clear();
+      if (resyncPending_ && phase_ == Phase::kIdle) BeginResync(out);
+      return;
     }
   }
   // Stopped at a bound, not at an empty socket: a pending resync still begins
@@ -565,6 +567,20 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
       echoes_.clear();
       BeginResync(out);
     }
+  }
+}
+
+void MonitorCore::HandleDatagram(const uint8_t* data, size_t length,
+                                 std::vector<MonitorItem>* out) {
+  ++stats_.datagrams;
+  netlink::ParsedDatagram parsed = netlink::ParseDatagram(data, length);
+  for (netlink::Message& message : parsed.messages) HandleMessage(message, out);
+  if (parsed.error) {
+    ++stats_.malformed;
+    // The rest of the datagram is lost; if it held dump replies, walk the table again.
+    if (phase_ != Phase::kIdle) dumpInterrupted_ = true;
+    out->push_back(WarningItem{
+        "EBADMSG", parsed.error->reason + " at offset " + std::to_string(parsed.error->offset)});
   }
 }
 

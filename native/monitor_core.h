@@ -247,8 +247,10 @@ class MonitorCore {
   void SizeReceiveBufferFor(size_t entries);
 
   void Drain(size_t maxDatagrams, std::vector<MonitorItem>* out);
+  void HandleDatagram(const uint8_t* data, size_t length, std::vector<MonitorItem>* out);
   void MarkResyncPending(const char* reason);
-  void NoteLostNotifications();
+  // Notifications were lost (`cause`: ENOBUFS, truncated): reported, and a resync follows.
+  void NoteLostNotifications(const char* cause, std::vector<MonitorItem>* out);
   void BeginResync(std::vector<MonitorItem>* out);
   void SendDump(std::vector<MonitorItem>* out);
   void FinishDump(int32_t error, std::vector<MonitorItem>* out);
@@ -300,7 +302,9 @@ class MonitorCore {
   bool dumpInterrupted_ = false;
   int dumpAttempt_ = 0;
   uint32_t dumpSeq_ = 0;
-  std::vector<uint8_t> buffer_;
+  DatagramSlots slots_;
+  std::vector<NetlinkSocket::Datagram> datagrams_;  // scratch: one read's
+  bool wrote_ = false;                              // a correction wrote since the last read
   MonitorStats stats_;
   int64_t batchArrivalNs_ = 0;
 };

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <thread>
@@ -307,6 +309,66 @@ Result<NetlinkRequester> NetlinkRequester::Open(const NetnsTarget& target) {
   Result<NetlinkSocket> socket = NetlinkSocket::Open(target, options);
   if (!socket.ok()) return socket.error();
   return NetlinkRequester(std::move(socket.value()));
+}
+
+void DatagramSlots::Fit(size_t bytes) {
+  constexpr size_t kPage = 4096;
+  const size_t rounded = std::min((bytes + kPage - 1) / kPage * kPage, kBytes);
+  if (rounded > slotBytes_) slotBytes_ = rounded;
+}
+
+Result<Unit> NetlinkSocket::ReceiveMany(DatagramSlots* slots, size_t max,
+                                        std::vector<Datagram>* out, bool* drained) {
+  out->clear();
+  *drained = false;
+  const size_t want = std::clamp<size_t>(max, 1, std::min(slots->count(), kMaxBatchDatagrams));
+  std::array<sockaddr_nl, kMaxBatchDatagrams> senders{};
+  std::array<iovec, kMaxBatchDatagrams> vectors{};
+  std::array<mmsghdr, kMaxBatchDatagrams> headers{};
+  const size_t slotBytes = slots->slotBytes();
+  for (size_t i = 0; i < want; ++i) {
+    vectors[i] = iovec{slots->slot(i), slotBytes};
+    headers[i].msg_hdr.msg_name = &senders[i];
+    headers[i].msg_hdr.msg_namelen = sizeof(sockaddr_nl);
+    headers[i].msg_hdr.msg_iov = &vectors[i];
+    headers[i].msg_hdr.msg_iovlen = 1;
+  }
+  int received;
+  do {
+    received = recvmmsg(fd_, headers.data(), static_cast<unsigned>(want), MSG_DONTWAIT | MSG_TRUNC,
+                        nullptr);
+  } while (received < 0 && errno == EINTR);
+  if (received < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      out->push_back(Datagram{Received::kWouldBlock});
+      *drained = true;
+      return Unit{};
+    }
+    if (errno == ENOBUFS) {
+      out->push_back(Datagram{Received::kOverrun});
+      return Unit{};
+    }
+    return Errno("recvmmsg");
+  }
+  for (size_t i = 0; i < static_cast<size_t>(received); ++i) {
+    const msghdr& header = headers[i].msg_hdr;
+    const size_t length = headers[i].msg_len;
+    switch (netlink::Admit(senders[i].nl_pid, header.msg_flags)) {
+      case netlink::Admission::kForeignSender:
+        out->push_back(Datagram{Received::kForeignSender});
+        break;
+      case netlink::Admission::kTruncated:
+        slots->Fit(length);  // the slots already read are not moved
+        out->push_back(Datagram{Received::kTruncated});
+        break;
+      case netlink::Admission::kAccept:
+        out->push_back(Datagram{Received::kDatagram,
+                                static_cast<const uint8_t*>(vectors[i].iov_base), length});
+        break;
+    }
+  }
+  *drained = static_cast<size_t>(received) < want;
+  return Unit{};
 }
 
 Result<std::vector<Message>> NetlinkRequester::Exchange(const std::vector<uint8_t>& request,

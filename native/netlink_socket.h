@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,27 @@ Result<uint64_t> NetnsCookie(int fd);
 struct SocketOptions {
   std::vector<uint32_t> groups;  // RTNLGRP_* to join before anything is sent
   int receiveBuffer = 0;         // bytes; 0 keeps the kernel default
+};
+
+// Room for the datagrams one NetlinkSocket::ReceiveMany reads: equal slots of
+// one allocation of kBytes, left uninitialised so that only what the kernel
+// writes is ever touched. Slots of 64 KiB to begin with (16 of them); a
+// datagram cut short makes every slot as large as it (fewer of them).
+class DatagramSlots {
+ public:
+  static constexpr size_t kBytes = 1024 * 1024;
+  static constexpr size_t kFirstSlotBytes = 64 * 1024;
+
+  DatagramSlots() : storage_(new uint8_t[kBytes]) {}
+  size_t count() const { return kBytes / slotBytes_; }
+  size_t slotBytes() const { return slotBytes_; }
+  uint8_t* slot(size_t index) { return storage_.get() + index * slotBytes_; }
+  // Room for a datagram of `bytes` (at most kBytes) in each slot from now on.
+  void Fit(size_t bytes);
+
+ private:
+  std::unique_ptr<uint8_t[]> storage_;
+  size_t slotBytes_ = kFirstSlotBytes;
 };
 
 class NetlinkSocket {
@@ -84,6 +106,22 @@ class NetlinkSocket {
   Result<Received> Receive(std::vector<uint8_t>* buffer, size_t* length);
   static constexpr size_t kReceiveBytes = 64 * 1024;
   static constexpr size_t kMaxReceiveBytes = 1024 * 1024;
+
+  // A datagram as ReceiveMany judged it; `data` points into its slot.
+  struct Datagram {
+    Received kind = Received::kWouldBlock;
+    const uint8_t* data = nullptr;
+    size_t length = 0;
+  };
+  // Reads up to `max` queued datagrams (at most slots->count()) without
+  // blocking, in one recvmmsg, each judged as Receive judges one, into `out`
+  // (replaced). Nothing queued is one kWouldBlock, ENOBUFS one kOverrun. Fewer
+  // datagrams than asked (`*drained`): the socket was empty then, or an error
+  // stopped the read, which the kernel keeps for the next call.
+  Result<Unit> ReceiveMany(DatagramSlots* slots, size_t max, std::vector<Datagram>* out,
+                           bool* drained);
+  static constexpr size_t kMaxBatchDatagrams =
+      DatagramSlots::kBytes / DatagramSlots::kFirstSlotBytes;
 
   // Waits up to `timeoutMs` for the socket to become readable.
   Result<bool> WaitReadable(int timeoutMs);
