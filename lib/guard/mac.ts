@@ -138,8 +138,15 @@ export class MacCorrection {
       macAddress: null,
     };
     const udevValue = link.mac !== null && link.mac === expectation.persistentMac;
+    // Spelled out: in Node 20's V8, a literal that begins with a spread and adds properties
+    // builds new hidden classes on every call (~5 us each here, more than all the rest of it).
     return attributeWriter({
-      ...expectation,
+      persistentMac: expectation.persistentMac,
+      machineId: expectation.machineId,
+      linkFile: expectation.linkFile,
+      linkFileFrom: expectation.linkFileFrom,
+      policy: expectation.policy,
+      macAddress: expectation.macAddress,
       mac: link.mac,
       msSinceCreation,
       // A sysfs read costs more than the rest of the correction's JavaScript: it is made for a
