@@ -927,6 +927,34 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(m.getLink('vx1')?.mac, '0e:00:00:00:00:77');
   });
 
+  it('N4: a notification larger than a read slot (~70 KB: 496 alternative names, the kernel cap) is counted truncated and recovered by a resync; the slots grow, so later ones are read whole', async function () {
+    this.timeout(60_000);
+    await ns.ip('link add ifb9 type ifb');
+    const m = await open();
+    // Adding a name sends no notification; every later RTM_NEWLINK of the device carries them all.
+    const names: string[] = [];
+    for (let i = 0; i < 496; i += 1) {
+      names.push(`link property add dev ifb9 altname n${String(i).padStart(126, '0')}`);
+    }
+    await ns.ipBatch(names);
+    const recovered = nextEvent(m, 'resync', (e) => e.phase === 'end', 20_000);
+    await ns.ip('link set ifb9 mtu 1400');
+    await recovered;
+    await settled(m);
+    const stats = m.stats();
+    assert.ok(stats.truncatedDrops >= 1, `truncated ${stats.truncatedDrops}`);
+    assert.ok(stats.resyncs >= 2 && stats.resyncs <= 1 + stats.truncatedDrops, `${stats.resyncs}`);
+    assert.equal(m.getLink('ifb9')?.mtu, 1400);
+
+    // The slots fit it now: a change of that device is read whole, with no resync.
+    const changed = nextEvent(m, 'linkChanged', (e) => e.link.name === 'ifb9', 10_000);
+    await ns.ip('link set ifb9 mtu 1300');
+    const [event] = await changed;
+    assert.equal(event.link.mtu, 1300);
+    assert.equal(m.stats().truncatedDrops, stats.truncatedDrops);
+    assert.equal(m.stats().resyncs, stats.resyncs);
+  });
+
   it('with a kernel filter, unrelated link changes never arrive; new, named and listed devices do', async function () {
     await ns.ipBatch([
       'link add ifb1 type ifb',
