@@ -551,7 +551,8 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
       }
     }
     // Empty, unless a correction wrote meanwhile: the kernel queued its echoes
-    // after this read (rtnetlink notifies inside sendmsg), so read again.
+    // after this read (rtnetlink notifies inside sendmsg), so read again. (Or
+    // an error stopped the read: it polls as POLLERR, and the next wake reads it.)
     if (drained && !wrote_) {
       // A correction's echoes were read by now, or lost to an overrun.
       echoes_.clear();

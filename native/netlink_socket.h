@@ -45,8 +45,9 @@ struct SocketOptions {
 
 // Room for the datagrams one NetlinkSocket::ReceiveMany reads: equal slots of
 // one allocation of kBytes, left uninitialised so that only what the kernel
-// writes is ever touched. Slots of 64 KiB to begin with (16 of them); a
-// datagram cut short makes every slot as large as it (fewer of them).
+// writes is ever touched. Slots of 64 KiB to begin with (16 of them: twice the
+// kernel's largest dump datagram); a datagram cut short makes every slot as
+// large as it (fewer of them).
 class DatagramSlots {
  public:
   static constexpr size_t kBytes = 1024 * 1024;
@@ -104,8 +105,8 @@ class NetlinkSocket {
   // least kReceiveBytes. A datagram cut short is discarded (kTruncated) and
   // the buffer grown to its size (up to kMaxReceiveBytes) for the next one.
   Result<Received> Receive(std::vector<uint8_t>* buffer, size_t* length);
-  static constexpr size_t kReceiveBytes = 64 * 1024;
-  static constexpr size_t kMaxReceiveBytes = 1024 * 1024;
+  static constexpr size_t kReceiveBytes = DatagramSlots::kFirstSlotBytes;
+  static constexpr size_t kMaxReceiveBytes = DatagramSlots::kBytes;
 
   // A datagram as ReceiveMany judged it; `data` points into its slot.
   struct Datagram {
