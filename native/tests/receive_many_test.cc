@@ -34,48 +34,50 @@ NetlinkSocket Open() {
   return std::move(socket.value());
 }
 
+// A reader, a process writing to it, and what the reader's last read gave.
+struct Bed {
+  NetlinkSocket reader = Open();
+  NetlinkSocket sender = Open();
+  DatagramSlots slots;
+  std::vector<NetlinkSocket::Datagram> datagrams;
+  bool drained = false;
+
+  void Send(size_t count, size_t bytes) {
+    for (size_t i = 0; i < count; ++i) SendTo(sender, reader, bytes);
+  }
+  size_t Read(size_t max) {
+    EXPECT_TRUE(reader.ReceiveMany(&slots, max, &datagrams, &drained).ok());
+    return datagrams.size();
+  }
+};
+
 }  // namespace
 
 TEST_CASE("receive many: queued datagrams in batches bounded by the ask, drained when short") {
-  NetlinkSocket reader = Open();
-  NetlinkSocket sender = Open();
-  for (int i = 0; i < 24; ++i) SendTo(sender, reader, 64);
-  DatagramSlots slots;
-  std::vector<NetlinkSocket::Datagram> datagrams;
-  bool drained = true;
-
-  EXPECT_TRUE(reader.ReceiveMany(&slots, 5, &datagrams, &drained).ok());
-  EXPECT_EQ(datagrams.size(), size_t{5});
-  EXPECT_FALSE(drained);
-  for (const NetlinkSocket::Datagram& datagram : datagrams) {
+  Bed bed;
+  bed.Send(24, 64);
+  EXPECT_EQ(bed.Read(5), size_t{5});
+  EXPECT_FALSE(bed.drained);
+  for (const NetlinkSocket::Datagram& datagram : bed.datagrams) {
     // Not the kernel's: dropped before parsing (N12), whatever it holds.
     EXPECT_TRUE(datagram.kind == NetlinkSocket::Received::kForeignSender);
   }
   // More than the slots hold: one slot's worth.
-  EXPECT_TRUE(reader.ReceiveMany(&slots, 100, &datagrams, &drained).ok());
-  EXPECT_EQ(datagrams.size(), slots.count());
-  EXPECT_FALSE(drained);
+  EXPECT_EQ(bed.Read(100), bed.slots.count());
+  EXPECT_FALSE(bed.drained);
   // The rest: fewer than asked, so the socket was empty.
-  EXPECT_TRUE(reader.ReceiveMany(&slots, 16, &datagrams, &drained).ok());
-  EXPECT_EQ(datagrams.size(), size_t{24 - 5} - slots.count());
-  EXPECT_TRUE(drained);
-  EXPECT_TRUE(reader.ReceiveMany(&slots, 16, &datagrams, &drained).ok());
-  EXPECT_EQ(datagrams.size(), size_t{1});
-  EXPECT_TRUE(datagrams[0].kind == NetlinkSocket::Received::kWouldBlock);
-  EXPECT_TRUE(drained);
+  EXPECT_EQ(bed.Read(16), size_t{24 - 5} - bed.slots.count());
+  EXPECT_TRUE(bed.drained);
+  EXPECT_EQ(bed.Read(16), size_t{1});
+  EXPECT_TRUE(bed.datagrams[0].kind == NetlinkSocket::Received::kWouldBlock);
+  EXPECT_TRUE(bed.drained);
 }
 
 TEST_CASE("receive many: asking for none still reads one") {
-  NetlinkSocket reader = Open();
-  NetlinkSocket sender = Open();
-  SendTo(sender, reader, 16);
-  SendTo(sender, reader, 16);
-  DatagramSlots slots;
-  std::vector<NetlinkSocket::Datagram> datagrams;
-  bool drained = true;
-  EXPECT_TRUE(reader.ReceiveMany(&slots, 0, &datagrams, &drained).ok());
-  EXPECT_EQ(datagrams.size(), size_t{1});
-  EXPECT_FALSE(drained);
+  Bed bed;
+  bed.Send(2, 16);
+  EXPECT_EQ(bed.Read(0), size_t{1});
+  EXPECT_FALSE(bed.drained);
 }
 
 TEST_CASE(
