@@ -199,6 +199,23 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   if (link.mac.state != netlink::MacField::State::kValid || link.mac.bytes == armed->second.mac) {
     return std::nullopt;  // nothing to correct; stays armed
   }
+  const auto started = std::chrono::steady_clock::now();
+  // The record may predate a write already made (the guard's own, queued
+  // behind it): the device is re-read, and written only if it still differs.
+  // A MAC write flushes the device's permanent entries even when it changes
+  // nothing, so a second write of the same MAC would cost the whole table.
+  Result<netlink::LinkRecord> current = writer_->GetLink(link.ifindex);
+  if (current.ok() && (current.value().name != armed->second.name ||
+                       current.value().kind != "vxlan")) {
+    armed_.erase(armed);  // another device now: its own notification follows
+    *disarmed = true;
+    return std::nullopt;
+  }
+  if (current.ok() && current.value().mac.state == netlink::MacField::State::kValid &&
+      current.value().mac.bytes == armed->second.mac) {
+    ++stats_.staleRecords;
+    return std::nullopt;  // already back: nothing to write; stays armed
+  }
   const std::array<uint8_t, 6> mac = armed->second.mac;
   std::optional<CorrectionAllowance>& allowance = armed->second.allowance;
   if (!allowance || !allowance->Take(batchArrivalNs_)) {
@@ -207,7 +224,6 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
     *disarmed = true;
     if (refused) return std::nullopt;
   }
-  const auto started = std::chrono::steady_clock::now();
   const int64_t queuedNs =
       std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count() -
       batchArrivalNs_;

@@ -156,6 +156,7 @@ struct MonitorStats {
   uint64_t staleReplies = 0;
   uint64_t correctionEchoes = 0;  // neighbour notifications of a correction, not passed on
   uint64_t foldedEchoes = 0;      // a correction's own RTM_NEWLINK, folded into its item
+  uint64_t staleRecords = 0;      // an armed drift the re-read found already put back
 };
 
 class MonitorCore {

@@ -1,6 +1,7 @@
 #include "state_mirror.h"
 
 #include <linux/if.h>
+#include <linux/neighbour.h>
 #include <sys/socket.h>
 
 #include <utility>
@@ -145,7 +146,12 @@ void StateMirror::ApplyNeigh(NeighRecord neigh, bool fromDump, uint32_t portid,
   std::string key = MirrorKey(neigh);
   auto found = neighs_.find(key);
   if (neigh.deleted) {
-    const bool flushed = neigh.family != AF_BRIDGE && flushing_.count(neigh.ifindex) > 0;
+    // The kernel's own removal of a permanent entry (portid 0) is a flush: a
+    // process that deletes one makes it FAILED first, under its own port id.
+    // A write of the MAC the device already has flushes too, with no MAC change.
+    const bool flushed =
+        neigh.family != AF_BRIDGE &&
+        (flushing_.count(neigh.ifindex) > 0 || (portid == 0 && (neigh.state & NUD_PERMANENT) != 0));
     if (found == neighs_.end()) return;
     NeighChange removed;
     removed.kind = ChangeKind::kRemoved;

@@ -153,6 +153,8 @@ export interface RawMonitorStats {
   correctionEchoes: number;
   /** A native correction's own RTM_NEWLINK, folded into the change that carries it. */
   foldedEchoes: number;
+  /** An armed drift the re-read before writing found put back already: nothing written. */
+  staleRecords: number;
   receiveBuffer: number;
   /** Links and neighbour/FDB entries in the native mirror. */
   links: number;

@@ -323,7 +323,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     }
     if (device.vanishing) return;
     device.name = link.name;
-    if (link.mac !== previous.mac) {
+    // A correction may ride on a change that moved no MAC as the mirror saw it (the drift
+    // was already the mirror's state): it is accounted all the same.
+    if (link.mac !== previous.mac || event.correction) {
       this.#mac.changed(device, link, previous.mac, event.source, at, event.correction);
     }
     if (!previous.up && link.up) this.#mac.restoreAfterUp(device);
@@ -364,7 +366,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     // restoring. Found missing by a re-dump after lost notifications: most
     // likely the same flush seen late (a rewrite put back by someone else
     // meanwhile), so kept too, and put back at the resync's end.
-    if (event.cause === 'flush' || event.cause === 'resync') return;
+    if (event.cause === 'flush') {
+      this.#mac.afterFlush(device);
+      return;
+    }
+    if (event.cause === 'resync') return;
     device.neighbours.delete(neighbourKey(entry));
     this.#scheduleSave();
     this.#mac.arm(device);

@@ -30,6 +30,8 @@ function macKey(device: ManagedDevice): FightKey {
 
 export class MacCorrection {
   readonly #ctx: GuardContext;
+  /** Devices whose flush is to be answered once the batch that carried it is handled. */
+  readonly #flushed = new Set<ManagedDevice>();
 
   constructor(context: GuardContext) {
     this.#ctx = context;
@@ -196,6 +198,29 @@ export class MacCorrection {
     this.#restoreOnTarget(device);
   }
 
+  /**
+   * The kernel flushed kept entries (any MAC write flushes, even of the MAC the device has:
+   * another writer's, another guard's correction). Once the batch that carried the flush is
+   * handled, a device at its desired MAC and up gets them back; a drifted one gets them
+   * with its correction, a down one once it is up.
+   */
+  afterFlush(device: ManagedDevice): void {
+    if (this.#ctx.config.dryRun || this.#flushed.has(device)) return;
+    this.#flushed.add(device);
+    queueMicrotask(() => {
+      this.#flushed.delete(device);
+      const { devices } = this.#ctx;
+      if (this.#ctx.isClosed() || device.vanishing || devices.get(device.ifindex) !== device)
+        return;
+      if (!devices.currentLink(device)?.up || devices.isDrifted(device)) return;
+      try {
+        this.restoreMissing(device);
+      } catch (error) {
+        this.#ctx.fail(error);
+      }
+    });
+  }
+
   /** The kernel flushes permanent entries when a device goes down: put them back once it is up. */
   restoreAfterUp(device: ManagedDevice): void {
     if (this.#ctx.config.dryRun || device.neighbours.size === 0) return;
@@ -261,6 +286,8 @@ export class MacCorrection {
     deferred: boolean,
   ): void {
     const { counters } = this.#ctx;
+    // The drift ends with its correction: the next one is timed from its own first notification.
+    device.driftSince = null;
     counters.corrections += 1;
     if (deferred) counters.deferredCorrections += 1;
     this.#ctx.emit('restored', {
@@ -296,7 +323,11 @@ export class MacCorrection {
       // Desired after the target check: a rename within the globs may change it.
       const desired = devices.desiredMac(device);
       if (!target || !desired) return;
-      if (target.mac === desired.mac) return; // someone else already put it back
+      if (target.mac === desired.mac) {
+        // Put back already (an earlier correction answered this drift too, or another writer).
+        this.#backAtDesired(device);
+        return;
+      }
       // The native reader sees this write the moment it is made: armed for another MAC (the
       // desired one has just changed), it would take the write for a rewrite.
       this.arm(device);

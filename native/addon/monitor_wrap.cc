@@ -62,6 +62,7 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportSta
   set("staleReplies", stats.staleReplies);
   set("correctionEchoes", stats.correctionEchoes);
   set("foldedEchoes", stats.foldedEchoes);
+  set("staleRecords", stats.staleRecords);
   set("reports", reports.reports);
   set("heldCorrections", reports.heldCorrections);
   object.Set("receiveBuffer", receiveBuffer);

@@ -136,6 +136,21 @@ TEST_CASE("mirror: a MAC change or a down flushes; the next add ends it; FDB nev
   EXPECT_TRUE(AsNeigh(changes[6]).cause == RemovalCause::kFlush);
 }
 
+TEST_CASE("mirror: the kernel's removal of a permanent entry is a flush, MAC change or not") {
+  // Any MAC write flushes, also one of the MAC the device has: its RTM_NEWLINK changes
+  // nothing, and the RTM_DELNEIGHs that follow come from the kernel (port id 0) with the
+  // entries still permanent. A process's delete makes the entry FAILED first, in its name.
+  StateMirror mirror = ReadyMirror({Link(2, 1)}, {Arp(2, 1, 0xa1), Arp(2, 2, 0xa2)});
+  std::vector<MirrorChange> changes;
+  mirror.ApplyLink(Link(2, 1), false, &changes);  // the same MAC written again
+  mirror.ApplyNeigh(DeletedOf(Arp(2, 1, 0xa1)), false, 0, &changes);
+  mirror.ApplyNeigh(Arp(2, 2, 0xa2, NUD_FAILED), false, 55, &changes);  // ip neigh del
+  mirror.ApplyNeigh(DeletedOf(Arp(2, 2, 0xa2, NUD_FAILED)), false, 0, &changes);
+  EXPECT_EQ(changes.size(), size_t{3});
+  EXPECT_TRUE(AsNeigh(changes[0]).cause == RemovalCause::kFlush);
+  EXPECT_TRUE(AsNeigh(changes[2]).cause == RemovalCause::kDeleted);
+}
+
 TEST_CASE("mirror: a correction's own RTM_NEWLINK flushes nothing") {
   StateMirror mirror = ReadyMirror({Link(2, 1)}, {Arp(2, 1, 0xa1), Arp(2, 2, 0xa2)});
   std::vector<MirrorChange> changes;

@@ -1,0 +1,86 @@
+#!/usr/bin/env node
+// `npm run fuzz:sequences -- --minutes N [--seed S]`: the random sequence test
+// (test/support/sequences.ts) for N minutes (default 10) from fresh seeds
+// against the real kernel (root, throw-away namespaces). Prints a count each
+// minute; a failure prints its seed and minimal sequence and exits 1.
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const usage = 'usage: npm run fuzz:sequences -- [--minutes N] [--seed S] [--length L]';
+let values;
+try {
+  ({ values } = parseArgs({
+    options: {
+      minutes: { type: 'string', default: '10' },
+      seed: { type: 'string' },
+      length: { type: 'string', default: '12' },
+    },
+  }));
+} catch (error) {
+  console.error(`${error.message}\n${usage}`);
+  process.exit(2);
+}
+const minutes = Number(values.minutes);
+const length = Number(values.length);
+const firstSeed =
+  values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(values.seed);
+for (const [name, value, min] of [
+  ['minutes', minutes, 0],
+  ['length', length, 1],
+  ['seed', firstSeed, 0],
+]) {
+  if (!Number.isInteger(value) || value < min) {
+    console.error(`--${name} ${value}: expected an integer >= ${min}\n${usage}`);
+    process.exit(2);
+  }
+}
+
+const built = spawnSync(
+  process.execPath,
+  [join(root, 'scripts', 'build-ts.mjs'), '--incremental'],
+  {
+    stdio: 'inherit',
+  },
+);
+if (built.status !== 0) process.exit(1);
+
+const require = createRequire(import.meta.url);
+const { generate, runSequence, shrink, formatFailure } = require(
+  join(root, 'dist', 'test', 'support', 'sequences.js'),
+);
+const { destroyAll } = require(join(root, 'dist', 'test', 'support', 'netns.js'));
+
+const started = Date.now();
+const deadline = started + minutes * 60_000;
+let runs = 0;
+let steps = 0;
+let lastReport = started;
+console.log(`fuzzing sequences of ${length} steps for ${minutes} min from seed ${firstSeed}`);
+try {
+  for (let seed = firstSeed; Date.now() < deadline; seed++) {
+    const ops = generate(seed, length);
+    const result = await runSequence(ops);
+    runs += 1;
+    steps += ops.length;
+    if (!result.ok) {
+      const minimal = await shrink(ops, { runs: 120, ms: 300_000 });
+      console.log(formatFailure(seed, minimal.ops, minimal.failure));
+      console.log(`${runs} sequences run, 1 failed`);
+      process.exitCode = 1;
+      break;
+    }
+    if (Date.now() - lastReport >= 60_000) {
+      lastReport = Date.now();
+      console.log(
+        `${runs} sequences (${steps} steps) in ${((lastReport - started) / 60_000).toFixed(1)} min`,
+      );
+    }
+  }
+  if (process.exitCode !== 1) console.log(`${runs} sequences (${steps} steps), 0 failed`);
+} finally {
+  await destroyAll();
+}

@@ -1,0 +1,643 @@
+/**
+ * Model-based random sequences against the real kernel: a seeded generator of the events a
+ * node sees (rewrites, same-MAC writes, bursts, peers joining, leaving and moving over IPv4
+ * and IPv6 with their FDB entries, the device re-created, down/up, offload flipped, the guard
+ * stopped by SIGTERM or SIGKILL and restarted from its state dir, dry runs), run in a
+ * throw-away namespace with iproute2 as the other writers and a real FlannelGuard in a worker
+ * thread (terminate() is SIGKILL: no close, no last save). After each step the model says what
+ * must hold once it settles, read back with iproute2 and ethtool: the MAC, the permanent
+ * ARP/NDP and FDB entries the writers left, the offload policy; and what the events said: each
+ * rewrite answered, `restored.neighbours` the entries put back, `latencyMs` no longer than the
+ * step took. A failure shrinks to a minimal sequence and names its seed.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+
+import { delay, execFile, Netns } from './netns';
+import { prng } from './prng';
+import type { SequenceGuardMessage, SequenceGuardOptions } from './sequence-worker';
+
+export const DESIRED = '02:00:00:00:00:0a';
+/** Fast enough to settle in a test, strict enough that a burst of rewrites contests. */
+export const FIGHT = {
+  maxRewrites: 6,
+  windowMs: 1000,
+  burst: 3,
+  backoffInitialMs: 20,
+  backoffMaxMs: 80,
+  jitter: 0,
+  quietMs: 300,
+};
+const PEERS = 4;
+const SETTLE_MS = 4000;
+const WORKER = join(__dirname, 'sequence-worker.js');
+
+type Family = 4 | 6;
+export type Op =
+  | { kind: 'start'; dryRun: boolean }
+  | { kind: 'stop'; how: 'term' | 'kill' }
+  | { kind: 'rewrite'; mac: string }
+  /** Another writer sets the MAC the device has: no change, but a flush all the same. */
+  | { kind: 'sameMac' }
+  | { kind: 'burst'; macs: string[] }
+  | { kind: 'peerAdd'; peer: number; family: Family; mac: string }
+  | { kind: 'peerDel'; peer: number; family: Family }
+  | { kind: 'recreate'; mac: string }
+  | { kind: 'downUp' }
+  | { kind: 'offloadOn' };
+
+function peerIp(peer: number, family: Family): string {
+  const v4 = `198.18.${peer + 2}.0`;
+  return family === 4 ? v4 : `::ffff:${v4}`;
+}
+const underlay = (peer: number): string => `192.0.2.${peer + 2}`;
+
+function randomMac(random: () => number, head = 0x0e): string {
+  const bytes = [head, ...Array.from({ length: 5 }, () => Math.floor(random() * 256))];
+  return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
+/** A sequence of `length` steps for `seed`: set-up writes, a start, then anything. */
+export function generate(seed: number, length: number): Op[] {
+  const random = prng(seed);
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+  const peerAdd = (): Op => ({
+    kind: 'peerAdd',
+    peer: Math.floor(random() * PEERS),
+    family: random() < 0.5 ? 4 : 6,
+    mac: randomMac(random, 0x06),
+  });
+  const ops: Op[] = [];
+  // The start conditions: entries, perhaps a rewrite before the guard, perhaps re-added.
+  for (let i = Math.floor(random() * 4); i > 0; i--) ops.push(peerAdd());
+  if (random() < 0.5) ops.push({ kind: 'rewrite', mac: randomMac(random) });
+  for (let i = Math.floor(random() * 3); i > 0; i--) ops.push(peerAdd());
+  ops.push({ kind: 'start', dryRun: random() < 0.1 });
+  while (ops.length < length) {
+    const roll = random();
+    if (roll < 0.2) ops.push({ kind: 'rewrite', mac: randomMac(random) });
+    else if (roll < 0.42) ops.push(peerAdd());
+    else if (roll < 0.52)
+      ops.push({
+        kind: 'peerDel',
+        peer: Math.floor(random() * PEERS),
+        family: random() < 0.5 ? 4 : 6,
+      });
+    else if (roll < 0.57) ops.push({ kind: 'sameMac' });
+    else if (roll < 0.62)
+      ops.push({
+        kind: 'burst',
+        macs: Array.from({ length: 2 + Math.floor(random() * 8) }, () => randomMac(random)),
+      });
+    else if (roll < 0.68) ops.push({ kind: 'recreate', mac: randomMac(random) });
+    else if (roll < 0.74) ops.push({ kind: 'downUp' });
+    else if (roll < 0.78) ops.push({ kind: 'offloadOn' });
+    else if (roll < 0.89) ops.push({ kind: 'stop', how: pick(['term', 'kill'] as const) });
+    else ops.push({ kind: 'start', dryRun: random() < 0.2 });
+  }
+  return ops;
+}
+
+export function describeOp(op: Op): string {
+  switch (op.kind) {
+    case 'start':
+      return op.dryRun ? 'start --dry-run' : 'start';
+    case 'stop':
+      return op.how === 'term' ? 'SIGTERM' : 'SIGKILL';
+    case 'rewrite':
+      return `ip link set flannel.1 address ${op.mac}`;
+    case 'sameMac':
+      return 'ip link set flannel.1 address <its own MAC>';
+    case 'burst':
+      return `${op.macs.length} rewrites back to back`;
+    case 'peerAdd':
+      return `peer ${op.peer} IPv${op.family} at ${op.mac} (neigh replace, fdb append)`;
+    case 'peerDel':
+      return `peer ${op.peer} IPv${op.family} leaves (neigh del, fdb del)`;
+    case 'recreate':
+      return `flannel restart: flannel.1 re-created at ${op.mac}, entries re-added`;
+    case 'downUp':
+      return 'ip link set flannel.1 down; up';
+    case 'offloadOn':
+      return 'ethtool -K flannel.1 tx-checksum-ip-generic on';
+  }
+}
+
+/** What the node is, as the oracle knows it: the writers' intent and the kernel's state. */
+interface Model {
+  guard: { dryRun: boolean } | null;
+  /** Which creation of the device this is (a state file is per device). */
+  generation: number;
+  mac: string;
+  /** The permanent ARP/NDP entries the writers left (the restore set): key -> lladdr. */
+  intended: Map<string, string>;
+  /** The permanent ARP/NDP entries in the kernel now. */
+  kernel: Map<string, string>;
+  /** FDB entries (MAC dst): they survive a MAC change. */
+  fdb: Map<string, string>;
+  offloadOff: boolean;
+  /** What the last writing guard saved, for the device generation it saved it for. */
+  saved: { generation: number; entries: Map<string, string> } | null;
+}
+
+const active = (model: Model): boolean => model.guard !== null && !model.guard.dryRun;
+
+function neighKey(peer: number, family: Family): string {
+  return peerIp(peer, family);
+}
+
+/** The guard puts the device back: its MAC, then the entries it keeps. */
+function settleUnderGuard(model: Model): void {
+  if (!active(model)) return;
+  if (model.mac !== DESIRED) {
+    model.mac = DESIRED;
+  }
+  model.kernel = new Map(model.intended);
+  model.offloadOff = true;
+}
+
+/** Applies `op` to the model; false when it does not apply (it is skipped in the kernel too). */
+function step(model: Model, op: Op): boolean {
+  switch (op.kind) {
+    case 'start': {
+      if (model.guard) return false;
+      model.guard = { dryRun: op.dryRun };
+      if (op.dryRun) return true;
+      // The state file is read back when the evidence says the entries were flushed.
+      const saved = model.saved;
+      const flushed = model.kernel.size === 0 || model.mac !== DESIRED;
+      model.intended = new Map(model.kernel);
+      if (saved && saved.generation === model.generation && flushed) {
+        for (const [key, mac] of saved.entries)
+          if (!model.intended.has(key)) model.intended.set(key, mac);
+      }
+      settleUnderGuard(model);
+      return true;
+    }
+    case 'stop':
+      if (!model.guard) return false;
+      if (!model.guard.dryRun) {
+        model.saved = { generation: model.generation, entries: new Map(model.intended) };
+      }
+      model.guard = null;
+      return true;
+    case 'rewrite':
+    case 'burst':
+    case 'sameMac':
+      model.mac =
+        op.kind === 'rewrite'
+          ? op.mac
+          : op.kind === 'burst'
+            ? (op.macs.at(-1) ?? model.mac)
+            : model.mac;
+      model.kernel.clear();
+      settleUnderGuard(model);
+      return true;
+    case 'peerAdd': {
+      const key = neighKey(op.peer, op.family);
+      model.kernel.set(key, op.mac);
+      model.intended.set(key, op.mac);
+      model.fdb.set(op.mac, underlay(op.peer));
+      return true;
+    }
+    case 'peerDel': {
+      const key = neighKey(op.peer, op.family);
+      const mac = model.intended.get(key);
+      if (!model.kernel.has(key)) return false;
+      model.kernel.delete(key);
+      model.intended.delete(key);
+      if (mac !== undefined && ![...model.intended.values()].includes(mac)) model.fdb.delete(mac);
+      return true;
+    }
+    case 'recreate':
+      model.generation += 1;
+      model.mac = op.mac;
+      // flanneld re-adds what it knows: the entries it wrote, their FDB entries.
+      model.kernel = new Map(model.intended);
+      model.fdb = new Map(
+        [...model.fdb].filter(([mac]) => [...model.intended.values()].includes(mac)),
+      );
+      model.offloadOff = false;
+      settleUnderGuard(model);
+      return true;
+    case 'downUp':
+      model.kernel.clear();
+      settleUnderGuard(model);
+      return true;
+    case 'offloadOn':
+      model.offloadOff = false;
+      settleUnderGuard(model);
+      return true;
+  }
+}
+
+/**
+ * A rewrite was reported and answered. In a burst the reads after the first correction are
+ * stale (the correction came after every rewrite queued before it): those are answered by it.
+ */
+function answered(events: GuardHandle['events']): boolean {
+  const first = events.findIndex((e) => e.event === 'rewrite');
+  return (
+    first >= 0 &&
+    events
+      .slice(first + 1)
+      .some((e) => ['restored', 'adopted', 'contested', 'resumed'].includes(e.event))
+  );
+}
+
+interface Observed {
+  exists: boolean;
+  mac: string;
+  neighbours: Map<string, string>;
+  fdb: Map<string, string>;
+  offloadOff: boolean | null;
+}
+
+export interface StepFailure {
+  step: number;
+  op: string;
+  problem: string;
+}
+
+interface GuardHandle {
+  worker: Worker;
+  events: { event: string; data: Record<string, unknown>; at: number }[];
+  failed: string | null;
+  closed: boolean;
+}
+
+/** One run of a sequence in a namespace of its own. */
+export class SequenceBed {
+  #ns: Netns;
+  #stateDir: string;
+  #guard: GuardHandle | null = null;
+
+  private constructor(ns: Netns, stateDir: string) {
+    this.#ns = ns;
+    this.#stateDir = stateDir;
+  }
+
+  static async create(): Promise<SequenceBed> {
+    const ns = await Netns.create('fgseq');
+    const stateDir = mkdtempSync(join(tmpdir(), 'fg-seq-state-'));
+    const bed = new SequenceBed(ns, stateDir);
+    try {
+      await ns.ipBatch([
+        'link add veth0 type veth peer name veth1',
+        'address add 192.0.2.1/24 dev veth0',
+        'link set veth0 up',
+        'link set veth1 up',
+        ...bed.#createLines(DESIRED),
+      ]);
+    } catch (error) {
+      await bed.destroy();
+      throw error;
+    }
+    return bed;
+  }
+
+  #createLines(mac: string): string[] {
+    return [
+      `link add flannel.1 address ${mac} type vxlan id 1 local 192.0.2.1 dev veth0 dstport 8472 nolearning`,
+      'address add 198.18.0.0/32 dev flannel.1',
+      'link set flannel.1 up',
+    ];
+  }
+
+  async destroy(): Promise<void> {
+    if (this.#guard) await this.#guard.worker.terminate();
+    this.#guard = null;
+    await this.#ns.destroy();
+    rmSync(this.#stateDir, { recursive: true, force: true });
+  }
+
+  async #startGuard(dryRun: boolean): Promise<void> {
+    const options: SequenceGuardOptions = {
+      netns: this.#ns.name,
+      mac: DESIRED,
+      stateDir: this.#stateDir,
+      dryRun,
+      fight: FIGHT,
+    };
+    const worker = new Worker(WORKER, { workerData: options });
+    const handle: GuardHandle = { worker, events: [], failed: null, closed: false };
+    this.#guard = handle;
+    worker.on('message', (message: SequenceGuardMessage) => {
+      if (message.type === 'event') {
+        handle.events.push({ event: message.event, data: message.data, at: performance.now() });
+      } else if (message.type === 'failed') handle.failed = message.message;
+      else handle.closed = true;
+    });
+    worker.on('error', (error) => {
+      handle.failed = error.message;
+    });
+    await this.#until(
+      () => handle.failed !== null || handle.events.some((e) => e.event === 'ready'),
+      'the guard to be ready',
+    );
+    if (handle.failed !== null) throw new Error(`guard failed to start: ${handle.failed}`);
+  }
+
+  async #stopGuard(how: 'term' | 'kill'): Promise<void> {
+    const handle = this.#guard;
+    if (!handle) return;
+    this.#guard = null;
+    if (how === 'term') {
+      handle.worker.postMessage('stop');
+      await this.#until(() => handle.closed || handle.failed !== null, 'the guard to close');
+      await handle.worker.terminate();
+      return;
+    }
+    // A SIGKILL at a quiet moment: the last change was saved (saves are coalesced over 100 ms).
+    await delay(150);
+    await handle.worker.terminate();
+  }
+
+  async #until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    while (!condition()) {
+      if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await delay(2);
+    }
+  }
+
+  /** Makes `op` happen in the kernel (or to the guard). */
+  async apply(op: Op, model: Model): Promise<void> {
+    const ns = this.#ns;
+    switch (op.kind) {
+      case 'start':
+        return this.#startGuard(op.dryRun);
+      case 'stop':
+        return this.#stopGuard(op.how);
+      case 'rewrite':
+        await ns.ip(`link set flannel.1 address ${op.mac}`);
+        return;
+      case 'sameMac': {
+        const { mac } = await this.observe();
+        await ns.ip(`link set flannel.1 address ${mac}`);
+        return;
+      }
+      case 'burst':
+        await ns.ipBatch(op.macs.map((mac) => `link set flannel.1 address ${mac}`));
+        return;
+      case 'peerAdd':
+        await ns.ip(
+          `neigh replace ${peerIp(op.peer, op.family)} lladdr ${op.mac} dev flannel.1 nud permanent`,
+        );
+        await ns.bridge(
+          `fdb replace ${op.mac} dev flannel.1 dst ${underlay(op.peer)} self permanent`,
+        );
+        return;
+      case 'peerDel': {
+        const key = neighKey(op.peer, op.family);
+        const mac = model.intended.get(key);
+        await ns.ip(`neigh del ${peerIp(op.peer, op.family)} dev flannel.1`);
+        const stillUsed = [...model.intended].some(([other, m]) => other !== key && m === mac);
+        if (mac !== undefined && !stillUsed) {
+          await execFile('bridge', ['-n', ns.name, 'fdb', 'del', mac, 'dev', 'flannel.1', 'self'], {
+            allowFailure: true,
+          });
+        }
+        return;
+      }
+      case 'recreate': {
+        const lines = [
+          'link del flannel.1',
+          ...this.#createLines(op.mac),
+          ...[...model.intended].map(
+            ([ip, mac]) => `neigh replace ${ip} lladdr ${mac} dev flannel.1 nud permanent`,
+          ),
+        ];
+        await ns.ipBatch(lines);
+        for (const [mac, dst] of model.fdb) {
+          if ([...model.intended.values()].includes(mac)) {
+            await ns.bridge(`fdb replace ${mac} dev flannel.1 dst ${dst} self permanent`);
+          }
+        }
+        return;
+      }
+      case 'downUp':
+        await ns.ipBatch(['link set flannel.1 down', 'link set flannel.1 up']);
+        return;
+      case 'offloadOn':
+        await ns.run(['ethtool', '-K', 'flannel.1', 'tx-checksum-ip-generic', 'on']);
+        return;
+    }
+  }
+
+  /** The device as iproute2 and ethtool read it. */
+  async observe(withOffload = false): Promise<Observed> {
+    const ns = this.#ns;
+    const links = await ns
+      .ipJson<{ address?: string }[]>('link show dev flannel.1')
+      .catch(() => []);
+    const neighbours = new Map<string, string>();
+    const fdb = new Map<string, string>();
+    if (links.length === 0) {
+      return { exists: false, mac: '', neighbours, fdb, offloadOff: null };
+    }
+    const neigh = await ns.ipJson<{ dst: string; lladdr?: string }[]>(
+      'neigh show dev flannel.1 nud permanent',
+    );
+    for (const entry of neigh) neighbours.set(entry.dst, entry.lladdr ?? '');
+    const bridge = JSON.parse((await ns.bridge('-j fdb show dev flannel.1')).trim() || '[]') as {
+      mac: string;
+      dst?: string;
+    }[];
+    for (const entry of bridge) if (entry.dst !== undefined) fdb.set(entry.mac, entry.dst);
+    let offloadOff: boolean | null = null;
+    if (withOffload) {
+      const { stdout } = await ns.run(['ethtool', '-k', 'flannel.1']);
+      offloadOff = /tx-checksum-ip-generic: off/.test(stdout);
+    }
+    return { exists: true, mac: links[0]?.address ?? '', neighbours, fdb, offloadOff };
+  }
+
+  get guardEvents(): GuardHandle['events'] {
+    return this.#guard?.events ?? [];
+  }
+
+  get guardProblem(): string | null {
+    return this.#guard?.failed ?? null;
+  }
+}
+
+function mapText(map: Map<string, string>): string {
+  return (
+    [...map]
+      .map(([k, v]) => `${k}=${v}`)
+      .sort()
+      .join(', ') || '(none)'
+  );
+}
+
+function mismatch(model: Model, seen: Observed, offload: boolean): string | null {
+  if (!seen.exists) return 'flannel.1 is gone';
+  const problems: string[] = [];
+  if (seen.mac !== model.mac) problems.push(`MAC ${seen.mac}, expected ${model.mac}`);
+  if (mapText(seen.neighbours) !== mapText(model.kernel)) {
+    problems.push(
+      `permanent entries ${mapText(seen.neighbours)}, expected ${mapText(model.kernel)}`,
+    );
+  }
+  if (mapText(seen.fdb) !== mapText(model.fdb)) {
+    problems.push(`FDB ${mapText(seen.fdb)}, expected ${mapText(model.fdb)}`);
+  }
+  if (offload && seen.offloadOff !== model.offloadOff) {
+    problems.push(
+      `tx-checksum-ip-generic ${seen.offloadOff === true ? 'off' : 'on'}, expected ${model.offloadOff ? 'off' : 'on'}`,
+    );
+  }
+  return problems.length === 0 ? null : problems.join('; ');
+}
+
+/** Checks what the guard said during one step (events from `from` on, received by `until`). */
+function checkEvents(
+  events: GuardHandle['events'],
+  from: number,
+  startedAt: number,
+  model: Model,
+  op: Op,
+): string | null {
+  const mine = events.slice(from);
+  const errors = mine.filter((e) => e.event === 'error');
+  if (errors.length > 0) return `error event: ${JSON.stringify(errors[0]?.data)}`;
+  if (!active(model)) {
+    const writes = mine.filter((e) => e.event === 'restored' || e.event === 'adopted');
+    return writes.length > 0
+      ? `a ${model.guard ? 'dry-run' : 'stopped'} guard reported ${writes[0]?.event}`
+      : null;
+  }
+  for (const event of mine) {
+    if (event.event !== 'restored') continue;
+    const latency = event.data.latencyMs as number;
+    if (latency > event.at - startedAt + 1) {
+      return `restored.latencyMs ${latency.toFixed(1)} is longer than the step so far (${(event.at - startedAt).toFixed(1)} ms)`;
+    }
+  }
+  // Each rewrite is answered (the last one at least, once the step has settled).
+  if (mine.some((e) => e.event === 'rewrite') && !answered(mine)) {
+    return 'a rewrite was never answered (restored, contested or deferred)';
+  }
+  // The last correction put back the entries the guard keeps (a re-created device is
+  // corrected while flanneld is still adding its entries).
+  const restored = mine.filter((e) => e.event === 'restored').at(-1);
+  if (restored && op.kind !== 'recreate' && op.kind !== 'start' && op.kind !== 'burst') {
+    const neighbours = restored.data.neighbours as number;
+    if (neighbours !== model.intended.size) {
+      return `restored.neighbours ${neighbours}, but ${model.intended.size} entries were put back`;
+    }
+  }
+  return null;
+}
+
+export interface SequenceResult {
+  ok: boolean;
+  failure?: StepFailure;
+}
+
+/** Runs `ops` in a fresh namespace and checks every step against the model. */
+export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
+  const bed = await SequenceBed.create();
+  const model: Model = {
+    guard: null,
+    generation: 0,
+    mac: DESIRED,
+    intended: new Map(),
+    kernel: new Map(),
+    fdb: new Map(),
+    offloadOff: false,
+    saved: null,
+  };
+  try {
+    for (const [index, op] of ops.entries()) {
+      const from = bed.guardEvents.length;
+      const startedAt = performance.now();
+      const before: Model = { ...model, intended: new Map(model.intended) };
+      if (!step(model, op)) continue;
+      await bed.apply(op, before);
+      const offload = op.kind === 'start' || op.kind === 'recreate' || op.kind === 'offloadOn';
+      // Quiet long enough for a contest to end, then the state must hold.
+      const deadline = performance.now() + SETTLE_MS + FIGHT.quietMs;
+      let problem: string | null = null;
+      for (let wait = 2; ; wait = Math.min(wait * 2, 50)) {
+        problem = mismatch(model, await bed.observe(offload), offload);
+        if (problem === null || performance.now() > deadline) break;
+        await delay(wait);
+      }
+      // A correction's report may trail its writes (reports are held up to 50 ms): a step
+      // that drifted the MAC under a writing guard waits for the rewrite and its answer.
+      const drifted =
+        active(model) &&
+        (op.kind === 'rewrite' ||
+          op.kind === 'burst' ||
+          op.kind === 'recreate' ||
+          (op.kind === 'start' && before.mac !== DESIRED));
+      if (problem === null && drifted) {
+        const answeredBy = performance.now() + SETTLE_MS;
+        while (!answered(bed.guardEvents.slice(from)) && performance.now() < answeredBy) {
+          await delay(5);
+        }
+      }
+      problem ??= checkEvents(bed.guardEvents, from, startedAt, model, op);
+      problem ??= bed.guardProblem;
+      if (problem !== null) {
+        if (process.env.FG_SEQUENCE_TRACE) {
+          for (const e of bed.guardEvents)
+            console.log(
+              (e.at - startedAt).toFixed(1),
+              e.event,
+              JSON.stringify(e.data).slice(0, 200),
+            );
+        }
+        return { ok: false, failure: { step: index, op: describeOp(op), problem } };
+      }
+    }
+    return { ok: true };
+  } finally {
+    await bed.destroy();
+  }
+}
+
+/** The smallest failing subsequence found by dropping steps (bounded in runs and time). */
+export async function shrink(
+  ops: readonly Op[],
+  budget: { runs: number; ms: number },
+): Promise<{ ops: Op[]; failure: StepFailure }> {
+  let best = [...ops];
+  const first = await runSequence(best);
+  if (first.ok || !first.failure) throw new Error('shrink: the sequence does not fail');
+  let failure = first.failure;
+  best = best.slice(0, failure.step + 1);
+  const deadline = performance.now() + budget.ms;
+  let runs = 0;
+  let progress = true;
+  while (progress && runs < budget.runs && performance.now() < deadline) {
+    progress = false;
+    for (
+      let i = best.length - 1;
+      i >= 0 && runs < budget.runs && performance.now() < deadline;
+      i--
+    ) {
+      const candidate = best.filter((_, j) => j !== i);
+      runs += 1;
+      const result = await runSequence(candidate);
+      if (!result.ok && result.failure) {
+        best = candidate.slice(0, result.failure.step + 1);
+        failure = result.failure;
+        progress = true;
+      }
+    }
+  }
+  return { ops: best, failure };
+}
+
+export function formatFailure(seed: number, ops: readonly Op[], failure: StepFailure): string {
+  return [
+    `seed ${seed}: step ${failure.step + 1} (${failure.op}): ${failure.problem}`,
+    'minimal sequence:',
+    ...ops.map((op, i) => `  ${i + 1}. ${describeOp(op)}`),
+  ].join('\n');
+}
