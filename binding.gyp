@@ -12,6 +12,8 @@
         "native/state_mirror.cc",
         "native/sysfs.cc",
         "native/monitor_core.cc",
+        "native/monitor_io.cc",
+        "native/scripted_io.cc",
         "native/read_thread.cc",
         "native/socket_filter.cc",
         "native/ethtool.cc",

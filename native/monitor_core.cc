@@ -33,15 +33,16 @@ Result<std::unique_ptr<MonitorCore>> MonitorCore::Open(const MonitorOptions& opt
     Result<uint64_t> own = NetnsInode(NetnsTarget{});
     readAddrAssignType = target.ok() && own.ok() && target.value() == own.value();
   }
-  return std::unique_ptr<MonitorCore>(
-      new MonitorCore(std::move(socket.value()), options, readAddrAssignType));
+  return std::make_unique<MonitorCore>(std::make_unique<SocketSource>(std::move(socket.value())),
+                                       RequesterWriter::Opener(options.netns), options,
+                                       readAddrAssignType);
 }
 
 Result<Unit> MonitorCore::ApplyFilter() {
-  if (!filter_) return socket_.SetFilter({});
+  if (!filter_) return source_->SetFilter({});
   LinkFilter filter = *filter_;
   if (writer_) filter.ownRequests = writer_->portid();
-  return socket_.SetFilter(BuildLinkFilter(filter));
+  return source_->SetFilter(BuildLinkFilter(filter));
 }
 
 Result<Unit> MonitorCore::SetFilter(const std::optional<LinkFilter>& filter) {
@@ -97,9 +98,9 @@ bool MonitorCore::Keep(const netlink::NeighRecord& neigh) const {
 Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction,
                               RestoreSetChange change) {
   if (!writer_) {
-    Result<NetlinkRequester> writer = NetlinkRequester::Open(netns_);
+    Result<std::unique_ptr<CorrectionWriter>> writer = openWriter_();
     if (!writer.ok()) return writer.error();
-    writer_.emplace(std::move(writer.value()));
+    writer_ = std::move(writer.value());
     // From now on the kernel keeps the write socket's own re-adds out.
     if (Result<Unit> filtered = ApplyFilter(); !filtered.ok()) return filtered.error();
   }
@@ -154,8 +155,8 @@ void MonitorCore::SizeReceiveBufferFor(size_t entries) {
   // monitor reads again; sd-netlink and NetworkManager size theirs likewise.
   const size_t bytes =
       std::min((2 * entries + kSpareNotifications) * netlink::kReplyCharge, kMaxAutoReceiveBuffer);
-  if (bytes > static_cast<size_t>(socket_.receiveBuffer())) {
-    socket_.EnsureReceiveBuffer(static_cast<int>(bytes));  // best effort: overruns stay handled
+  if (bytes > static_cast<size_t>(source_->receiveBuffer())) {
+    source_->EnsureReceiveBuffer(static_cast<int>(bytes));  // best effort: overruns stay handled
   }
 }
 
@@ -205,8 +206,8 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   // A MAC write flushes the device's permanent entries even when it changes
   // nothing, so a second write of the same MAC would cost the whole table.
   Result<netlink::LinkRecord> current = writer_->GetLink(link.ifindex);
-  if (current.ok() && (current.value().name != armed->second.name ||
-                       current.value().kind != "vxlan")) {
+  if (current.ok() &&
+      (current.value().name != armed->second.name || current.value().kind != "vxlan")) {
     armed_.erase(armed);  // another device now: its own notification follows
     *disarmed = true;
     return std::nullopt;
@@ -247,10 +248,20 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
     correction.neighbours = restored.written;
     correction.error = std::move(restored.error);
     if (!correction.error) {
-      // Every entry is back: the notifications of its flush and re-add say nothing new.
+      // Every entry is back, as the kernel's ACKs say: the mirror learns them from those (the
+      // kernel filter keeps the re-adds' notifications out), and the notifications of the
+      // rewrite's flush and of the re-adds say nothing new. A flush is still to be read only
+      // for an entry the mirror holds: one flushed before (a write of the same MAC, a down)
+      // is back without one.
       auto& echoes = echoes_[link.ifindex];
+      std::vector<MirrorChange> learnt;
       for (const netlink::NeighbourEntry& entry : set->second.entries()) {
-        echoes[NeighbourKey(entry.family, entry.destination)] = PendingEcho{entry.lladdr};
+        netlink::NeighRecord record = RecordOf(entry);
+        PendingEcho pending{entry.lladdr};
+        pending.flushRead = mirror_.neighs().count(MirrorKey(record)) == 0;
+        echoes[NeighbourKey(entry.family, entry.destination)] = pending;
+        if (pending.flushRead)
+          mirror_.ApplyNeigh(std::move(record), false, writer_->portid(), &learnt);
       }
     }
   }
@@ -300,7 +311,7 @@ void MonitorCore::BeginResync(std::vector<MonitorItem>* out) {
 }
 
 void MonitorCore::SendDump(std::vector<MonitorItem>* out) {
-  dumpSeq_ = socket_.NextSeq();
+  dumpSeq_ = source_->NextSeq();
   dumpInterrupted_ = false;
   std::vector<uint8_t> request;
   switch (phase_) {
@@ -316,7 +327,7 @@ void MonitorCore::SendDump(std::vector<MonitorItem>* out) {
     case Phase::kIdle:
       return;
   }
-  Result<Unit> sent = socket_.Send(request);
+  Result<Unit> sent = source_->Send(request);
   if (!sent.ok()) FinishDump(-sent.error().errnum, out);
 }
 
@@ -371,7 +382,7 @@ void MonitorCore::FinishDump(int32_t error, std::vector<MonitorItem>* out) {
 
 void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out) {
   ++stats_.messages;
-  const bool ours = message.portid == socket_.portid();
+  const bool ours = message.portid == source_->portid();
   if (ours && phase_ != Phase::kIdle && message.seq == dumpSeq_) {
     if (message.flags & NLM_F_DUMP_INTR) dumpInterrupted_ = true;
     if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
@@ -538,7 +549,7 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
     // at a time, so that the item bound holds and only one slot grows large.
     const size_t want = phase_ == Phase::kIdle ? maxDatagrams - count : 1;
     bool drained = false;
-    Result<Unit> received = socket_.ReceiveMany(&slots_, want, &datagrams_, &drained);
+    Result<Unit> received = source_->ReceiveMany(&slots_, want, &datagrams_, &drained);
     if (!received.ok()) {
       out->push_back(FatalItem{received.error()});
       failed_ = true;
@@ -579,7 +590,7 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
   // Stopped at a bound, not at an empty socket: a pending resync still begins
   // now if nothing is left (no wake would come for it), else at the next wake.
   if (resyncPending_ && phase_ == Phase::kIdle && !failed_) {
-    Result<bool> readable = socket_.WaitReadable(0);
+    Result<bool> readable = source_->WaitReadable(0);
     if (readable.ok() && !readable.value()) {
       echoes_.clear();
       BeginResync(out);

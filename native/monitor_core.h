@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "correction_allowance.h"
+#include "monitor_io.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
 #include "restore_set.h"
@@ -161,11 +162,21 @@ struct MonitorStats {
 
 class MonitorCore {
  public:
+  // On the kernel: a subscribed socket in options.netns, a request socket there to write.
   static Result<std::unique_ptr<MonitorCore>> Open(const MonitorOptions& options);
+  // On any source and writer (the seam: see monitor_io.h). addr_assign_type is not read.
+  MonitorCore(std::unique_ptr<NotificationSource> source, WriterOpener openWriter,
+              const MonitorOptions& options, bool readAddrAssignType = false)
+      : source_(std::move(source)),
+        openWriter_(std::move(openWriter)),
+        neighbours_(options.neighbours),
+        neighbourEvents_(options.neighbourEvents),
+        explicitReceiveBuffer_(options.receiveBuffer > 0),
+        readAddrAssignType_(readAddrAssignType) {}
 
-  int fd() const { return socket_.fd(); }
-  int receiveBuffer() const { return socket_.receiveBuffer(); }
-  const std::vector<std::string>& warnings() const { return socket_.warnings(); }
+  int fd() const { return source_->fd(); }
+  int receiveBuffer() const { return source_->receiveBuffer(); }
+  const std::vector<std::string>& warnings() const { return source_->warnings(); }
   const MonitorStats& stats() const { return stats_; }
   // A read failed for good (a FatalItem was produced); the owner should close.
   bool failed() const { return failed_; }
@@ -218,14 +229,6 @@ class MonitorCore {
  private:
   enum class Phase : uint8_t { kIdle, kLinks, kNeighbours, kFdb };
 
-  MonitorCore(NetlinkSocket socket, const MonitorOptions& options, bool readAddrAssignType)
-      : socket_(std::move(socket)),
-        neighbours_(options.neighbours),
-        neighbourEvents_(options.neighbourEvents),
-        netns_(options.netns),
-        explicitReceiveBuffer_(options.receiveBuffer > 0),
-        readAddrAssignType_(readAddrAssignType) {}
-
   bool Matches(const netlink::LinkRecord& link) const;
   // Whether a record reaches the consumer under the filter.
   bool Keep(const netlink::LinkRecord& link);
@@ -268,13 +271,13 @@ class MonitorCore {
   // Fills in addr_assign_type for a change about to be handed over.
   void Resolve(LinkChange& change);
 
-  NetlinkSocket socket_;
+  std::unique_ptr<NotificationSource> source_;
+  WriterOpener openWriter_;
   NeighbourScope neighbours_;
   NeighbourEvents neighbourEvents_;
-  NetnsTarget netns_;
   StateMirror mirror_;
-  std::vector<MirrorChange> changes_;  // scratch: one message's changes
-  std::optional<NetlinkRequester> writer_;
+  std::vector<MirrorChange> changes_;         // scratch: one message's changes
+  std::unique_ptr<CorrectionWriter> writer_;  // opened by the first Arm
   std::unordered_map<int32_t, ArmedCorrection> armed_;
   std::unordered_map<int32_t, RestoreSet> restoreSets_;
   // Per device, the entries a correction put back whose flush and re-add

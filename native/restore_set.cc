@@ -1,6 +1,7 @@
 #include "restore_set.h"
 
 #include <linux/neighbour.h>
+#include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
 #include <utility>
@@ -16,6 +17,19 @@ netlink::NeighbourEntry RestoreEntryOf(const netlink::NeighRecord& neigh) {
   entry.state = neigh.state;
   entry.flags = neigh.flags;
   return entry;
+}
+
+netlink::NeighRecord RecordOf(const netlink::NeighbourEntry& entry) {
+  netlink::NeighRecord neigh;
+  neigh.family = entry.family;
+  neigh.ifindex = entry.ifindex;
+  neigh.state = entry.state;
+  neigh.flags = entry.flags;
+  neigh.type = RTN_UNICAST;
+  neigh.destination = entry.destination;
+  neigh.lladdr.state = netlink::MacField::State::kValid;
+  neigh.lladdr.bytes = entry.lladdr;
+  return neigh;
 }
 
 bool Restorable(const netlink::NeighRecord& neigh) {

@@ -16,6 +16,8 @@ namespace fg {
 // The entry that puts `neigh` back as it is: family, device, destination,
 // MAC, state and flags.
 netlink::NeighbourEntry RestoreEntryOf(const netlink::NeighRecord& neigh);
+// The entry as the kernel reports it once written (the inverse of RestoreEntryOf).
+netlink::NeighRecord RecordOf(const netlink::NeighbourEntry& entry);
 // Whether a restore set keeps it: a permanent ARP or NDP entry with a MAC.
 bool Restorable(const netlink::NeighRecord& neigh);
 
