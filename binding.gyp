@@ -23,9 +23,10 @@
         "native/addon/convert.cc",
         "native/addon/errors.cc",
         "native/addon/items.cc",
-        "native/addon/mirror_wrap.cc",
+        "native/addon/monitor_args.cc",
         "native/addon/monitor_wrap.cc",
-        "native/addon/probe_wrap.cc"
+        "native/addon/probe_wrap.cc",
+        "native/addon/scripted_monitor_wrap.cc"
       ],
       "include_dirs": ["native"],
       "defines": [

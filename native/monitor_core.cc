@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "neighbour_batch.h"
@@ -200,7 +199,7 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   if (link.mac.state != netlink::MacField::State::kValid || link.mac.bytes == armed->second.mac) {
     return std::nullopt;  // nothing to correct; stays armed
   }
-  const auto started = std::chrono::steady_clock::now();
+  const int64_t started = clock_();
   // The record may predate a write already made (the guard's own, queued
   // behind it): the device is re-read, and written only if it still differs.
   // A MAC write flushes the device's permanent entries even when it changes
@@ -225,14 +224,8 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
     *disarmed = true;
     if (refused) return std::nullopt;
   }
-  const int64_t queuedNs =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count() -
-      batchArrivalNs_;
-  const auto since = [&started] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                started)
-        .count();
-  };
+  const int64_t queuedNs = started - batchArrivalNs_;
+  const auto since = [this, started] { return clock_() - started; };
   wrote_ = true;
   Correction correction;
   correction.mac = mac;
@@ -529,7 +522,7 @@ int16_t MonitorCore::AddrAssignTypeOf(int32_t ifindex) {
 void MonitorCore::ReadAvailable(size_t maxDatagrams, int64_t arrivalNs,
                                 std::vector<MonitorItem>* out) {
   ++stats_.wakeups;
-  const int64_t now = SteadyNowNs();
+  const int64_t now = clock_();
   batchArrivalNs_ = arrivalNs > 0 && arrivalNs <= now ? arrivalNs : now;
   const size_t first = out->size();
   Drain(maxDatagrams, out);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -213,6 +214,15 @@ class MonitorCore {
   void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
   // Whether a restore set is kept for the device.
   bool HasRestoreSet(int32_t ifindex) const { return restoreSets_.count(ifindex) > 0; }
+  // What the device is armed with, and the restore set kept for it (null: none), for tests.
+  const ArmedCorrection* ArmedFor(int32_t ifindex) const {
+    auto found = armed_.find(ifindex);
+    return found == armed_.end() ? nullptr : &found->second;
+  }
+  const RestoreSet* RestoreSetOf(int32_t ifindex) const {
+    auto found = restoreSets_.find(ifindex);
+    return found == restoreSets_.end() ? nullptr : &found->second;
+  }
   // The device's permanent ARP and NDP entries as the mirror holds them: a
   // restore set taken from the table itself, without a round trip through JS.
   std::vector<netlink::NeighbourEntry> MirroredRestoreEntries(int32_t ifindex) const;
@@ -222,6 +232,10 @@ class MonitorCore {
   // dump replies and neighbour messages of other devices are dropped here,
   // before anything is made of them. Without a filter, everything is read.
   Result<Unit> SetFilter(const std::optional<LinkFilter>& filter);
+
+  // What the core reads the time from (steady_clock ns by default): a test's own clock
+  // makes the arrivals and timings of the corrections it reports its own.
+  void SetClock(std::function<int64_t()> clock) { clock_ = std::move(clock); }
 
   // When the data of the batch last read arrived (steady_clock ns).
   int64_t batchArrivalNs() const { return batchArrivalNs_; }
@@ -311,6 +325,7 @@ class MonitorCore {
   bool wrote_ = false;                              // a correction wrote since the last read
   MonitorStats stats_;
   int64_t batchArrivalNs_ = 0;
+  std::function<int64_t()> clock_ = SteadyNowNs;
 };
 
 }  // namespace fg

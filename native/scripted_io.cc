@@ -15,7 +15,11 @@ std::vector<std::vector<uint8_t>> ScriptedSource::TakeRequests() {
 }
 
 Result<Unit> ScriptedSource::Send(const std::vector<uint8_t>& request) {
-  requests_.push_back(request);
+  if (answer_) {
+    answer_(request);
+  } else {
+    requests_.push_back(request);
+  }
   return Unit{};
 }
 

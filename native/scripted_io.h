@@ -16,7 +16,11 @@ namespace fg {
 
 class ScriptedSource final : public NotificationSource {
  public:
-  explicit ScriptedSource(uint32_t portid) : portid_(portid) {}
+  // `answer`: called with each request the core sends (its dumps), to feed the replies at
+  // once, as the kernel answers when asked; without it, requests wait for TakeRequests().
+  using Answer = std::function<void(const std::vector<uint8_t>& request)>;
+  explicit ScriptedSource(uint32_t portid, Answer answer = {})
+      : portid_(portid), answer_(std::move(answer)) {}
 
   // Queues a datagram as the kernel would (read in order, one per datagram).
   void Feed(std::vector<uint8_t> datagram);
@@ -45,6 +49,7 @@ class ScriptedSource final : public NotificationSource {
     std::vector<uint8_t> bytes;
   };
   uint32_t portid_;
+  Answer answer_;
   uint32_t seq_ = 0;
   int receiveBuffer_ = 212992;  // the kernel's usual default
   std::vector<std::string> warnings_;

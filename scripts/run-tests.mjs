@@ -9,7 +9,7 @@
 //
 // `--unit` (`npm run test:unit`): only the suites that need neither root nor
 // network namespaces (the parser, validation, errors, fight control, the flag
-// layer, the guard's policy over the real state mirror, the state file, the
+// layer, the guard's policy over the real native core on scripted input, the state file, the
 // doctor on configuration files, the Kubernetes layer against the fake API
 // server), for contributors: seconds, without privileges. `npm test` runs them
 // too, and once more with every capability dropped (test/unit-suite.test.ts)
@@ -29,6 +29,8 @@ const UNIT_SUITES = [
   'fight-control',
   'cli-flags',
   'guard-policy',
+  'guard-native-path',
+  'guard-adopt',
   'offload-auto',
   'state-file',
   'doctor-config',

@@ -109,9 +109,9 @@ function rig(options: FlannelGuardOptions, mac = PUBLISHED): Rig {
   kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_A, '192.0.2.11'));
   kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_B, '192.0.2.12'));
   kernel.setFeature(ifindex, CSUM, false);
-  const monitor = new ScriptedMonitor(kernel);
-  const ports = new FakePorts(kernel);
   const clock = new FakeClock();
+  const monitor = new ScriptedMonitor(kernel, { clock });
+  const ports = new FakePorts(kernel);
   const guard = new FlannelGuard(guardConfig(options), {
     monitor,
     ports,

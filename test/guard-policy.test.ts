@@ -147,9 +147,9 @@ function rig(
   const kernel = new FakeKernel();
   kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
   prepare(kernel);
-  const monitor = new ScriptedMonitor(kernel);
-  const ports = new FakePorts(kernel);
   const clock = new FakeClock();
+  const monitor = new ScriptedMonitor(kernel, { clock });
+  const ports = new FakePorts(kernel);
   const guard = new FlannelGuard(guardConfig(options), { monitor, ports, clock, random, udev });
   open.push(guard);
   const log = new GuardLog(guard);
@@ -1104,7 +1104,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       kernel.setFeature(ifindex, CSUM, false);
       const clock = new FakeClock();
       const sides = ['02:00:00:00:aa:01', '02:00:00:00:bb:01'].map((mac) => {
-        const monitor = new ScriptedMonitor(kernel, kernel.openQueue());
+        const monitor = new ScriptedMonitor(kernel, { queue: kernel.openQueue(), clock });
         const ports = new FakePorts(kernel);
         const guard = new FlannelGuard(guardConfig({ mac: { 'flannel.1': mac } }), {
           monitor,
@@ -1489,9 +1489,10 @@ describe('FlannelGuard policy: regressions', function () {
     const kernel = new FakeKernel();
     kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
     kernel.addLink({ name: 'flannel.2', mac: FLANNEL6_MAC });
-    const monitor = new ScriptedMonitor(kernel);
+    const clock = new FakeClock();
+    const monitor = new ScriptedMonitor(kernel, { clock });
     const ports = new FakePorts(kernel);
-    const guard = new FlannelGuard(guardConfig(), { monitor, ports, clock: new FakeClock() });
+    const guard = new FlannelGuard(guardConfig(), { monitor, ports, clock });
     open.push(guard);
     const log = new GuardLog(guard);
     ports.fail('getFeatures', eopnotsupp('flannel.1: no named features'));

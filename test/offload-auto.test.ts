@@ -60,9 +60,9 @@ function rig(peers: number, options: FlannelGuardOptions = {}, random = (): numb
       ),
     );
   }
-  const monitor = new ScriptedMonitor(kernel);
-  const ports = new FakePorts(kernel);
   const clock = new FakeClock();
+  const monitor = new ScriptedMonitor(kernel, { clock });
+  const ports = new FakePorts(kernel);
   const guard = new FlannelGuard(guardConfig({ offload: 'auto', ...options }), {
     monitor,
     ports,

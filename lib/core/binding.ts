@@ -341,30 +341,65 @@ export interface RawParsedMessage {
   malformed?: string;
 }
 
+/** What the monitor hands its batches to: `arrivalMs` in ms of process.hrtime's clock. */
+export type RawBatchListener = (batch: RawMonitorItem[], arrivalMs: number) => void;
+
 /**
- * The monitor's state mirror on its own, fed datagrams instead of a socket: the guard's policy
- * tests drive it with a scripted kernel's messages (not part of the package's API).
+ * The kernel a ScriptedMonitor writes to (its corrections): each call answers as the kernel
+ * would, and queues what the kernel would send for it (through feed()).
  */
-export interface RawMirror {
-  /** The changes the datagram's link and neighbour messages make (none before ready). */
-  apply(datagram: Buffer, fromDump: boolean): (RawLinkItem | RawNeighbourItem)[];
-  beginResync(): void;
-  /** A consistent end's removals; `{ kind: 'ready' }` after the first. */
-  endResync(consistent: boolean): (RawLinkItem | RawNeighbourItem | { kind: 'ready' })[];
-  noteCorrection(ifindex: number, mac: Buffer): void;
-  links(): RawMirroredLink[];
-  getLink(key: number | string): RawMirroredLink | undefined;
-  neighbours(ifindex?: number): RawNeighbourColumns;
+export interface RawScriptedKernel {
+  /** The RTM_NEWLINK the kernel answers an RTM_GETLINK with; null: no such device. */
+  getLink(ifindex: number): Buffer | null;
+  /** Throws a SystemError (negative `errno`) to fail. */
+  setLinkAddress(ifindex: number, mac: Buffer): void;
+  replaceNeighbour(entry: {
+    family: number;
+    ifindex: number;
+    destination: Buffer;
+    lladdr: Buffer;
+    state: number;
+    flags: number;
+  }): void;
+  /** Answers a request the monitor sends (a dump) through feed(), at once, as the kernel does. */
+  answer?(request: Buffer): void;
+}
+
+export interface RawScriptedMonitorOptions {
+  neighbours?: boolean | 'ip';
+  neighbourEvents?: 'all' | 'permanent';
+  /** The port id its dump requests' replies are addressed to. */
+  portid: number;
+  /** The port id its corrections' notifications name. */
+  writerPortid: number;
+  /** false: arm() arms nothing (the guard's own corrections alone). */
+  corrections?: boolean;
+  /** The core's time in ms (arrivals, the timings of its corrections); the real clock without. */
+  clock?: () => number;
+}
+
+/**
+ * The real monitor core on scripted input (tests): what Monitor is, read when the script says.
+ * Batches go to onBatch synchronously, from read().
+ */
+export interface RawScriptedMonitor extends RawMonitor {
+  feed(datagram: Buffer): void;
+  /** The kernel dropped notifications here (ENOBUFS). */
+  overrun(): void;
+  /** Reads everything queued; the number of batches handed over. */
+  read(): number;
+  /** What the device is armed with and the restore set the core keeps for it. */
+  armed(ifindex: number): { name: string; mac: string; neighbours: string[] } | undefined;
 }
 
 export interface RawBinding {
-  Monitor: new (
-    options: RawMonitorOptions,
-    /** `arrivalMs`: when the batch's data reached the socket, in ms of process.hrtime's clock. */
-    onBatch: (batch: RawMonitorItem[], arrivalMs: number) => void,
-  ) => RawMonitor;
+  Monitor: new (options: RawMonitorOptions, onBatch: RawBatchListener) => RawMonitor;
+  ScriptedMonitor: new (
+    options: RawScriptedMonitorOptions,
+    kernel: RawScriptedKernel,
+    onBatch: RawBatchListener,
+  ) => RawScriptedMonitor;
   Control: new (options?: RawNetnsOptions) => RawControl;
-  Mirror: new () => RawMirror;
   parseDatagram(bytes: Buffer): {
     messages: RawParsedMessage[];
     error?: { offset: number; reason: string };

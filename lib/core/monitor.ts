@@ -9,11 +9,13 @@ import { EventEmitter } from 'node:events';
 import {
   binding,
   type RawAllowance,
+  type RawBatchListener,
   type RawCorrection,
   type RawLinkItem,
   type RawMirroredLink,
   type RawMonitor,
   type RawMonitorItem,
+  type RawMonitorOptions,
   type RawMonitorStats,
   type RawNeighbour,
   type RawNeighbourItem,
@@ -317,12 +319,22 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   #queueOverruns = 0;
   #closeError: Error | undefined;
 
-  constructor(options: LinkMonitorOptions = {}) {
+  /**
+   * Opens the monitor's socket in `options.netns` and starts reading. `open` is for tests: it
+   * opens the native monitor instead (the real core on scripted input, binding.ScriptedMonitor).
+   */
+  constructor(
+    options: LinkMonitorOptions = {},
+    open: (options: RawMonitorOptions, onBatch: RawBatchListener) => RawMonitor = (
+      rawOptions,
+      onBatch,
+    ) => new binding.Monitor(rawOptions, onBatch),
+  ) {
     super();
     this.netns = options.netns;
     const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
     this.#queueLimit = options.queueLimit ?? 10_000;
-    this.#native = new binding.Monitor(
+    this.#native = open(
       {
         ...(netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns }),
         ...(options.receiveBuffer === undefined
@@ -737,11 +749,8 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 }
 
-/**
- * Emits the event a change of the native mirror is: LinkMonitor's, and that of the guard
- * tests' scripted monitor, which feeds the same mirror. (Not part of the package's API.)
- */
-export function emitChange(
+/** Emits the event a change of the native mirror is. */
+function emitChange(
   target: EventEmitter<LinkMonitorEvents>,
   item: RawLinkItem | RawNeighbourItem,
   extra: Partial<Arrival> & { correction?: NativeCorrection } = {},

@@ -9,11 +9,11 @@
 #include "control_wrap.h"
 #include "convert.h"
 #include "errors.h"
-#include "mirror_wrap.h"
 #include "monitor_wrap.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
 #include "probe_wrap.h"
+#include "scripted_monitor_wrap.h"
 
 namespace fg::addon {
 
@@ -23,7 +23,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
     DefineAddon(exports, {
                              InstanceValue("Monitor", MonitorWrap::Define(env)),
                              InstanceValue("Control", ControlWrap::Define(env)),
-                             InstanceValue("Mirror", MirrorWrap::Define(env)),
+                             InstanceValue("ScriptedMonitor", ScriptedMonitorWrap::Define(env)),
                              InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
                              InstanceMethod<&FlannelGuardAddon::WriteNoWait>("writeNoWait"),

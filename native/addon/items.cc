@@ -207,4 +207,13 @@ napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& ne
   return object;
 }
 
+napi_value ItemsToJs(JsWriter& js, const std::vector<MonitorItem>& items,
+                     const std::string& netnsLabel) {
+  napi_value array = js.Array(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    js.SetIndex(array, static_cast<uint32_t>(i), ItemToJs(js, items[i], netnsLabel));
+  }
+  return array;
+}
+
 }  // namespace fg::addon

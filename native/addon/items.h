@@ -33,5 +33,8 @@ napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
 const StateMirror::Link* FindMirroredLink(const StateMirror& mirror, const Napi::Value& key);
 
 napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& netnsLabel);
+// A batch of items as one array.
+napi_value ItemsToJs(JsWriter& js, const std::vector<MonitorItem>& items,
+                     const std::string& netnsLabel);
 
 }  // namespace fg::addon

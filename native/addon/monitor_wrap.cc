@@ -6,6 +6,7 @@
 #include "errors.h"
 #include "items.h"
 #include "js_writer.h"
+#include "monitor_args.h"
 
 namespace fg::addon {
 namespace {
@@ -41,34 +42,6 @@ void ReportCallbackFailure(napi_env env) {
   if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
     napi_fatal_exception(env, exception);
   }
-}
-
-Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportStats& reports,
-                       int receiveBuffer, const StateMirror& mirror) {
-  Napi::Object object = Napi::Object::New(env);
-  const auto set = [&](const char* key, uint64_t value) {
-    object.Set(key, Napi::Number::New(env, static_cast<double>(value)));
-  };
-  set("wakeups", stats.wakeups);
-  set("datagrams", stats.datagrams);
-  set("messages", stats.messages);
-  set("overruns", stats.overruns);
-  set("resyncs", stats.resyncs);
-  set("dumpRetries", stats.dumpRetries);
-  set("inconsistentDumps", stats.inconsistentDumps);
-  set("foreignSenderDrops", stats.foreignSenderDrops);
-  set("truncatedDrops", stats.truncatedDrops);
-  set("malformed", stats.malformed);
-  set("staleReplies", stats.staleReplies);
-  set("correctionEchoes", stats.correctionEchoes);
-  set("foldedEchoes", stats.foldedEchoes);
-  set("staleRecords", stats.staleRecords);
-  set("reports", reports.reports);
-  set("heldCorrections", reports.heldCorrections);
-  object.Set("receiveBuffer", receiveBuffer);
-  set("links", mirror.linkCount());
-  set("neighbours", mirror.neighCount());
-  return object;
 }
 
 }  // namespace
@@ -113,16 +86,7 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   if (options.Get("receiveBuffer").IsNumber()) {
     monitorOptions.receiveBuffer = options.Get("receiveBuffer").As<Napi::Number>().Int32Value();
   }
-  // neighbours: true (the default), false, or "ip" (ARP and NDP, no FDB).
-  const Napi::Value neighbours = options.Get("neighbours");
-  if (neighbours.IsBoolean() && !neighbours.As<Napi::Boolean>().Value()) {
-    monitorOptions.neighbours = NeighbourScope::kNone;
-  } else if (neighbours.IsString() && neighbours.As<Napi::String>().Utf8Value() == "ip") {
-    monitorOptions.neighbours = NeighbourScope::kIp;
-  }
-  monitorOptions.neighbourEvents = OptionalString(options, "neighbourEvents") == "permanent"
-                                       ? NeighbourEvents::kPermanent
-                                       : NeighbourEvents::kAll;
+  ReadNeighbourOptions(options, &monitorOptions);
   monitorOptions.addrAssignType = options.Get("addrAssignType").ToBoolean().Value();
   if (const Napi::Value interval = options.Get("reportIntervalMs"); !interval.IsUndefined()) {
     const double ms = interval.ToNumber().DoubleValue();
@@ -206,26 +170,7 @@ Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
 // setFilter({ ifindexes: number[], namePrefixes: string[] } | null)
 Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  std::optional<LinkFilter> filter;
-  if (info[0].IsObject()) {
-    filter.emplace();
-    const Napi::Object options = info[0].As<Napi::Object>();
-    const Napi::Value ifindexes = options.Get("ifindexes");
-    const Napi::Value prefixes = options.Get("namePrefixes");
-    if (!ifindexes.IsArray() || !prefixes.IsArray()) {
-      throw Napi::TypeError::New(env, "setFilter({ ifindexes: number[], namePrefixes: string[] })");
-    }
-    const auto indexList = ifindexes.As<Napi::Array>();
-    for (uint32_t i = 0; i < indexList.Length(); ++i) {
-      filter->ifindexes.push_back(indexList.Get(i).ToNumber().Int32Value());
-    }
-    const auto prefixList = prefixes.As<Napi::Array>();
-    for (uint32_t i = 0; i < prefixList.Length(); ++i) {
-      filter->namePrefixes.push_back(prefixList.Get(i).ToString().Utf8Value());
-    }
-  } else if (!info[0].IsNull()) {
-    throw Napi::TypeError::New(env, "setFilter(filter | null)");
-  }
+  const std::optional<LinkFilter> filter = LinkFilterFromJs(env, info[0]);
   if (!poll_) throw Napi::Error::New(env, "monitor is closed");
   std::lock_guard<std::mutex> lock(mutex_);
   Result<Unit> set = poll_->core->SetFilter(filter);
@@ -233,80 +178,13 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-namespace {
-// More than any fight policy lets through without delay.
-constexpr int kMaxAllowance = 16;
-constexpr double kMaxWindowMs = 86'400'000;
-constexpr double kMaxClockMs = 1e12;  // 31 years of uptime
-
-// { limit: 1..16, windowMs, recent: number[] (ms of the monotonic clock, at most 64) }
-CorrectionAllowance AllowanceFromJs(Napi::Env env, const Napi::Value& value) {
-  if (!value.IsObject())
-    throw Napi::TypeError::New(env, "arm: allowance { limit, windowMs, recent }");
-  const Napi::Object allowance = value.As<Napi::Object>();
-  const double limit = allowance.Get("limit").ToNumber().DoubleValue();
-  const double windowMs = allowance.Get("windowMs").ToNumber().DoubleValue();
-  if (!(limit >= 1 && limit <= kMaxAllowance) || !(windowMs >= 0 && windowMs <= kMaxWindowMs)) {
-    throw Napi::RangeError::New(env, "arm: allowance.limit must be 1.." +
-                                         std::to_string(kMaxAllowance) + ", windowMs 0..1 day");
-  }
-  std::deque<int64_t> recent;
-  if (const Napi::Value list = allowance.Get("recent"); list.IsArray()) {
-    const auto array = list.As<Napi::Array>();
-    if (array.Length() > 4 * kMaxAllowance)
-      throw Napi::RangeError::New(env, "arm: allowance.recent too long");
-    for (uint32_t i = 0; i < array.Length(); ++i) {
-      const double at = array.Get(i).ToNumber().DoubleValue();
-      // The monotonic clock in ms: finite, and well inside int64 nanoseconds.
-      if (!(at >= 0 && at <= kMaxClockMs)) {
-        throw Napi::RangeError::New(env,
-                                    "arm: allowance.recent holds times of the monotonic clock");
-      }
-      recent.push_back(static_cast<int64_t>(at * 1e6));
-    }
-  }
-  return CorrectionAllowance(static_cast<int>(limit), static_cast<int64_t>(windowMs * 1e6),
-                             std::move(recent));
-}
-}  // namespace
-
-// arm(ifindex, { name, mac: Buffer(6), allowance?: { limit, windowMs, recent },
-// neighbours?: [...] | fromMirror?: true, remove?: [...], upsert?: [...] }): corrections are
-// made while `allowance` lets them through (without one: one, then the arming is spent);
-// `neighbours` replaces the device's restore set, `fromMirror` replaces it with the device's
-// permanent ARP/NDP entries in the mirror; `remove` and `upsert` change the one kept (there
-// must be one).
+// arm(ifindex, target): see ArmFromJs.
 Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsNumber() || !info[1].IsObject()) {
-    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, neighbours?, remove?, upsert? })");
-  }
-  const int32_t ifindex = info[0].As<Napi::Number>().Int32Value();
-  const Napi::Object target = info[1].As<Napi::Object>();
-  ArmedCorrection correction;
-  correction.name = target.Get("name").ToString().Utf8Value();
-  correction.mac = MacFromJs(target.Get("mac"), "mac");
-  if (const Napi::Value allowance = target.Get("allowance"); !allowance.IsUndefined()) {
-    correction.allowance = AllowanceFromJs(env, allowance);
-  }
-  RestoreSetChange change;
-  const bool fromMirror = target.Get("fromMirror").ToBoolean().Value();
-  if (!target.Get("neighbours").IsUndefined()) {
-    if (fromMirror) throw Napi::TypeError::New(env, "arm: neighbours or fromMirror, not both");
-    change.assign = NeighbourEntriesFromJs(target.Get("neighbours"));
-  }
-  if (!target.Get("remove").IsUndefined())
-    change.remove = NeighbourEntriesFromJs(target.Get("remove"));
-  if (!target.Get("upsert").IsUndefined())
-    change.upsert = NeighbourEntriesFromJs(target.Get("upsert"));
+  ArmRequest request = ArmFromJs(info);
   if (!poll_) throw Napi::Error::New(env, "monitor is closed");
   std::lock_guard<std::mutex> lock(mutex_);
-  if (fromMirror) change.assign = poll_->core->MirroredRestoreEntries(ifindex);
-  if (!change.assign && !poll_->core->HasRestoreSet(ifindex)) {
-    throw Napi::TypeError::New(env, "arm: no neighbour entries kept for this device yet");
-  }
-  Result<Unit> armed = poll_->core->Arm(ifindex, std::move(correction), std::move(change));
-  if (!armed.ok()) ThrowSysError(env, armed.error(), netnsLabel_);
+  ArmCore(env, *poll_->core, std::move(request), netnsLabel_);
   return env.Undefined();
 }
 
@@ -530,10 +408,7 @@ void MonitorWrap::Report(std::vector<MonitorItem> items, int64_t arrivalNs, bool
     // Raw Node-API from here on: this runs from libuv, possibly while a
     // worker is being terminated, when nothing may throw.
     JsWriter js(env);
-    napi_value batch = js.Array(items.size());
-    for (size_t i = 0; i < items.size(); ++i) {
-      js.SetIndex(batch, static_cast<uint32_t>(i), ItemToJs(js, items[i], netnsLabel_));
-    }
+    napi_value batch = ItemsToJs(js, items, netnsLabel_);
     napi_value receiver = nullptr;
     napi_value callback = nullptr;
     const napi_ref self = static_cast<const Napi::Reference<Napi::Object>&>(*this);

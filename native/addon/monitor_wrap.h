@@ -20,15 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "monitor_args.h"
 #include "monitor_core.h"
 #include "read_thread.h"
 
 namespace fg::addon {
-
-struct ReportStats {
-  uint64_t reports = 0;          // batches handed to JS
-  uint64_t heldCorrections = 0;  // corrections whose report waited for a later batch
-};
 
 class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
  public:

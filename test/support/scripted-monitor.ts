@@ -7,19 +7,17 @@
  *   in kernel order (a MAC change or a down: RTM_NEWLINK, then one DELNEIGH
  *   per flushed ARP/NDP entry; a features change: RTM_NEWLINK with
  *   IFLA_EVENT_FEATURES).
- * - ScriptedMonitor: a GuardMonitor whose snapshot only moves when a queued
- *   notification is delivered (`pump`). It has no rules of its own: each
- *   notification becomes the rtnetlink message the kernel would send
- *   (support/netlink-bytes.ts), fed to the product's native state mirror
- *   (binding.Mirror), whose changes become events as LinkMonitor emits them
- *   (emitChange). Overruns and re-dumps are scripted around the same mirror.
+ * - ScriptedMonitor: the guard's own LinkMonitor over the real native core
+ *   (the addon's ScriptedMonitor: mirror, restore sets, allowance, corrections),
+ *   fed each notification as the bytes the kernel would send
+ *   (support/netlink-bytes.ts) when the test pumps it, its dumps answered from
+ *   the kernel's state when it asks, its corrections written to the kernel.
  * - FakePorts: a recording GuardPorts. Its writes change the FakeKernel at
  *   once (so the guard's verifying re-read sees them) and queue their echo
  *   notifications, which reach the guard only when the test pumps them.
- * - FakeClock: a GuardClock whose timers run only when the test advances it.
+ * - FakeClock: a GuardClock whose timers run only when the test advances it;
+ *   the native core reads its time from it too.
  */
-import { EventEmitter } from 'node:events';
-
 import {
   IFF_LOOPBACK,
   IFF_UP,
@@ -30,17 +28,12 @@ import {
 } from '../../lib/core/constants';
 import { systemError, type SystemError } from '../../lib/core/errors';
 import type { GuardClock, GuardMonitor } from '../../lib/guard';
-import { binding, type RawMirror } from '../../lib/core/binding';
-import {
-  emitChange,
-  type LinkKernelEvent,
-  type LinkMonitorEvents,
-  type NativeCorrection,
-} from '../../lib/core/monitor';
+import { binding, type RawScriptedMonitor } from '../../lib/core/binding';
+import { LinkMonitor, type LinkKernelEvent, type LinkMonitorEvents } from '../../lib/core/monitor';
 import type { GuardPorts } from '../../lib/guard/ports';
 import type { PathAnswer } from '../../lib/guard/events';
-import { isRestorable, neighbourInfos, neighbourKey, toLinkInfo } from '../../lib/core/records';
-import { delLinkMessage, linkMessage, neighMessage } from './netlink-bytes';
+import { neighbourKey } from '../../lib/core/records';
+import { delLinkMessage, linkMessage, message, neighMessage, u32 } from './netlink-bytes';
 import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/core/types';
 
 export const IFF_BROADCAST = 0x2;
@@ -381,89 +374,181 @@ export type EmittedEvent = {
   [Name in keyof LinkMonitorEvents]: { type: Name; args: LinkMonitorEvents[Name] };
 }[keyof LinkMonitorEvents];
 
-export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements GuardMonitor {
+/** Netlink port id of the monitor's socket: its dump replies are addressed to it. */
+export const MONITOR_PORTID = 4141;
+/** Netlink port id of the native layer's write socket: its corrections' echoes name it. */
+export const NATIVE_PORTID = 4343;
+
+const NLM_F_MULTI = 0x2;
+const NLMSG_DONE = 3;
+const RTM_GETLINK = 18;
+const AF_BRIDGE = 7;
+
+/** A notification's bytes as the reply to dump request `seq` of the monitor's socket. */
+function asDumpReply(datagram: Buffer, seq: number): Buffer {
+  const reply = Buffer.from(datagram);
+  reply.writeUInt16LE(reply.readUInt16LE(6) | NLM_F_MULTI, 6);
+  reply.writeUInt32LE(seq, 8);
+  reply.writeUInt32LE(MONITOR_PORTID, 12);
+  return reply;
+}
+
+function ipText(bytes: Buffer): string {
+  if (bytes.length === 4) return [...bytes].join('.');
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(bytes.readUInt16BE(i).toString(16));
+  return groups.join(':').replace(/(^|:)0(:0)+(:|$)/, '::');
+}
+
+const macText = (bytes: Buffer): string =>
+  [...bytes].map((byte) => byte.toString(16).padStart(2, '0')).join(':');
+
+/** The bytes the kernel sends for a notification. */
+function messageBytes(
+  kernel: FakeKernel,
+  message: KernelMessage,
+  names: Map<number, string>,
+): Buffer {
+  switch (message.kind) {
+    case 'link':
+      names.set(message.link.ifindex, message.link.name);
+      return linkMessage(message.link, {
+        created: message.created,
+        kernelEvent: message.kernelEvent,
+      });
+    case 'dellink':
+      return delLinkMessage(message.ifindex, names.get(message.ifindex) ?? '');
+    case 'neigh':
+    case 'delneigh':
+      return neighMessage(message.neighbour, message.kind === 'delneigh', message.portid);
+  }
+}
+
+/**
+ * The fake kernel as the native layer's writer sees it: its corrections go to the kernel
+ * (which queues their notifications), recorded in `writes`.
+ */
+function writerScript(
+  kernel: FakeKernel,
+  writes: NativeWrite[],
+  answer: (request: Buffer) => void,
+): ConstructorParameters<typeof binding.ScriptedMonitor>[1] {
+  return {
+    answer,
+    getLink: (ifindex) => {
+      const link = kernel.links.get(ifindex);
+      return link === undefined ? null : linkMessage(link);
+    },
+    setLinkAddress: (ifindex, mac) => {
+      writes.push({ method: 'setLinkMac', ifindex, mac: macText(mac) });
+      kernel.setMac(ifindex, macText(mac));
+    },
+    replaceNeighbour: (entry) => {
+      const destination = ipText(entry.destination);
+      const lladdr = macText(entry.lladdr);
+      const written =
+        entry.family === 10
+          ? permanentNdp(entry.ifindex, destination, lladdr)
+          : permanentArp(entry.ifindex, destination, lladdr);
+      writes.push({ method: 'replaceNeighbour', entry: written });
+      kernel.replaceNeighbour(
+        { ...written, state: entry.state, flags: entry.flags },
+        NATIVE_PORTID,
+      );
+    },
+  };
+}
+
+export type NativeWrite =
+  | { method: 'setLinkMac'; ifindex: number; mac: string }
+  | { method: 'replaceNeighbour'; entry: NeighbourInfo };
+
+/**
+ * The guard's LinkMonitor itself, with its options, over the real native core (the addon's
+ * ScriptedMonitor): its input is the fake kernel's notifications, delivered when the test
+ * pumps them, and the dumps it asks for, answered from the fake kernel's state. With
+ * `corrections`, the core makes the armed corrections itself, writing to the fake kernel
+ * (`nativeWrites`); without, arm() arms nothing and the guard corrects through its ports.
+ */
+export class ScriptedMonitor extends LinkMonitor implements GuardMonitor {
   readonly kernel: FakeKernel;
   /** The notifications this monitor's socket has not read yet. */
   readonly queue: KernelMessage[];
   readonly emitted: EmittedEvent[] = [];
+  /** The native layer's writes (its corrections), in order. */
+  readonly nativeWrites: NativeWrite[];
   refs = 0;
   unrefs = 0;
   closeCalls = 0;
-  /** The product's own state mirror, fed the kernel's messages as the bytes it would send. */
-  readonly #mirror: RawMirror = new binding.Mirror();
-  #ready = false;
-  #closed = false;
+  readonly #raw: RawScriptedMonitor;
+  readonly #names = new Map<number, string>();
 
-  constructor(kernel: FakeKernel, queue: KernelMessage[] = kernel.queue) {
-    super();
+  constructor(
+    kernel: FakeKernel,
+    options: { queue?: KernelMessage[]; corrections?: boolean; clock?: GuardClock } = {},
+  ) {
+    let raw: RawScriptedMonitor | undefined;
+    const writes: NativeWrite[] = [];
+    // Dumps are answered when asked (from the kernel's state then), once the monitor exists.
+    const answering: { to?: (request: Buffer) => void } = {};
+    // As the guard opens its monitor (lib/guard/parts.ts).
+    super(
+      { neighbours: 'ip', neighbourEvents: 'permanent', addrAssignType: false },
+      (rawOptions, onBatch) => {
+        raw = new binding.ScriptedMonitor(
+          {
+            ...rawOptions,
+            portid: MONITOR_PORTID,
+            writerPortid: NATIVE_PORTID,
+            corrections: options.corrections ?? false,
+            ...(options.clock ? { clock: options.clock.now.bind(options.clock) } : {}),
+          },
+          writerScript(kernel, writes, (request) => answering.to?.(request)),
+          onBatch,
+        );
+        return raw;
+      },
+    );
+    if (!raw) throw new Error('LinkMonitor opened no native monitor');
+    this.#raw = raw;
     this.kernel = kernel;
-    this.queue = queue;
+    this.queue = options.queue ?? kernel.queue;
+    this.nativeWrites = writes;
+    answering.to = (request) => {
+      this.#answer(request);
+    };
   }
 
-  get isReady(): boolean {
-    return this.#ready;
+  /** Corrections the native layer made (its MAC writes). */
+  get corrections(): number {
+    return this.nativeWrites.filter((write) => write.method === 'setLinkMac').length;
   }
 
-  get closed(): boolean {
-    return this.#closed;
+  /** What the native core has the device armed with, and the restore set it keeps. */
+  armed(ifindex: number): { name: string; mac: string; neighbours: string[] } | undefined {
+    return this.#raw.armed(ifindex);
   }
 
-  links(): LinkInfo[] {
-    return this.#mirror.links().map((raw) => toLinkInfo(raw, raw.addrAssignType));
-  }
-
-  getLink(ifindex: number): LinkInfo | undefined {
-    const raw = this.#mirror.getLink(ifindex);
-    return raw === undefined ? undefined : toLinkInfo(raw, raw.addrAssignType);
-  }
-
-  neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
-    return neighbourInfos(this.#mirror.neighbours(filter.ifindex));
-  }
-
-  restoreEntries(ifindex: number): readonly NeighbourInfo[] {
-    return Object.freeze(this.neighbours({ ifindex }).filter(isRestorable));
-  }
-
-  ready(): Promise<void> {
-    if (this.#ready) return Promise.resolve();
-    if (this.#closed) return Promise.reject(new Error('monitor closed'));
-    return new Promise((resolve, reject) => {
-      const onReady = (): void => {
-        this.off('close', onClose);
-        resolve();
-      };
-      const onClose = (): void => {
-        this.off('ready', onReady);
-        reject(new Error('monitor closed before it was ready'));
-      };
-      this.once('ready', onReady);
-      this.once('close', onClose);
-    });
-  }
-
-  ref(): this {
+  override ref(): this {
     this.refs += 1;
-    return this;
+    return super.ref();
   }
 
-  unref(): this {
+  override unref(): this {
     this.unrefs += 1;
-    return this;
+    return super.unref();
   }
 
-  close(): void {
+  override close(): void {
     this.closeCalls += 1;
-    if (this.#closed) return;
-    this.#closed = true;
-    this.emit('close');
+    super.close();
   }
 
   override emit<Name extends keyof LinkMonitorEvents>(
     name: Name,
     ...args: LinkMonitorEvents[Name]
   ): boolean {
-    this.emitted.push({ type: name, args } as EmittedEvent);
+    (this.emitted as EmittedEvent[] | undefined)?.push({ type: name, args } as EmittedEvent);
     return (super.emit as (name: string, ...args: unknown[]) => boolean)(name, ...args);
   }
 
@@ -472,9 +557,9 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
    * per-object events (notifications queued so far are part of the dump), then `ready`.
    */
   start(): void {
-    if (this.#ready) throw new Error('already started');
+    if (this.isReady) throw new Error('already started');
     this.kernel.loseQueued(this.queue);
-    this.#dump(true);
+    this.#read();
   }
 
   /** Delivers the oldest queued notification; false when there was none. */
@@ -492,6 +577,7 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
    */
   pump(limit = 500): number {
     let delivered = 0;
+    this.#read();
     while (this.pumpOne()) {
       delivered += 1;
       if (delivered > limit) throw new Error(`more than ${limit} notifications: a write/echo loop`);
@@ -499,96 +585,43 @@ export class ScriptedMonitor extends EventEmitter<LinkMonitorEvents> implements 
     return delivered;
   }
 
-  deliver(message: KernelMessage, fromDump = false): void {
-    if (this.#closed) return;
-    switch (message.kind) {
-      case 'link':
-        this.#applyLink(message.link, fromDump, {
-          created: message.created,
-          kernelEvent: message.kernelEvent,
-        });
-        return;
-      case 'dellink':
-        this.#apply(delLinkMessage(message.ifindex, this.getLink(message.ifindex)?.name ?? ''));
-        return;
-      case 'neigh':
-      case 'delneigh':
-        this.#apply(
-          neighMessage(message.neighbour, message.kind === 'delneigh', message.portid),
-          fromDump,
-        );
-        return;
-    }
+  deliver(message: KernelMessage): void {
+    if (this.closed) return;
+    this.#raw.feed(messageBytes(this.kernel, message, this.#names));
+    this.#read();
   }
 
   /**
-   * Lost notifications (ENOBUFS): the queued ones are dropped, an `overrun` is
-   * emitted, and one coalesced re-dump reconciles the snapshot with the kernel,
-   * as LinkMonitor does. The dump is taken before any of its items is handled.
+   * Lost notifications (ENOBUFS): the queued ones are dropped, and the native core reports the
+   * overrun and re-dumps, as it does on a socket.
    */
-  overrunAndResync(consistent = true): void {
+  overrunAndResync(): void {
     this.kernel.loseQueued(this.queue);
-    this.emit('overrun', { cause: 'ENOBUFS' });
-    this.resync('overrun', consistent);
+    this.#raw.overrun();
+    this.#read();
   }
 
-  resync(reason: 'overrun' | 'requested', consistent = true): void {
-    this.emit('resync', { phase: 'begin', reason });
-    this.#dump(consistent);
-    this.emit('resync', { phase: 'end', consistent });
+  /** Reads what is queued (the dumps the core asks for are answered as it asks). */
+  #read(): void {
+    if (!this.closed) this.#raw.read();
   }
 
-  /**
-   * The native layer's armed correction (LinkMonitor.arm): none in this
-   * monitor; NativeScriptedMonitor (guard-native-path.test.ts) makes them.
-   */
-  protected correct(link: LinkInfo): NativeCorrection | undefined {
-    void link;
-    return undefined;
-  }
-
-  /** A re-dump, as the native monitor makes one: every object, then the end. */
-  #dump(consistent: boolean): void {
-    const links = [...this.kernel.links.values()].map(cloneLink);
-    const neighbours = [...this.kernel.neighbours.values()].map(cloneNeighbour);
-    this.#mirror.beginResync();
-    for (const link of links) this.#applyLink(link, true, {});
-    for (const entry of neighbours) this.#apply(neighMessage(entry), true);
-    this.#handle(this.#mirror.endResync(consistent));
-  }
-
-  /** As the native core reads a link record: its correction first, then the mirror. */
-  #applyLink(
-    link: LinkInfo,
-    fromDump: boolean,
-    options: { created?: boolean; kernelEvent?: LinkKernelEvent | null },
-  ): void {
-    const correction = this.correct(cloneLink(link));
-    const items = this.#mirror.apply(linkMessage(link, options), fromDump);
-    if (correction && !correction.error && correction.after?.mac) {
-      this.#mirror.noteCorrection(
-        link.ifindex,
-        Buffer.from(correction.after.mac.replaceAll(':', ''), 'hex'),
-      );
-    }
-    this.#handle(items, correction);
-  }
-
-  #apply(datagram: Buffer, fromDump = false): void {
-    this.#handle(this.#mirror.apply(datagram, fromDump));
-  }
-
-  /** The mirror's changes as LinkMonitor emits them; `correction` goes with the last. */
-  #handle(items: ReturnType<RawMirror['endResync']>, correction?: NativeCorrection): void {
-    items.forEach((item, index) => {
-      if (this.#closed) return;
-      if (item.kind === 'ready') {
-        this.#ready = true;
-        this.emit('ready');
-        return;
+  #answer(request: Buffer): void {
+    const type = request.readUInt16LE(4);
+    const seq = request.readUInt32LE(8);
+    const family = request[16];
+    if (type === RTM_GETLINK) {
+      for (const link of this.kernel.links.values()) {
+        this.#names.set(link.ifindex, link.name);
+        this.#raw.feed(asDumpReply(linkMessage(link), seq));
       }
-      emitChange(this, item, index === items.length - 1 && correction ? { correction } : {});
-    });
+    } else {
+      for (const entry of this.kernel.neighbours.values()) {
+        if ((entry.family === 'bridge') !== (family === AF_BRIDGE)) continue;
+        this.#raw.feed(asDumpReply(neighMessage(entry), seq));
+      }
+    }
+    this.#raw.feed(message(NLMSG_DONE, u32(0), NLM_F_MULTI, seq, MONITOR_PORTID));
   }
 }
 

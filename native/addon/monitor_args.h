@@ -1,0 +1,46 @@
+// The JS arguments of the monitor classes (Monitor, ScriptedMonitor) as native
+// values, and the monitor's state as JS reads it: one reading for both, so that
+// a scripted monitor takes exactly what the real one takes.
+#pragma once
+
+#include <napi.h>
+
+#include <optional>
+#include <string>
+
+#include "monitor_core.h"
+
+namespace fg::addon {
+
+struct ReportStats {
+  uint64_t reports = 0;          // batches handed to JS
+  uint64_t heldCorrections = 0;  // corrections whose report waited for a later batch
+};
+
+// options.neighbours (true, the default; false; "ip": ARP and NDP, no FDB) and
+// options.neighbourEvents ("all", the default; "permanent") into `out`.
+void ReadNeighbourOptions(const Napi::Object& options, MonitorOptions* out);
+
+// { ifindexes: number[], namePrefixes: string[] } or null; a TypeError otherwise.
+std::optional<LinkFilter> LinkFilterFromJs(Napi::Env env, const Napi::Value& value);
+
+// arm(ifindex, { name, mac: Buffer(6), allowance?: { limit, windowMs, recent },
+// neighbours?: [...] | fromMirror?: true, remove?: [...], upsert?: [...] }): corrections are
+// made while `allowance` lets them through (without one: one, then the arming is spent);
+// `neighbours` replaces the device's restore set, `fromMirror` replaces it with the device's
+// permanent ARP/NDP entries in the mirror; `remove` and `upsert` change the one kept (there
+// must be one).
+struct ArmRequest {
+  int32_t ifindex = 0;
+  ArmedCorrection correction;
+  RestoreSetChange change;
+  bool fromMirror = false;
+};
+ArmRequest ArmFromJs(const Napi::CallbackInfo& info);
+// Arms `core` as asked (the caller holds whatever guards the core); throws as JS expects.
+void ArmCore(Napi::Env env, MonitorCore& core, ArmRequest request, const std::string& netnsLabel);
+
+Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportStats& reports,
+                       int receiveBuffer, const StateMirror& mirror);
+
+}  // namespace fg::addon
