@@ -94,8 +94,32 @@ bool MonitorCore::Keep(const netlink::NeighRecord& neigh) const {
   return !filter_ || kept_.count(neigh.ifindex) > 0;
 }
 
-Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction,
-                              RestoreSetChange change) {
+void MonitorCore::Keep(int32_t ifindex, std::vector<netlink::NeighbourEntry> recovered) {
+  auto [set, created] = restoreSets_.try_emplace(ifindex);
+  if (created) {
+    for (const auto& [key, neigh] : mirror_.neighs()) {
+      if (neigh.record.ifindex == ifindex && Restorable(neigh.record)) {
+        set->second.Upsert(RestoreEntryOf(neigh.record));
+      }
+    }
+  }
+  for (netlink::NeighbourEntry& entry : recovered) {
+    entry.ifindex = ifindex;
+    set->second.Upsert(std::move(entry));
+  }
+  SizeReceiveBufferFor(set->second.size());
+}
+
+void MonitorCore::Release(int32_t ifindex) {
+  armed_.erase(ifindex);
+  restoreSets_.erase(ifindex);
+  echoes_.erase(ifindex);
+}
+
+Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction) {
+  if (restoreSets_.count(ifindex) == 0) {
+    return SysError(EINVAL, "arm", "the device's restore set is not kept (Keep it first)");
+  }
   if (!writer_) {
     Result<std::unique_ptr<CorrectionWriter>> writer = openWriter_();
     if (!writer.ok()) return writer.error();
@@ -103,11 +127,6 @@ Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction,
     // From now on the kernel keeps the write socket's own re-adds out.
     if (Result<Unit> filtered = ApplyFilter(); !filtered.ok()) return filtered.error();
   }
-  RestoreSet& set = restoreSets_[ifindex];
-  if (change.assign) set.Assign(std::move(*change.assign));
-  for (const netlink::NeighbourEntry& entry : change.remove) set.Remove(entry);
-  for (netlink::NeighbourEntry& entry : change.upsert) set.Upsert(std::move(entry));
-  SizeReceiveBufferFor(set.size());
   armed_[ifindex] = std::move(correction);
   return Unit{};
 }
@@ -118,16 +137,6 @@ constexpr size_t kMaxAutoReceiveBuffer = size_t{64} << 20;
 // Room beyond the flush and re-adds, for whatever else arrives meanwhile.
 constexpr size_t kSpareNotifications = 512;
 }  // namespace
-
-std::vector<netlink::NeighbourEntry> MonitorCore::MirroredRestoreEntries(int32_t ifindex) const {
-  std::vector<netlink::NeighbourEntry> entries;
-  for (const auto& [key, neigh] : mirror_.neighs()) {
-    if (neigh.record.ifindex == ifindex && Restorable(neigh.record)) {
-      entries.push_back(RestoreEntryOf(neigh.record));
-    }
-  }
-  return entries;
-}
 
 void MonitorCore::FollowRestoreSet(const NeighChange& change) {
   const netlink::NeighRecord& neigh = change.neigh;

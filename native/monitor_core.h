@@ -88,19 +88,11 @@ struct LinkItem {
 // with another MAC: a correction for each rewrite the allowance lets through,
 // and the first it refuses ends the arming (JS decides about that one);
 // without an allowance, one correction ends it. The neighbour entries put
-// back are the device's restore set (see MonitorCore::Arm).
+// back are the device's restore set (see MonitorCore::Keep).
 struct ArmedCorrection {
   std::string name;  // the device must still be called this
   std::array<uint8_t, 6> mac{};
   std::optional<CorrectionAllowance> allowance;
-};
-
-// How an arming changes the device's restore set: replaced when `assign` is
-// given, then `remove`d (by family and destination) and `upsert`ed.
-struct RestoreSetChange {
-  std::optional<std::vector<netlink::NeighbourEntry>> assign;
-  std::vector<netlink::NeighbourEntry> remove;
-  std::vector<netlink::NeighbourEntry> upsert;
 };
 
 struct NeighItem {
@@ -201,31 +193,36 @@ class MonitorCore {
   // data arrived (steady_clock; 0: now).
   void ReadAvailable(size_t maxDatagrams, int64_t arrivalNs, std::vector<MonitorItem>* out);
 
-  // Arms a one-shot correction for `ifindex` (replacing any armed one): the
-  // first notification or dump reply showing the device, still under that
-  // name, with a MAC other than `mac` is answered right there - the MAC set
-  // back, the device's restore set re-added - before anything is handed to JS,
-  // and so is each later one the arming's allowance lets through.
-  // The restore set is kept across corrections until the device is deleted;
-  // `change` says what changed in it since the last arming (the caller sends
-  // only that). Policy (whether a correction is due now) stays with the
-  // caller, which re-arms when it changes. Opens the write socket on first use.
-  Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction, RestoreSetChange change);
-  void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
-  // Whether a restore set is kept for the device.
-  bool HasRestoreSet(int32_t ifindex) const { return restoreSets_.count(ifindex) > 0; }
-  // What the device is armed with, and the restore set kept for it (null: none), for tests.
-  const ArmedCorrection* ArmedFor(int32_t ifindex) const {
-    auto found = armed_.find(ifindex);
-    return found == armed_.end() ? nullptr : &found->second;
-  }
+  // Starts keeping the device's restore set - the permanent ARP/NDP entries a
+  // MAC change flushes, to put back - as its entries are in the mirror now,
+  // unless one is kept already; then takes `recovered` in (entries the
+  // guard's state says were flushed while it was down). From then on the set
+  // follows the device's table as notifications are read (FollowRestoreSet),
+  // until the device is deleted or released: the one account of what a
+  // correction puts back, whoever makes it.
+  void Keep(int32_t ifindex, std::vector<netlink::NeighbourEntry> recovered);
+  // Stops keeping the device's restore set, and disarms it.
+  void Release(int32_t ifindex);
   const RestoreSet* RestoreSetOf(int32_t ifindex) const {
     auto found = restoreSets_.find(ifindex);
     return found == restoreSets_.end() ? nullptr : &found->second;
   }
-  // The device's permanent ARP and NDP entries as the mirror holds them: a
-  // restore set taken from the table itself, without a round trip through JS.
-  std::vector<netlink::NeighbourEntry> MirroredRestoreEntries(int32_t ifindex) const;
+
+  // Arms a correction for a kept device (replacing any armed one): the first
+  // notification or dump reply showing the device, still under that name,
+  // with a MAC other than `mac` is answered right there - the MAC set back,
+  // the restore set re-added - before anything is handed to JS, and so is
+  // each later one the arming's allowance lets through. Policy (whether a
+  // correction is due now) stays with the caller, which re-arms when it
+  // changes. Opens the write socket on first use. EINVAL for a device whose
+  // restore set is not kept.
+  Result<Unit> Arm(int32_t ifindex, ArmedCorrection correction);
+  void Disarm(int32_t ifindex) { armed_.erase(ifindex); }
+  // What the device is armed with (null: nothing), for tests.
+  const ArmedCorrection* ArmedFor(int32_t ifindex) const {
+    auto found = armed_.find(ifindex);
+    return found == armed_.end() ? nullptr : &found->second;
+  }
 
   // Narrows the monitor to the devices `filter` lets through: the kernel keeps
   // unrelated link notifications out of the socket (see socket_filter.h), and

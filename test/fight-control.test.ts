@@ -5,7 +5,6 @@
 import assert from 'node:assert/strict';
 
 import type { ManagedDevice } from '../lib/guard/context';
-import { RestoreSet } from '../lib/guard/devices';
 import { zeroCounters, type FlannelGuardEvents, type GuardCounters } from '../lib/guard/events';
 import { FightController, type FightActions, type FightKey } from '../lib/guard/fight-control';
 import type { FightPolicy } from '../lib/guard/fight';
@@ -31,7 +30,6 @@ function device(ifindex: number, name: string): ManagedDevice {
     rewrites: 0,
     driftSince: null,
     vanishing: false,
-    neighbours: new RestoreSet(),
     offloads: {},
     offloadPolicy: null,
   };

@@ -174,7 +174,7 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
     // Armed before each rewrite whatever policy says now: a native layer left with an allowance
     // the contest has used up (the contest is then only known from its correction).
     for (let i = 1; i <= 3; i += 1) {
-      r.monitor.arm(r.ifindex, { name: 'flannel.1', mac: PINNED, neighbours: [] });
+      r.monitor.arm(r.ifindex, { name: 'flannel.1', mac: PINNED });
       rewrite(r, `02:00:00:00:0f:0${i}`);
     }
     assert.equal(r.monitor.corrections, 3);

@@ -172,7 +172,8 @@ describe('hardening: never write to a device that is not VXLAN (real kernel, net
       const veth = monitor.links().find((l) => l.name === 'flannel.7');
       assert.ok(veth);
       assert.equal(veth.kind, 'veth');
-      monitor.arm(veth.ifindex, { name: 'flannel.7', mac: veth.mac ?? '', neighbours: [] });
+      monitor.keep(veth.ifindex);
+      monitor.arm(veth.ifindex, { name: 'flannel.7', mac: veth.mac ?? '' });
       const changed = once(monitor, 'linkChanged');
       await ns.ip('link set flannel.7 address 02:00:00:00:77:03');
       const [event] = (await changed) as [{ correction?: unknown; link: { name: string } }];

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 
-import { LinkMonitor, restoreSetChange, type CorrectionAllowance } from '../lib/core/monitor';
+import { LinkMonitor, type CorrectionAllowance } from '../lib/core/monitor';
 import { isSystemError } from '../lib/core/errors';
 import { getLinks, getNeighbours } from '../lib/core/oneshot';
 import { binding } from '../lib/core/binding';
@@ -73,14 +73,10 @@ describe('LinkMonitor (real kernel, netns)', function () {
     return { m, link };
   }
 
-  /** Arms vx1's correction back to `pinned`, with its entries as the mirror has them. */
+  /** Arms vx1's correction back to `pinned`, with its entries kept as the mirror has them. */
   function armPinned(m: LinkMonitor, link: LinkInfo, allowance: CorrectionAllowance): void {
-    m.arm(link.ifindex, {
-      name: 'vx1',
-      mac: pinned,
-      neighbours: m.restoreEntries(link.ifindex),
-      allowance,
-    });
+    m.keep(link.ifindex);
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned, allowance });
   }
 
   it('loads the namespace as its first snapshot, then stays in its own namespace', async function () {
@@ -166,12 +162,9 @@ describe('LinkMonitor (real kernel, netns)', function () {
 
   it('an armed correction answers one MAC change natively; the same target armed again answers the next', async function () {
     const { m, link } = await openWithArmableVx1();
-    const target = {
-      name: 'vx1',
-      mac: pinned,
-      neighbours: m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet'),
-    };
-    assert.equal(target.neighbours.length, 1);
+    const target = { name: 'vx1', mac: pinned };
+    m.keep(link.ifindex);
+    assert.equal(m.restoreSet(link.ifindex).length, 1);
     for (const foreign of ['0e:00:00:00:00:02', '0e:00:00:00:00:03']) {
       // Armed after every event, as the guard does: unchanged targets are not re-sent,
       // but one that fired must be.
@@ -206,17 +199,22 @@ describe('LinkMonitor (real kernel, netns)', function () {
     }
     assert.deepEqual(answered, [pinned, pinned, undefined]);
     // Two rewrites in one burst (one ip -batch), armed again with the same terms: both
-    // answered natively, whether the monitor reads them in one pass or two.
+    // answered natively. Read in two passes, each is corrected; read in one, the correction of
+    // the first comes after the second (the device is re-read before the write), and the
+    // second's record is found stale: no second write, which would flush the table again.
     await ns.ip(`link set vx1 address ${pinned}`);
     armPinned(m, link, allowance);
+    const before = m.stats().staleRecords;
     const corrections = collectEvents(m, 'linkChanged');
     await ns.ipBatch([
       'link set vx1 address 0e:00:00:00:00:05',
       'link set vx1 address 0e:00:00:00:00:06',
     ]);
-    await waitFor(async () => corrections.events.filter((e) => e.correction).length === 2, {
+    const answeredNatively = (): number =>
+      corrections.events.filter((e) => e.correction).length + m.stats().staleRecords - before;
+    await waitFor(async () => answeredNatively() === 2, {
       timeoutMs: 5000,
-      what: 'both rewrites corrected natively',
+      what: 'both rewrites answered natively',
     });
     corrections.stop();
     const shown = await ns.ipJson<IpLink[]>('link show vx1');
@@ -379,8 +377,8 @@ describe('LinkMonitor (real kernel, netns)', function () {
     const m = await open();
     const link = m.getLink('vx1');
     assert.ok(link);
-    const neighbours = m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet');
-    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours });
+    m.keep(link.ifindex);
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned });
     const removed = collectEvents(m, 'neighbourRemoved');
     const added = collectEvents(m, 'neighbourAdded');
     const linkChanges = collectEvents(m, 'linkChanged');
@@ -428,7 +426,8 @@ describe('LinkMonitor (real kernel, netns)', function () {
     const link = m.getLink('vx1');
     assert.ok(link);
     m.setFilter({ ifindexes: [link.ifindex], namePrefixes: ['vx'] });
-    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: m.restoreEntries(link.ifindex) });
+    m.keep(link.ifindex);
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned });
     const added = collectEvents(m, 'neighbourAdded');
     const removals = collectEvents(m, 'neighbourRemoved');
     const before = m.stats();
@@ -454,7 +453,7 @@ describe('LinkMonitor (real kernel, netns)', function () {
     removals.stop();
   });
 
-  it("restoreEntries(): the permanent ARP/NDP entries; armed with them unchanged the set is the mirror's, armed after a read the list given", async function () {
+  it('keep(): the restore set is the permanent ARP/NDP entries, takes recovered ones in, follows the table; a correction puts back exactly it', async function () {
     await ns.ip('link add va type veth peer name vb');
     await ns.ip('addr add 192.0.2.1/24 dev va');
     await ns.ip('link set va up');
@@ -467,68 +466,51 @@ describe('LinkMonitor (real kernel, netns)', function () {
         (i) => `neigh replace 198.18.0.${i} lladdr 0e:00:00:00:00:a${i} dev vx1 nud permanent`,
       ),
       'neigh replace 198.18.0.9 lladdr 0e:00:00:00:00:a9 dev vx1 nud reachable',
-      'neigh replace fd00::1 lladdr 0e:00:00:00:00:b1 dev vx1 nud permanent',
+      'neigh replace ::ffff:198.18.0.4 lladdr 0e:00:00:00:00:b1 dev vx1 nud permanent',
     ]);
     await ns.bridge('fdb append 0e:00:00:00:00:a1 dev vx1 dst 192.0.2.2');
-    await ns.ip(
-      `link add vx2 address ${pinned} type vxlan id 2 dstport 8472 local 192.0.2.1 dev va nolearning`,
-    );
-    await ns.ip('link set vx2 up');
-    await ns.ipBatch(
-      [1, 2].map(
-        (i) => `neigh replace 198.18.1.${i} lladdr 0e:00:00:00:01:a${i} dev vx2 nud permanent`,
-      ),
-    );
     const m = await open();
     const link = m.getLink('vx1');
     assert.ok(link);
-    const entries = m.restoreEntries(link.ifindex);
-    assert.ok(Object.isFrozen(entries));
-    assert.deepEqual(entries.map((n) => n.destination).sort(), [
-      '198.18.0.1',
-      '198.18.0.2',
-      '198.18.0.3',
-      'fd00::1',
-    ]);
-    const permanentTable = async (): Promise<string[]> =>
-      (await ns.ipJson<{ dst: string }[]>('neigh show dev vx1 nud permanent'))
-        .map((row) => row.dst)
+    const kept = (): string[] =>
+      m
+        .restoreSet(link.ifindex)
+        .map((n) => n.destination ?? '')
         .sort();
-
-    // Unchanged, before another read: the native layer takes the set from its mirror.
-    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: entries });
-    const first = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
-    await ns.ip('link set vx1 address 0e:00:00:00:00:02');
-    assert.equal((await first)[0].correction?.neighbours, 4);
-    await waitFor(async () => (await permanentTable()).length === 4, {
-      timeoutMs: 5000,
-      what: 'the four entries back',
-    });
-
-    // Taken, then an entry deleted and read before the first arming: arming with the
-    // list taken before must restore that list (the deleted entry too), not the mirror.
-    const vx2 = m.getLink('vx2');
-    assert.ok(vx2);
-    const before = m.restoreEntries(vx2.ifindex);
-    assert.equal(before.length, 2);
+    assert.deepEqual(kept(), [], 'nothing kept before keep()');
+    m.keep(link.ifindex);
+    assert.deepEqual(kept(), ['198.18.0.1', '198.18.0.2', '198.18.0.3', '::ffff:198.18.0.4']);
+    // Entries the guard's state says were flushed while it was down.
+    const recovered: NeighbourInfo = {
+      ...m.restoreSet(link.ifindex)[0],
+      destination: '198.18.0.7',
+      lladdr: '0e:00:00:00:00:a7',
+    } as NeighbourInfo;
+    m.keep(link.ifindex, [recovered]);
+    assert.equal(kept().length, 5);
+    // A delete read from the table leaves it; the correction puts back what is kept.
     const removed = nextEvent(
       m,
       'neighbourRemoved',
-      (e) => e.neighbour.destination === '198.18.1.2',
+      (e) => e.neighbour.destination === '198.18.0.2',
     );
-    await ns.ip('neigh del 198.18.1.2 dev vx2');
+    await ns.ip('neigh del 198.18.0.2 dev vx1');
     await removed;
-    const inet = m.neighbours({ ifindex: vx2.ifindex }).filter((n) => n.family === 'inet');
-    assert.equal(inet.length, 1, 'the mirror saw the delete');
-    m.arm(vx2.ifindex, { name: 'vx2', mac: pinned, neighbours: before });
-    const second = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
-    await ns.ip('link set vx2 address 0e:00:00:00:00:03');
-    assert.equal((await second)[0].correction?.neighbours, 2, 'the list given, not the mirror');
-    const vx2Table = await ns.ipJson<{ dst: string }[]>('neigh show dev vx2 nud permanent');
-    assert.deepEqual(vx2Table.map((row) => row.dst).sort(), ['198.18.1.1', '198.18.1.2']);
+    assert.deepEqual(kept(), ['198.18.0.1', '198.18.0.3', '198.18.0.7', '::ffff:198.18.0.4']);
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned });
+    const corrected = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
+    await ns.ip('link set vx1 address 0e:00:00:00:00:02');
+    assert.equal((await corrected)[0].correction?.neighbours, 4);
+    const table = await ns.ipJson<{ dst: string }[]>('neigh show dev vx1 nud permanent');
+    assert.deepEqual(table.map((row) => row.dst).sort(), kept());
+    m.release(link.ifindex);
+    assert.deepEqual(kept(), []);
+    assert.throws(() => {
+      m.arm(link.ifindex, { name: 'vx1', mac: pinned });
+    }, /EINVAL|not kept/);
   });
 
-  it('a restore set changed by a few entries is sent as the change; the correction puts back the new set', async function () {
+  it('the restore set follows the table as a node leaves, one joins and one moves; the correction puts back the new set', async function () {
     await ns.ip('link add vx1 type vxlan id 1 dstport 8472 nolearning');
     await ns.ip(`link set vx1 address ${pinned} up`);
     await ns.ipBatch(
@@ -539,40 +521,20 @@ describe('LinkMonitor (real kernel, netns)', function () {
     const m = await open();
     const link = m.getLink('vx1');
     assert.ok(link);
-    const inet = (): NeighbourInfo[] =>
-      m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet');
-    const previousList = inet();
-    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: previousList });
-    // The table changes as a node leaves, one joins and one moves: 198.18.0.2 deleted,
-    // 198.18.0.5 added, 198.18.0.3 at another MAC.
+    m.keep(link.ifindex);
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned });
     await ns.ipBatch([
       'neigh del 198.18.0.2 dev vx1',
       'neigh replace 198.18.0.5 lladdr 0e:00:00:00:00:a5 dev vx1 nud permanent',
       'neigh replace 198.18.0.3 lladdr 0e:00:00:00:00:b3 dev vx1 nud permanent',
     ]);
     await waitFor(
-      async () => inet().length === 4 && inet().some((n) => n.destination === '198.18.0.5'),
+      async () => m.restoreSet(link.ifindex).some((n) => n.lladdr === '0e:00:00:00:00:b3'),
       {
         timeoutMs: 5000,
         what: 'the monitor saw the changes',
       },
     );
-    // As the guard keeps them: the entries unchanged are the objects it had, the others
-    // those the events brought (every query of the mirror gives new objects).
-    const changedEntries = inet().filter((n) =>
-      ['198.18.0.3', '198.18.0.5'].includes(n.destination ?? ''),
-    );
-    const next = [
-      ...previousList.filter((n) => ['198.18.0.1', '198.18.0.4'].includes(n.destination ?? '')),
-      ...changedEntries,
-    ];
-    // Sent as the change: one out, two in (a moved entry is a new object for the same key).
-    const change = restoreSetChange(previousList, next);
-    assert.deepEqual(
-      [change.neighbours, change.remove?.family.length, change.upsert?.family.length],
-      [undefined, 2, 2],
-    );
-    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: next });
     const corrected = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
     await ns.ip('link set vx1 address 0e:00:00:00:00:02');
     const [event] = await corrected;
@@ -786,8 +748,8 @@ describe('LinkMonitor (real kernel, netns)', function () {
     const m = await open({ neighbours: 'ip' });
     const link = m.getLink('vx1');
     assert.ok(link);
-    const kept = m.neighbours({ ifindex: link.ifindex }).filter((n) => n.family === 'inet');
-    m.arm(link.ifindex, { name: 'vx1', mac: pinned, neighbours: kept });
+    m.keep(link.ifindex);
+    m.arm(link.ifindex, { name: 'vx1', mac: pinned });
     const corrected = nextEvent(m, 'linkChanged', (e) => e.correction !== undefined);
     // The event loop is blocked while ip runs: the delete (the kernel reports the entry FAILED,
     // then gone) and the rewrite arrive in one batch, before JS could re-arm with the smaller set.

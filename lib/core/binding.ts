@@ -199,25 +199,25 @@ export interface RawMonitor {
   start(): void;
   resync(): void;
   setFilter(filter: RawLinkFilter | null): void;
+  /** Arms a correction for a kept device (see keep()); throws EINVAL for another. */
   arm(
     ifindex: number,
-    /**
-     * `neighbours` replaces the device's restore set, `fromMirror` replaces it with the
-     * device's permanent ARP/NDP entries in the mirror (not both); without either the native
-     * layer keeps the one it has, changed by `remove` (by family and destination) and then
-     * `upsert`.
-     */
     target: {
       name: string;
       mac: Buffer;
       /** Corrections made before the caller decides again (without it: one). */
       allowance?: RawAllowance;
-      neighbours?: RawNeighbourEntries;
-      fromMirror?: boolean;
-      remove?: RawNeighbourEntries;
-      upsert?: RawNeighbourEntries;
     },
   ): void;
+  /**
+   * Keeps the device's restore set (its permanent ARP/NDP entries now, followed as the table
+   * changes), taking `recovered` in.
+   */
+  keep(ifindex: number, recovered?: RawNeighbourEntries): void;
+  /** Stops keeping the device's restore set, and disarms it. */
+  release(ifindex: number): void;
+  /** The device's restore set (empty when none is kept). */
+  restoreSet(ifindex: number): RawNeighbourColumns;
   disarm(ifindex: number): void;
   ref(): void;
   unref(): void;

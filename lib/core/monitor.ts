@@ -22,7 +22,6 @@ import {
 } from './binding';
 import type { SystemError } from './errors';
 import {
-  isRestorable,
   neighbourInfos,
   neighbourKey,
   toLinkInfo,
@@ -255,28 +254,6 @@ function toNativeCorrection(raw: RawCorrection): NativeCorrection {
   };
 }
 
-/**
- * What the native layer is sent for a restore set: nothing when it is the list sent last (the
- * caller keeps one array while its entries are unchanged: compared by identity), else the
- * entries that came and went (by object identity, so a replaced entry is both), or the whole
- * list when that is shorter. With thousands of peers, a node joining costs one entry, not all.
- * (Exported for the tests; not part of the package's API.)
- */
-export function restoreSetChange(
-  previous: readonly NeighbourInfo[] | undefined,
-  next: readonly NeighbourInfo[],
-): Pick<Parameters<RawMonitor['arm']>[1], 'neighbours' | 'remove' | 'upsert'> {
-  if (previous === next) return {};
-  if (previous === undefined) return { neighbours: toRawNeighbourEntries(next) };
-  const before = new Set(previous);
-  const after = new Set(next);
-  const upsert = next.filter((entry) => !before.has(entry));
-  const remove = previous.filter((entry) => !after.has(entry));
-  if (upsert.length + remove.length > next.length)
-    return { neighbours: toRawNeighbourEntries(next) };
-  return { remove: toRawNeighbourEntries(remove), upsert: toRawNeighbourEntries(upsert) };
-}
-
 function abortError(signal: AbortSignal): Error {
   const error = new Error('The operation was aborted', { cause: signal.reason });
   error.name = 'AbortError';
@@ -297,14 +274,6 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   #armed = new Map<number, string>();
   /** The MAC last armed, parsed once: a guard arms the same one after every correction. */
   #armedMac: { text: string; bytes: Buffer } | undefined;
-  /**
-   * The restore set last sent for each device: the native layer keeps it across
-   * corrections until the device is deleted, so an unchanged list is not sent again.
-   */
-  #restoreSets = new Map<number, readonly NeighbourInfo[]>();
-  /** The last `restoreEntries()` of each device, and how many batches had been read then. */
-  #mirrorSets = new Map<number, { entries: readonly NeighbourInfo[]; batches: number }>();
-  #batches = 0;
   #ready = false;
   #closed = false;
   /** close() is reporting the corrections made before it: nothing else is emitted. */
@@ -496,51 +465,47 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   /**
-   * The device's permanent ARP and NDP entries as of the event being handled
-   * (what a restore set holds), frozen. Given back to `arm()` unchanged and
-   * before the next batch is read, it is not sent back at all: the native
-   * layer takes the set from its mirror, as it is now (the same entries).
+   * Keeps the device's restore set in the native layer: the permanent ARP/NDP entries a MAC
+   * change flushes and a correction puts back. It starts as the device's entries in the mirror
+   * now (unless one is kept already), takes `recovered` in, and from then on follows the table
+   * as the native layer reads it (an entry added, changed, deleted or made non-permanent by a
+   * process; a flush keeps it), until the device is deleted or released: the one account of
+   * what a correction puts back, whichever layer makes it.
    */
-  restoreEntries(ifindex: number): readonly NeighbourInfo[] {
-    const entries = Object.freeze(this.neighbours({ ifindex }).filter(isRestorable));
-    // Mid-batch, the mirror is ahead of the event: it may hold other entries.
-    if (this.#laterChanges() === undefined) {
-      this.#mirrorSets.set(ifindex, { entries, batches: this.#batches });
-    }
-    return entries;
+  keep(ifindex: number, recovered: readonly NeighbourInfo[] = []): void {
+    if (recovered.length === 0) this.#native.keep(ifindex);
+    else this.#native.keep(ifindex, toRawNeighbourEntries(recovered));
+  }
+
+  /** Stops keeping the device's restore set, and disarms it. */
+  release(ifindex: number): void {
+    this.#armed.delete(ifindex);
+    this.#native.release(ifindex);
+  }
+
+  /** The device's restore set as the native layer keeps it now (see keep()). */
+  restoreSet(ifindex: number): NeighbourInfo[] {
+    return neighbourInfos(this.#native.restoreSet(ifindex));
   }
 
   /**
-   * Arms a correction, made by the native layer in the very read that sees
-   * `ifindex` (still called `name`) with a MAC other than `mac`: the MAC set
-   * back and `neighbours` re-added before the event reaches JS. The
-   * `linkChanged` event then carries the `correction`. Without an `allowance`
-   * one correction ends the arming; with one, each rewrite it lets through is
-   * answered, so that a storm the caller's policy allows needs no JS round
-   * per rewrite, and the first it refuses ends the arming (its event carries
-   * no correction: the caller decides about it). The caller keeps the policy: it
-   * re-arms when the arming ended or its terms changed. Sent again only then:
-   * while the arming lasts, the native layer counts the rewrites it answers.
+   * Arms a correction, made by the native layer in the very read that sees a kept `ifindex`
+   * (still called `name`) with a MAC other than `mac`: the MAC set back and the restore set
+   * re-added before the event reaches JS. The `linkChanged` event then carries the
+   * `correction`. Without an `allowance` one correction ends the arming; with one, each rewrite
+   * it lets through is answered, so that a storm the caller's policy allows needs no JS round
+   * per rewrite, and the first it refuses ends the arming (its event carries no correction: the
+   * caller decides about it). The caller keeps the policy: it re-arms when the arming ended or
+   * its terms changed. Sent again only then: while the arming lasts, the native layer counts
+   * the rewrites it answers.
    */
   arm(
     ifindex: number,
-    target: {
-      name: string;
-      mac: string;
-      neighbours: readonly NeighbourInfo[];
-      allowance?: CorrectionAllowance;
-    },
+    target: { name: string; mac: string; allowance?: CorrectionAllowance },
   ): void {
     const { allowance } = target;
     const key = `${target.name}|${target.mac}|${allowance ? `${allowance.limit}|${allowance.windowMs}` : 'once'}`;
-    const previous = this.#restoreSets.get(ifindex);
-    if (this.#armed.get(ifindex) === key && previous === target.neighbours) return;
-    const mirrored = this.#mirrorSets.get(ifindex);
-    this.#mirrorSets.delete(ifindex);
-    const fromMirror =
-      previous === undefined &&
-      mirrored?.entries === target.neighbours &&
-      mirrored.batches === this.#batches;
+    if (this.#armed.get(ifindex) === key) return;
     if (this.#armedMac?.text !== target.mac) {
       this.#armedMac = { text: target.mac, bytes: macBytes(target.mac) };
     }
@@ -548,10 +513,8 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
       name: target.name,
       mac: this.#armedMac.bytes,
       ...(allowance ? { allowance } : {}),
-      ...(fromMirror ? { fromMirror } : restoreSetChange(previous, target.neighbours)),
     });
     this.#armed.set(ifindex, key);
-    this.#restoreSets.set(ifindex, target.neighbours);
   }
 
   disarm(ifindex: number): void {
@@ -683,7 +646,6 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   }
 
   #onBatch(batch: RawMonitorItem[], arrivalMs: number): void {
-    this.#batches += 1;
     this.#receivedAt = arrivalMs;
     this.#batch = batch;
     try {
@@ -737,11 +699,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     // The arming ended (spent, refused, or void for a device gone or renamed):
     // forget its key, so that the next arm() is sent.
     if (item.disarmed) this.#armed.delete(item.ifindex);
-    if (item.change === 'removed') {
-      this.#armed.delete(item.ifindex);
-      this.#restoreSets.delete(item.ifindex);
-      this.#mirrorSets.delete(item.ifindex);
-    }
+    if (item.change === 'removed') this.#armed.delete(item.ifindex);
     emitChange(this, item, {
       receivedAt: item.correction?.arrivalMs ?? this.#receivedAt,
       ...(item.correction ? { correction: toNativeCorrection(item.correction) } : {}),

@@ -9,7 +9,7 @@ import { monotonicMs } from '../core/clock';
 import type { CorrectionAllowance, LinkFilter, LinkMonitorEvents } from '../core/monitor';
 import type { LinkInfo, NeighbourInfo } from '../core/types';
 import type { GuardConfig } from './config';
-import type { DeviceTable, RestoreSet } from './devices';
+import type { DeviceTable } from './devices';
 import type { FlannelGuardEvents, GuardCounters, MacSourceKind } from './events';
 import type { FightController } from './fight-control';
 import type { GuardPorts } from './ports';
@@ -21,21 +21,20 @@ export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
   links(): LinkInfo[];
   getLink(ifindex: number): LinkInfo | undefined;
   setFilter?(filter: LinkFilter | null): void;
-  arm?(
+  arm(
     ifindex: number,
-    target: {
-      name: string;
-      mac: string;
-      neighbours: readonly NeighbourInfo[];
-      allowance?: CorrectionAllowance;
-    },
+    target: { name: string; mac: string; allowance?: CorrectionAllowance },
   ): void;
-  disarm?(ifindex: number): void;
+  disarm(ifindex: number): void;
+  /** Keeps the device's restore set (see LinkMonitor.keep), with `recovered` entries taken in. */
+  keep(ifindex: number, recovered?: readonly NeighbourInfo[]): void;
+  /** Stops keeping it, and disarms the device. */
+  release(ifindex: number): void;
+  /** The permanent ARP/NDP entries a correction of the device puts back (see LinkMonitor.restoreSet). */
+  restoreSet(ifindex: number): NeighbourInfo[];
   /** Reports held corrections now (see LinkMonitorOptions.reportIntervalMs). */
   flush?(): void;
   neighbours(filter?: { ifindex?: number }): NeighbourInfo[];
-  /** The device's permanent ARP/NDP entries (see LinkMonitor.restoreEntries). */
-  restoreEntries(ifindex: number): readonly NeighbourInfo[];
   ready(): Promise<void>;
   ref(): unknown;
   unref(): unknown;
@@ -76,8 +75,6 @@ export interface ManagedDevice {
   driftSince: number | null;
   /** Set on ENODEV: the device is going away; nothing is written until its DELLINK. */
   vanishing: boolean;
-  /** Permanent neighbour entries by key, as they were before any flush. */
-  neighbours: RestoreSet;
   /** Last known active state of each policy feature. */
   offloads: Record<string, boolean | null>;
   /** What `--offload auto` measured this device needs (null: nothing, or not measured). */

@@ -4,50 +4,11 @@
  * re-read by index right before a write.
  */
 import { isSystemError, systemError } from '../core/errors';
-import { neighbourKey } from '../core/records';
-import type { LinkInfo, NeighbourInfo } from '../core/types';
+import type { LinkInfo } from '../core/types';
 import type { GuardConfig } from './config';
 import type { DesiredMac, GuardEmit, GuardMonitor, ManagedDevice } from './context';
 import type { FightController } from './fight-control';
 import type { GuardPorts } from './ports';
-
-/**
- * A device's permanent neighbour entries by key. `list()` gives the same array
- * while they are unchanged: the monitor then does not send them to the native
- * layer again when the guard re-arms (with thousands of peers, every event).
- */
-export class RestoreSet extends Map<string, NeighbourInfo> {
-  #list: readonly NeighbourInfo[] | undefined;
-
-  /** A set of `entries` whose list() is `entries` itself until it changes. */
-  static of(entries: readonly NeighbourInfo[]): RestoreSet {
-    const set = new RestoreSet();
-    for (const entry of entries) set.set(neighbourKey(entry), entry);
-    set.#list = entries;
-    return set;
-  }
-
-  override set(key: string, entry: NeighbourInfo): this {
-    if (super.get(key) !== entry) this.#list = undefined;
-    return super.set(key, entry);
-  }
-
-  override delete(key: string): boolean {
-    const had = super.delete(key);
-    if (had) this.#list = undefined;
-    return had;
-  }
-
-  override clear(): void {
-    this.#list = undefined;
-    super.clear();
-  }
-
-  list(): readonly NeighbourInfo[] {
-    this.#list ??= Object.freeze([...this.values()]);
-    return this.#list;
-  }
-}
 
 export interface DeviceTableDeps {
   config: GuardConfig;

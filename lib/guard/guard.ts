@@ -22,7 +22,6 @@ import type {
   NeighbourRemovedEvent,
   ResyncEvent,
 } from '../core/monitor';
-import { isRestorable, neighbourKey } from '../core/records';
 import type { LinkInfo } from '../core/types';
 import { guardConfig, type FlannelGuardOptions, type GuardConfig } from './config';
 import {
@@ -32,7 +31,7 @@ import {
   type GuardMonitor,
   type ManagedDevice,
 } from './context';
-import { DeviceTable, RestoreSet } from './devices';
+import { DeviceTable } from './devices';
 import {
   zeroCounters,
   type DeviceStatus,
@@ -156,6 +155,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       file: internals.stateFile,
       clock: this.#clock,
       devices: this.#devices,
+      monitor: this.#monitor,
       dryRun: config.dryRun,
       fail,
     });
@@ -339,41 +339,24 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     if (device) this.#release(device, 'removed');
   }
 
+  /**
+   * The native layer follows the device's restore set as it reads the table (LinkMonitor.keep);
+   * the guard saves it, and answers a flush.
+   */
   #onNeighbour(event: NeighbourAddedEvent): void {
-    const entry = event.neighbour;
-    const device = this.#devices.get(entry.ifindex);
-    if (!device || entry.family === 'bridge') return;
-    const key = neighbourKey(entry);
-    if (isRestorable(entry)) {
-      device.neighbours.set(key, entry);
-    } else if (event.portid !== 0) {
-      // A process made it non-permanent on purpose. The kernel's own entries for
-      // the same address (resolving, failed: port id 0) only appear once the
-      // permanent one was flushed, and must not replace it.
-      device.neighbours.delete(key);
-    } else {
-      return;
-    }
-    this.#scheduleSave();
-    this.#mac.arm(device);
+    const device = this.#devices.get(event.neighbour.ifindex);
+    if (device && event.neighbour.family !== 'bridge') this.#scheduleSave();
   }
 
   #onNeighbourRemoved(event: NeighbourRemovedEvent): void {
     const entry = event.neighbour;
     const device = this.#devices.get(entry.ifindex);
     if (!device || entry.family === 'bridge' || !entry.permanent) return;
-    // Flushed by a MAC change (or a down): not removed on purpose, so kept for
-    // restoring. Found missing by a re-dump after lost notifications: most
-    // likely the same flush seen late (a rewrite put back by someone else
-    // meanwhile), so kept too, and put back at the resync's end.
-    if (event.cause === 'flush') {
-      this.#mac.afterFlush(device);
-      return;
-    }
-    if (event.cause === 'resync') return;
-    device.neighbours.delete(neighbourKey(entry));
-    this.#scheduleSave();
-    this.#mac.arm(device);
+    // Flushed (a MAC write, a down): kept in the restore set, and put back once the MAC is
+    // right. Missing from a re-dump after lost notifications: most likely the same flush seen
+    // late, kept too, and put back at the resync's end.
+    if (event.cause === 'flush') this.#mac.afterFlush(device);
+    else if (event.cause !== 'resync') this.#scheduleSave();
   }
 
   #onResync(event: ResyncEvent): void {
@@ -420,11 +403,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       rewrites: 0,
       driftSince: null,
       vanishing: false,
-      neighbours: RestoreSet.of(this.#monitor.restoreEntries(link.ifindex)),
       offloads: {},
       offloadPolicy: null,
     };
     this.#devices.add(device);
+    this.#monitor.keep(link.ifindex);
     if (this.#started) {
       this.#updateFilter();
       this.#scheduleSave();
@@ -453,7 +436,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   }
 
   #release(device: ManagedDevice, reason: ReleasedEvent['reason']): void {
-    this.#monitor.disarm?.(device.ifindex);
+    this.#monitor.release(device.ifindex);
     this.#fight.release(device);
     this.#autoOffload?.release(device);
     this.#devices.delete(device);
@@ -477,7 +460,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       macSource: desired?.kind ?? 'none',
       addrAssignType: link ? this.#ports.addrAssignType(link) : null,
       offloads: { ...device.offloads },
-      neighbours: device.neighbours.size,
+      neighbours: this.#monitor.restoreSet(device.ifindex).length,
       contested: this.#mac.isContested(device),
     };
     if (desired?.kind === 'source' && this.#config.source)

@@ -51,7 +51,6 @@ export class MacCorrection {
    */
   arm(device: ManagedDevice): void {
     const { monitor, config, devices, fight } = this.#ctx;
-    if (!monitor.arm || !monitor.disarm) return;
     const desired = devices.desiredMac(device);
     const key = macKey(device);
     const allowance = fight.allowance(key, MAX_ALLOWANCE_LIMIT);
@@ -66,12 +65,7 @@ export class MacCorrection {
       monitor.disarm(device.ifindex);
       return;
     }
-    monitor.arm(device.ifindex, {
-      name: device.name,
-      mac: desired.mac,
-      neighbours: device.neighbours.list(),
-      allowance,
-    });
+    monitor.arm(device.ifindex, { name: device.name, mac: desired.mac, allowance });
   }
 
   /**
@@ -190,11 +184,11 @@ export class MacCorrection {
 
   /** After a re-dump or with the MAC right at start: puts back kept entries the kernel lacks. */
   restoreMissing(device: ManagedDevice): void {
-    if (this.#ctx.config.dryRun) return;
-    const present = new Set(
-      this.#ctx.monitor.neighbours({ ifindex: device.ifindex }).map(neighbourKey),
-    );
-    if ([...device.neighbours.keys()].every((key) => present.has(key))) return;
+    const { config, monitor } = this.#ctx;
+    if (config.dryRun) return;
+    const present = new Set(monitor.neighbours({ ifindex: device.ifindex }).map(neighbourKey));
+    const kept = monitor.restoreSet(device.ifindex);
+    if (kept.every((entry) => present.has(neighbourKey(entry)))) return;
     this.#restoreOnTarget(device);
   }
 
@@ -223,7 +217,8 @@ export class MacCorrection {
 
   /** The kernel flushes permanent entries when a device goes down: put them back once it is up. */
   restoreAfterUp(device: ManagedDevice): void {
-    if (this.#ctx.config.dryRun || device.neighbours.size === 0) return;
+    if (this.#ctx.config.dryRun) return;
+    if (this.#ctx.monitor.restoreSet(device.ifindex).length === 0) return;
     this.#restoreOnTarget(device);
   }
 
@@ -377,12 +372,10 @@ export class MacCorrection {
     });
   }
 
-  /** Re-installs every kept permanent entry (replace is idempotent). Returns how many. */
+  /** Re-installs the device's restore set (replace is idempotent). Returns how many. */
   #restoreNeighbours(device: ManagedDevice): number {
-    const restored =
-      device.neighbours.size === 0
-        ? 0
-        : this.#ctx.ports.replaceNeighbours(device.neighbours.list(), device.name);
+    const kept = this.#ctx.monitor.restoreSet(device.ifindex);
+    const restored = kept.length === 0 ? 0 : this.#ctx.ports.replaceNeighbours(kept, device.name);
     this.#ctx.counters.writes += restored;
     this.#ctx.counters.neighboursRestored += restored;
     return restored;

@@ -187,8 +187,8 @@ export class OffloadAuto {
   #sample(device: ManagedDevice, state: DeviceProbing): string[] {
     const all = [
       ...new Set(
-        device.neighbours
-          .list()
+        this.#ctx.monitor
+          .restoreSet(device.ifindex)
           .filter((n) => n.family === 'inet')
           .flatMap((n) => (n.destination === null ? [] : [n.destination])),
       ),
@@ -207,7 +207,8 @@ export class OffloadAuto {
     const policy = this.#policy;
     const peers = this.#sample(device, state);
     if (peers.length === 0) {
-      if (device.neighbours.list().some((n) => n.family === 'inet6') && state.reported === null) {
+      const kept = this.#ctx.monitor.restoreSet(device.ifindex);
+      if (kept.some((n) => n.family === 'inet6') && state.reported === null) {
         // flannel-v6.*: the probes are IPv4's; say so once, and leave the offload as it is.
         this.#settle(
           device,

@@ -10,7 +10,7 @@ import { systemError, type SystemError } from '../core/errors';
 import { neighbourKey } from '../core/records';
 import type { LinkInfo } from '../core/types';
 import type { GuardConfig } from './config';
-import type { GuardClock, ManagedDevice } from './context';
+import type { GuardClock, GuardMonitor, ManagedDevice } from './context';
 import type { DeviceTable } from './devices';
 import { StateFile, liveNetnsInodes, type PersistedDevice } from './state-file';
 
@@ -55,6 +55,8 @@ export interface DeviceStateDeps {
   file: StateFile | undefined;
   clock: GuardClock;
   devices: DeviceTable;
+  /** Keeps the devices' restore sets (the native layer's). */
+  monitor: GuardMonitor;
   dryRun: boolean;
   fail(error: unknown): void;
 }
@@ -93,13 +95,16 @@ export class DeviceStateStore {
       device.pin = saved.pin;
       device.pinKind = saved.pinKind;
     }
-    const desired = this.#deps.devices.desiredMac(device);
-    const flushed = device.neighbours.size === 0 || (desired !== null && link?.mac !== desired.mac);
+    const { devices, monitor } = this.#deps;
+    const desired = devices.desiredMac(device);
+    const kept = new Set(monitor.restoreSet(device.ifindex).map(neighbourKey));
+    const flushed = kept.size === 0 || (desired !== null && link?.mac !== desired.mac);
     if (!flushed) return false;
-    for (const entry of saved.neighbours) {
-      const key = neighbourKey(entry);
-      if (!device.neighbours.has(key)) device.neighbours.set(key, entry);
-    }
+    // The table's own entry wins over the one saved for its address.
+    monitor.keep(
+      device.ifindex,
+      saved.neighbours.filter((entry) => !kept.has(neighbourKey(entry))),
+    );
     return saved.neighbours.length > 0;
   }
 
@@ -138,7 +143,7 @@ export class DeviceStateStore {
             ifindex: device.ifindex,
             pin: pinned ? device.pin : null,
             pinKind: pinned ? device.pinKind : null,
-            neighbours: device.neighbours.list(),
+            neighbours: this.#deps.monitor.restoreSet(device.ifindex),
           };
         }),
       );

@@ -92,6 +92,11 @@ napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
   for (const auto& [key, neigh] : mirror.neighs()) {
     if (!ifindex || neigh.record.ifindex == *ifindex) entries.push_back(&neigh.record);
   }
+  return NeighbourColumnsToJs(js, entries);
+}
+
+napi_value NeighbourColumnsToJs(JsWriter& js,
+                                const std::vector<const netlink::NeighRecord*>& entries) {
   const size_t count = entries.size();
   uint8_t* family = nullptr;
   int32_t* index = nullptr;

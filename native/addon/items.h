@@ -28,6 +28,9 @@ napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
 // lib/core/records.ts neighbourInfos does) instead of a dozen property writes each.
 napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
                                   std::optional<int32_t> ifindex);
+// Any entries as those columns.
+napi_value NeighbourColumnsToJs(JsWriter& js,
+                                const std::vector<const netlink::NeighRecord*>& entries);
 
 // getLink()'s lookup: by index (a number) or by name (a string); a TypeError otherwise.
 const StateMirror::Link* FindMirroredLink(const StateMirror& mirror, const Napi::Value& key);

@@ -4,6 +4,7 @@
 
 #include "convert.h"
 #include "errors.h"
+#include "items.h"
 
 namespace fg::addon {
 
@@ -81,7 +82,7 @@ CorrectionAllowance AllowanceFromJs(Napi::Env env, const Napi::Value& value) {
 ArmRequest ArmFromJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() || !info[1].IsObject()) {
-    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, neighbours?, remove?, upsert? })");
+    throw Napi::TypeError::New(env, "arm(ifindex, { name, mac, allowance? })");
   }
   ArmRequest request;
   request.ifindex = info[0].As<Napi::Number>().Int32Value();
@@ -91,28 +92,30 @@ ArmRequest ArmFromJs(const Napi::CallbackInfo& info) {
   if (const Napi::Value allowance = target.Get("allowance"); !allowance.IsUndefined()) {
     request.correction.allowance = AllowanceFromJs(env, allowance);
   }
-  request.fromMirror = target.Get("fromMirror").ToBoolean().Value();
-  if (!target.Get("neighbours").IsUndefined()) {
-    if (request.fromMirror) {
-      throw Napi::TypeError::New(env, "arm: neighbours or fromMirror, not both");
-    }
-    request.change.assign = NeighbourEntriesFromJs(target.Get("neighbours"));
-  }
-  if (!target.Get("remove").IsUndefined())
-    request.change.remove = NeighbourEntriesFromJs(target.Get("remove"));
-  if (!target.Get("upsert").IsUndefined())
-    request.change.upsert = NeighbourEntriesFromJs(target.Get("upsert"));
   return request;
 }
 
 void ArmCore(Napi::Env env, MonitorCore& core, ArmRequest request, const std::string& netnsLabel) {
-  if (request.fromMirror) request.change.assign = core.MirroredRestoreEntries(request.ifindex);
-  if (!request.change.assign && !core.HasRestoreSet(request.ifindex)) {
-    throw Napi::TypeError::New(env, "arm: no neighbour entries kept for this device yet");
-  }
-  Result<Unit> armed =
-      core.Arm(request.ifindex, std::move(request.correction), std::move(request.change));
+  Result<Unit> armed = core.Arm(request.ifindex, std::move(request.correction));
   if (!armed.ok()) ThrowSysError(env, armed.error(), netnsLabel);
+}
+
+KeepRequest KeepFromJs(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "keep(ifindex, recovered?)");
+  KeepRequest request;
+  request.ifindex = info[0].As<Napi::Number>().Int32Value();
+  if (!info[1].IsUndefined()) request.recovered = NeighbourEntriesFromJs(info[1]);
+  return request;
+}
+
+napi_value RestoreSetToJs(JsWriter& js, const MonitorCore& core, int32_t ifindex) {
+  std::vector<netlink::NeighRecord> records;
+  if (const RestoreSet* set = core.RestoreSetOf(ifindex)) {
+    for (const netlink::NeighbourEntry& entry : set->entries()) records.push_back(RecordOf(entry));
+  }
+  std::vector<const netlink::NeighRecord*> pointers;
+  for (const netlink::NeighRecord& record : records) pointers.push_back(&record);
+  return NeighbourColumnsToJs(js, pointers);
 }
 
 Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportStats& reports,

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "js_writer.h"
 #include "monitor_core.h"
 
 namespace fg::addon {
@@ -24,21 +25,24 @@ void ReadNeighbourOptions(const Napi::Object& options, MonitorOptions* out);
 // { ifindexes: number[], namePrefixes: string[] } or null; a TypeError otherwise.
 std::optional<LinkFilter> LinkFilterFromJs(Napi::Env env, const Napi::Value& value);
 
-// arm(ifindex, { name, mac: Buffer(6), allowance?: { limit, windowMs, recent },
-// neighbours?: [...] | fromMirror?: true, remove?: [...], upsert?: [...] }): corrections are
-// made while `allowance` lets them through (without one: one, then the arming is spent);
-// `neighbours` replaces the device's restore set, `fromMirror` replaces it with the device's
-// permanent ARP/NDP entries in the mirror; `remove` and `upsert` change the one kept (there
-// must be one).
+// arm(ifindex, { name, mac: Buffer(6), allowance?: { limit, windowMs, recent } }): corrections
+// are made while `allowance` lets them through (without one: one, then the arming is spent).
 struct ArmRequest {
   int32_t ifindex = 0;
   ArmedCorrection correction;
-  RestoreSetChange change;
-  bool fromMirror = false;
 };
 ArmRequest ArmFromJs(const Napi::CallbackInfo& info);
 // Arms `core` as asked (the caller holds whatever guards the core); throws as JS expects.
 void ArmCore(Napi::Env env, MonitorCore& core, ArmRequest request, const std::string& netnsLabel);
+
+// keep(ifindex, recovered?: entries as columns): see MonitorCore::Keep.
+struct KeepRequest {
+  int32_t ifindex = 0;
+  std::vector<netlink::NeighbourEntry> recovered;
+};
+KeepRequest KeepFromJs(const Napi::CallbackInfo& info);
+// The device's restore set as neighbour columns (empty when none is kept).
+napi_value RestoreSetToJs(JsWriter& js, const MonitorCore& core, int32_t ifindex);
 
 Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportStats& reports,
                        int receiveBuffer, const StateMirror& mirror);

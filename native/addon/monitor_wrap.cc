@@ -54,6 +54,9 @@ Napi::Function MonitorWrap::Define(Napi::Env env) {
                          InstanceMethod<&MonitorWrap::SetFilter>("setFilter"),
                          InstanceMethod<&MonitorWrap::Arm>("arm"),
                          InstanceMethod<&MonitorWrap::Disarm>("disarm"),
+                         InstanceMethod<&MonitorWrap::Keep>("keep"),
+                         InstanceMethod<&MonitorWrap::Release>("release"),
+                         InstanceMethod<&MonitorWrap::RestoreSet>("restoreSet"),
                          InstanceMethod<&MonitorWrap::Ref>("ref"),
                          InstanceMethod<&MonitorWrap::Unref>("unref"),
                          InstanceMethod<&MonitorWrap::Stats>("stats"),
@@ -186,6 +189,31 @@ Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   std::lock_guard<std::mutex> lock(mutex_);
   ArmCore(env, *poll_->core, std::move(request), netnsLabel_);
   return env.Undefined();
+}
+
+// keep(ifindex, recovered?): see MonitorCore::Keep.
+Napi::Value MonitorWrap::Keep(const Napi::CallbackInfo& info) {
+  KeepRequest request = KeepFromJs(info);
+  if (!poll_) throw Napi::Error::New(info.Env(), "monitor is closed");
+  std::lock_guard<std::mutex> lock(mutex_);
+  poll_->core->Keep(request.ifindex, std::move(request.recovered));
+  return info.Env().Undefined();
+}
+
+Napi::Value MonitorWrap::Release(const Napi::CallbackInfo& info) {
+  if (poll_ && info[0].IsNumber()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    poll_->core->Release(info[0].As<Napi::Number>().Int32Value());
+  }
+  return info.Env().Undefined();
+}
+
+// restoreSet(ifindex): the device's restore set as neighbour columns (empty once closed).
+Napi::Value MonitorWrap::RestoreSet(const Napi::CallbackInfo& info) {
+  JsWriter js(info.Env());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!poll_) return Finish(js, NeighbourColumnsToJs(js, {}));
+  return Finish(js, RestoreSetToJs(js, *poll_->core, info[0].ToNumber().Int32Value()));
 }
 
 Napi::Value MonitorWrap::Disarm(const Napi::CallbackInfo& info) {

@@ -49,6 +49,9 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   Napi::Value SetFilter(const Napi::CallbackInfo& info);
   Napi::Value Arm(const Napi::CallbackInfo& info);
   Napi::Value Disarm(const Napi::CallbackInfo& info);
+  Napi::Value Keep(const Napi::CallbackInfo& info);
+  Napi::Value Release(const Napi::CallbackInfo& info);
+  Napi::Value RestoreSet(const Napi::CallbackInfo& info);
   Napi::Value Ref(const Napi::CallbackInfo& info);
   Napi::Value Unref(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);

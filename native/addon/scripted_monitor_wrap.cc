@@ -37,6 +37,9 @@ Napi::Function ScriptedMonitorWrap::Define(Napi::Env env) {
                          InstanceMethod<&ScriptedMonitorWrap::SetFilter>("setFilter"),
                          InstanceMethod<&ScriptedMonitorWrap::Arm>("arm"),
                          InstanceMethod<&ScriptedMonitorWrap::Disarm>("disarm"),
+                         InstanceMethod<&ScriptedMonitorWrap::Keep>("keep"),
+                         InstanceMethod<&ScriptedMonitorWrap::Release>("release"),
+                         InstanceMethod<&ScriptedMonitorWrap::RestoreSet>("restoreSet"),
                          InstanceMethod<&ScriptedMonitorWrap::Nothing>("ref"),
                          InstanceMethod<&ScriptedMonitorWrap::Nothing>("unref"),
                          InstanceMethod<&ScriptedMonitorWrap::Nothing>("flush"),
@@ -175,6 +178,22 @@ Napi::Value ScriptedMonitorWrap::Arm(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+Napi::Value ScriptedMonitorWrap::Keep(const Napi::CallbackInfo& info) {
+  KeepRequest request = KeepFromJs(info);
+  core_->Keep(request.ifindex, std::move(request.recovered));
+  return info.Env().Undefined();
+}
+
+Napi::Value ScriptedMonitorWrap::Release(const Napi::CallbackInfo& info) {
+  if (info[0].IsNumber()) core_->Release(info[0].As<Napi::Number>().Int32Value());
+  return info.Env().Undefined();
+}
+
+Napi::Value ScriptedMonitorWrap::RestoreSet(const Napi::CallbackInfo& info) {
+  JsWriter js(info.Env());
+  return Finish(js, RestoreSetToJs(js, *core_, info[0].ToNumber().Int32Value()));
+}
+
 Napi::Value ScriptedMonitorWrap::Disarm(const Napi::CallbackInfo& info) {
   if (info[0].IsNumber()) core_->Disarm(info[0].As<Napi::Number>().Int32Value());
   return info.Env().Undefined();
@@ -266,7 +285,7 @@ Napi::Value ScriptedMonitorWrap::Armed(const Napi::CallbackInfo& info) {
   object.Set("name", armed->name);
   object.Set("mac", netlink::FormatMac(armed->mac));
   Napi::Array neighbours = Napi::Array::New(env);
-  if (const RestoreSet* set = core_->RestoreSetOf(ifindex)) {
+  if (const fg::RestoreSet* set = core_->RestoreSetOf(ifindex)) {
     JsWriter js(env);
     for (const netlink::NeighbourEntry& entry : set->entries()) {
       neighbours.Set(neighbours.Length(), Napi::Value(env, AddressToJs(js, entry.destination)));

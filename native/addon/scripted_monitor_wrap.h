@@ -27,6 +27,9 @@ class ScriptedMonitorWrap : public Napi::ObjectWrap<ScriptedMonitorWrap> {
   Napi::Value SetFilter(const Napi::CallbackInfo& info);
   Napi::Value Arm(const Napi::CallbackInfo& info);
   Napi::Value Disarm(const Napi::CallbackInfo& info);
+  Napi::Value Keep(const Napi::CallbackInfo& info);
+  Napi::Value Release(const Napi::CallbackInfo& info);
+  Napi::Value RestoreSet(const Napi::CallbackInfo& info);
   Napi::Value Nothing(const Napi::CallbackInfo& info);  // ref, unref, flush
   Napi::Value Stats(const Napi::CallbackInfo& info);
   Napi::Value Links(const Napi::CallbackInfo& info);

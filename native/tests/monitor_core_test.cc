@@ -31,7 +31,6 @@ using fg::MonitorItem;
 using fg::MonitorOptions;
 using fg::NeighbourWrites;
 using fg::NeighItem;
-using fg::RestoreSetChange;
 using fg::Result;
 using fg::ScriptedSource;
 using fg::ScriptedWriter;
@@ -174,6 +173,7 @@ struct Bed {
         options);
     core->RequestResync("initial");
     Read();
+    core->Keep(kIfindex, {});
   }
 
   // Reads until nothing is queued and no dump is asked for; the items read.
@@ -191,9 +191,7 @@ struct Bed {
     ArmedCorrection correction;
     correction.name = "flannel.1";
     correction.mac = kDesired;
-    RestoreSetChange change;
-    change.assign = core->MirroredRestoreEntries(kIfindex);
-    EXPECT_TRUE(core->Arm(kIfindex, std::move(correction), std::move(change)).ok());
+    EXPECT_TRUE(core->Arm(kIfindex, std::move(correction)).ok());
   }
 };
 
@@ -269,6 +267,29 @@ TEST_CASE("monitor core: an entry deleted on purpose is not put back; one added 
   EXPECT_EQ(corrected->correction->neighbours, size_t{2});
   EXPECT_TRUE(bed.kernel->arp.count(2) == 0);
   EXPECT_TRUE(bed.kernel->arp.count(3) == 1 && bed.kernel->arp.count(4) == 1);
+}
+
+TEST_CASE(
+    "monitor core: Keep takes entries recovered from a state in; an unkept device is not armed") {
+  Bed bed({{2, MacOf(0x22)}});
+  NeighbourEntry recovered;
+  recovered.family = AF_INET;
+  recovered.destination = {198, 18, 0, 5};
+  recovered.lladdr = MacOf(0x55);
+  recovered.state = NUD_PERMANENT;
+  bed.core->Keep(kIfindex, {recovered});  // the ifindex is the device's, whatever was saved
+  EXPECT_EQ(bed.core->RestoreSetOf(kIfindex)->size(), size_t{2});
+  bed.Arm();
+  bed.kernel->WriteMac(MacOf(0xee));
+  bed.Read();
+  EXPECT_TRUE(bed.kernel->arp.count(5) == 1 && bed.kernel->arp.count(2) == 1);
+  bed.core->Release(kIfindex);
+  EXPECT_TRUE(bed.core->RestoreSetOf(kIfindex) == nullptr);
+  ArmedCorrection correction;
+  correction.name = "flannel.1";
+  correction.mac = kDesired;
+  const Result<Unit> armed = bed.core->Arm(kIfindex, correction);
+  EXPECT_TRUE(!armed.ok() && armed.error().errnum == EINVAL);
 }
 
 TEST_CASE("monitor core: seeded random writers; every correction puts back what they left") {
