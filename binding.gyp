@@ -15,6 +15,7 @@
         "native/monitor_io.cc",
         "native/scripted_io.cc",
         "native/read_thread.cc",
+        "native/report_queue.cc",
         "native/socket_filter.cc",
         "native/ethtool.cc",
         "native/path_probe.cc",

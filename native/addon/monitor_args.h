@@ -10,13 +10,9 @@
 
 #include "js_writer.h"
 #include "monitor_core.h"
+#include "report_queue.h"
 
 namespace fg::addon {
-
-struct ReportStats {
-  uint64_t reports = 0;          // batches handed to JS
-  uint64_t heldCorrections = 0;  // corrections whose report waited for a later batch
-};
 
 // options.neighbours (true, the default; false; "ip": ARP and NDP, no FDB) and
 // options.neighbourEvents ("all", the default; "permanent") into `out`.

@@ -14,18 +14,8 @@ namespace {
 // Datagrams read per wake before yielding to the loop; more data wakes it again.
 constexpr size_t kDatagramsPerWake = 64;
 
-// The longest a report of corrections may be held (see Hold).
+// The longest a report of corrections may be held (see ReportQueue).
 constexpr double kMaxReportIntervalMs = 1000;
-
-// An item JS needs nothing from in a hurry: a correction made for an armed
-// device that stays armed, without error, whose own notification was read with
-// it (the mirror is back where it was). Its report can wait; anything else - a
-// rewrite left to JS, an error, any other change - is reported at once.
-bool Holdable(const MonitorItem& item) {
-  const auto* link = std::get_if<LinkItem>(&item);
-  return link != nullptr && link->correction && !link->correction->error &&
-         link->correction->echoed && !link->disarmed;
-}
 
 std::string OptionalString(const Napi::Object& options, const char* key) {
   Napi::Value value = options.Get(key);
@@ -96,7 +86,7 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
     if (!(ms >= 0 && ms <= kMaxReportIntervalMs)) {
       throw Napi::RangeError::New(env, "Monitor: reportIntervalMs must be 0..1000");
     }
-    reportIntervalNs_ = static_cast<int64_t>(ms * 1e6);
+    shared_.Lock()->reports = ReportQueue(static_cast<int64_t>(ms * 1e6));
   }
 
   Result<std::unique_ptr<MonitorCore>> core = MonitorCore::Open(monitorOptions);
@@ -116,10 +106,14 @@ MonitorWrap::MonitorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Moni
   }
   poll->handedOver.data = poll.get();
   poll_ = poll.release();
-  // What opening had to settle for (a smaller receive buffer, no extended
-  // ACKs) reaches JS with the first batch, as warnings.
-  for (const std::string& warning : poll_->core->warnings()) {
-    pending_.push_back(WarningItem{"EDEGRADED", warning});
+  {
+    auto shared = shared_.Lock();
+    shared->core = poll_->core.get();
+    // What opening had to settle for (a smaller receive buffer, no extended
+    // ACKs) reaches JS with the first batch, as warnings.
+    for (const std::string& warning : poll_->core->warnings()) {
+      shared->pending.push_back(WarningItem{"EDEGRADED", warning});
+    }
   }
   napi_add_async_cleanup_hook(env, &MonitorWrap::OnTeardown, poll_, &poll_->teardownHook);
 
@@ -161,10 +155,7 @@ Napi::Value MonitorWrap::Start(const Napi::CallbackInfo& info) {
 
 Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
   if (started_ && !closed_ && poll_ && poll_->reader) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      poll_->core->RequestResync("requested");
-    }
+    shared_.Lock()->core->RequestResync("requested");
     poll_->reader->Kick();
   }
   return info.Env().Undefined();
@@ -174,9 +165,9 @@ Napi::Value MonitorWrap::Resync(const Napi::CallbackInfo& info) {
 Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const std::optional<LinkFilter> filter = LinkFilterFromJs(env, info[0]);
-  if (!poll_) throw Napi::Error::New(env, "monitor is closed");
-  std::lock_guard<std::mutex> lock(mutex_);
-  Result<Unit> set = poll_->core->SetFilter(filter);
+  auto shared = shared_.Lock();
+  if (!shared->core) throw Napi::Error::New(env, "monitor is closed");
+  Result<Unit> set = shared->core->SetFilter(filter);
   if (!set.ok()) ThrowSysError(env, set.error(), netnsLabel_);
   return env.Undefined();
 }
@@ -185,25 +176,25 @@ Napi::Value MonitorWrap::SetFilter(const Napi::CallbackInfo& info) {
 Napi::Value MonitorWrap::Arm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ArmRequest request = ArmFromJs(info);
-  if (!poll_) throw Napi::Error::New(env, "monitor is closed");
-  std::lock_guard<std::mutex> lock(mutex_);
-  ArmCore(env, *poll_->core, std::move(request), netnsLabel_);
+  auto shared = shared_.Lock();
+  if (!shared->core) throw Napi::Error::New(env, "monitor is closed");
+  ArmCore(env, *shared->core, std::move(request), netnsLabel_);
   return env.Undefined();
 }
 
 // keep(ifindex, recovered?): see MonitorCore::Keep.
 Napi::Value MonitorWrap::Keep(const Napi::CallbackInfo& info) {
   KeepRequest request = KeepFromJs(info);
-  if (!poll_) throw Napi::Error::New(info.Env(), "monitor is closed");
-  std::lock_guard<std::mutex> lock(mutex_);
-  poll_->core->Keep(request.ifindex, std::move(request.recovered));
+  auto shared = shared_.Lock();
+  if (!shared->core) throw Napi::Error::New(info.Env(), "monitor is closed");
+  shared->core->Keep(request.ifindex, std::move(request.recovered));
   return info.Env().Undefined();
 }
 
 Napi::Value MonitorWrap::Release(const Napi::CallbackInfo& info) {
-  if (poll_ && info[0].IsNumber()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    poll_->core->Release(info[0].As<Napi::Number>().Int32Value());
+  auto shared = shared_.Lock();
+  if (shared->core && info[0].IsNumber()) {
+    shared->core->Release(info[0].As<Napi::Number>().Int32Value());
   }
   return info.Env().Undefined();
 }
@@ -211,15 +202,15 @@ Napi::Value MonitorWrap::Release(const Napi::CallbackInfo& info) {
 // restoreSet(ifindex): the device's restore set as neighbour columns (empty once closed).
 Napi::Value MonitorWrap::RestoreSet(const Napi::CallbackInfo& info) {
   JsWriter js(info.Env());
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!poll_) return Finish(js, NeighbourColumnsToJs(js, {}));
-  return Finish(js, RestoreSetToJs(js, *poll_->core, info[0].ToNumber().Int32Value()));
+  auto shared = shared_.Lock();
+  if (!shared->core) return Finish(js, NeighbourColumnsToJs(js, {}));
+  return Finish(js, RestoreSetToJs(js, *shared->core, info[0].ToNumber().Int32Value()));
 }
 
 Napi::Value MonitorWrap::Disarm(const Napi::CallbackInfo& info) {
-  if (poll_ && info[0].IsNumber()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    poll_->core->Disarm(info[0].As<Napi::Number>().Int32Value());
+  auto shared = shared_.Lock();
+  if (shared->core && info[0].IsNumber()) {
+    shared->core->Disarm(info[0].As<Napi::Number>().Int32Value());
   }
   return info.Env().Undefined();
 }
@@ -236,50 +227,52 @@ Napi::Value MonitorWrap::Unref(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MonitorWrap::Stats(const Napi::CallbackInfo& info) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return StatsToJs(info.Env(), poll_ ? poll_->core->stats() : finalStats_, reportStats_,
-                   receiveBuffer_, mirror());
+  auto shared = shared_.Lock();
+  return StatsToJs(info.Env(), shared->core ? shared->core->stats() : finalStats_,
+                   shared->reports.stats(), receiveBuffer_, MirrorOf(*shared));
 }
 
-int16_t MonitorWrap::AddrAssignTypeOf(int32_t ifindex) {
-  if (poll_) return poll_->core->AddrAssignTypeOf(ifindex);
+int16_t MonitorWrap::AddrAssignTypeOf(ReaderShared& shared, int32_t ifindex) {
+  if (shared.core) return shared.core->AddrAssignTypeOf(ifindex);
   const StateMirror::Link* link = finalMirror_.FindLink(ifindex);
   return link ? link->addrAssignType : kAddrAssignTypeUnknown;
 }
 
 // links(): every mirrored link (as at close() once closed).
 Napi::Value MonitorWrap::Links(const Napi::CallbackInfo& info) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto shared = shared_.Lock();
   JsWriter js(info.Env());
-  return Napi::Value(info.Env(), MirroredLinksToJs(js, mirror(), [this](int32_t ifindex) {
-                       return AddrAssignTypeOf(ifindex);
+  return Napi::Value(info.Env(),
+                     MirroredLinksToJs(js, MirrorOf(*shared), [this, &shared](int32_t ifindex) {
+                       return AddrAssignTypeOf(*shared, ifindex);
                      }));
 }
 
 // getLink(ifindex | name): the mirrored link, or undefined.
 Napi::Value MonitorWrap::GetLink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  std::lock_guard<std::mutex> lock(mutex_);
-  const StateMirror::Link* link = FindMirroredLink(mirror(), info[0]);
+  auto shared = shared_.Lock();
+  const StateMirror::Link* link = FindMirroredLink(MirrorOf(*shared), info[0]);
   if (!link) return env.Undefined();
   const int32_t ifindex = link->record.ifindex;
-  const int16_t addrAssignType = AddrAssignTypeOf(ifindex);
+  const int16_t addrAssignType = AddrAssignTypeOf(*shared, ifindex);
   JsWriter js(env);
-  return Napi::Value(env, MirroredLinkToJs(js, mirror().FindLink(ifindex)->record, addrAssignType));
+  return Napi::Value(
+      env, MirroredLinkToJs(js, MirrorOf(*shared).FindLink(ifindex)->record, addrAssignType));
 }
 
 // neighbours(ifindex?): the mirrored neighbour and FDB entries, of one device when given.
 Napi::Value MonitorWrap::Neighbours(const Napi::CallbackInfo& info) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto shared = shared_.Lock();
   JsWriter js(info.Env());
   std::optional<int32_t> ifindex;
   if (info[0].IsNumber()) ifindex = info[0].As<Napi::Number>().Int32Value();
-  return Napi::Value(info.Env(), MirroredNeighboursToJs(js, mirror(), ifindex));
+  return Napi::Value(info.Env(), MirroredNeighboursToJs(js, MirrorOf(*shared), ifindex));
 }
 
 Napi::Value MonitorWrap::Resyncing(const Napi::CallbackInfo& info) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return Napi::Boolean::New(info.Env(), poll_ && poll_->core->mirror().resyncing());
+  auto shared = shared_.Lock();
+  return Napi::Boolean::New(info.Env(), shared->core && shared->core->mirror().resyncing());
 }
 
 // flush(): reports the held corrections now, with anything handed over and not yet
@@ -299,17 +292,22 @@ Napi::Value MonitorWrap::Close(const Napi::CallbackInfo& info) {
 void MonitorWrap::CloseFromJs() {
   if (closed_) return;
   closed_ = true;
+  if (poll_) poll_->reader.reset();  // after the turn it is in
+  {
+    auto shared = shared_.Lock();
+    if (shared->core) {
+      finalStats_ = shared->core->stats();
+      finalMirror_ = shared->core->ReleaseMirror();
+      shared->core = nullptr;
+    }
+    shared->pending.clear();
+    shared->reports.Clear();
+  }
   if (poll_) {
-    poll_->reader.reset();  // after the turn it is in: the core is the loop's alone
-    finalStats_ = poll_->core->stats();
-    finalMirror_ = poll_->core->ReleaseMirror();
     poll_->owner = nullptr;
     BeginClose(poll_);
     poll_ = nullptr;
   }
-  pending_.clear();
-  held_.clear();
-  ready_.clear();
   if (!delivering_) DestroyAsyncContext();  // else once the callback has returned
   if (started_) Napi::ObjectWrap<MonitorWrap>::Unref();
 }
@@ -336,86 +334,29 @@ void MonitorWrap::OnTeardown(napi_async_cleanup_hook_handle, void* data) {
 }
 
 ReadThread::Next MonitorWrap::Turn(int64_t arrivalNs) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  MonitorCore& core = *poll_->core;
+  auto shared = shared_.Lock();
+  MonitorCore& core = *shared->core;
   std::vector<MonitorItem> items;
-  items.swap(pending_);
+  items.swap(shared->pending);
   core.ReadAvailable(kDatagramsPerWake, arrivalNs, &items);
-  const int64_t now = SteadyNowNs();
-  const bool due = !held_.empty() && now >= heldDueNs_;
-  if (!core.failed() && !due && (items.empty() || Hold(items, now))) {
-    return {held_.empty() ? 0 : heldDueNs_, false, false};
-  }
-  // JS queries the mirror as of what it is handed: the reader waits for JS,
-  // unless it hands over corrections alone (the mirror back where it was).
-  const bool news = core.failed() || !std::all_of(items.begin(), items.end(), Holdable);
-  const bool pause = HandOver(std::move(items), core.batchArrivalNs(), news);
+  const ReportQueue::Decision decision =
+      shared->reports.Read(std::move(items), core.batchArrivalNs(), SteadyNowNs(), core.failed());
+  if (!decision.handOver) return {decision.dueNs, false, false};
   uv_async_send(&poll_->handedOver);
-  return {0, pause, core.failed()};
-}
-
-// Leading edge: the first correction after a quiet report interval is
-// reported at once, and the ones after it, while they keep coming, together
-// when the interval is up. A batch with anything else in it takes the held
-// ones along at once. Each held correction carries its own arrival.
-bool MonitorWrap::Hold(std::vector<MonitorItem>& items, int64_t now) {
-  // Bounded: held corrections never grow past what one read hands over.
-  if (reportIntervalNs_ == 0 || held_.size() + items.size() > MonitorCore::kItemsPerBatch) {
-    return false;
-  }
-  for (const MonitorItem& item : items) {
-    if (!Holdable(item)) return false;
-  }
-  if (held_.empty()) {
-    heldDueNs_ = lastReportNs_ + reportIntervalNs_;
-    if (lastReportNs_ == 0 || now >= heldDueNs_) return false;
-  }
-  reportStats_.heldCorrections += items.size();
-  for (MonitorItem& item : items) held_.push_back(std::move(item));
-  items.clear();
-  return true;
-}
-
-void MonitorWrap::ReadyHeld() {
-  if (held_.empty()) return;
-  if (ready_.empty()) readyArrivalNs_ = std::get<LinkItem>(held_.front()).correction->arrivalNs;
-  for (MonitorItem& item : held_) ready_.push_back(std::move(item));
-  held_.clear();
-}
-
-bool MonitorWrap::HandOver(std::vector<MonitorItem> items, int64_t arrivalNs, bool news) {
-  ReadyHeld();
-  if (!items.empty()) {
-    readyArrivalNs_ = arrivalNs;
-    for (MonitorItem& item : items) ready_.push_back(std::move(item));
-  }
-  lastReportNs_ = SteadyNowNs();
-  // Bounded: a loop that does not take what it is handed stops the reader.
-  const bool pause = !readyPauses_ && (news || ready_.size() >= MonitorCore::kItemsPerBatch);
-  readyPauses_ = readyPauses_ || pause;
-  return pause;
+  return {0, decision.pause, core.failed()};
 }
 
 void MonitorWrap::DeliverHandedOver(bool suspended) {
-  std::vector<MonitorItem> items;
-  int64_t arrivalNs = 0;
-  bool paused = false;
+  ReportQueue::Taken taken;
   bool failed = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (suspended && !held_.empty()) {
-      ReadyHeld();
-      lastReportNs_ = SteadyNowNs();
-    }
-    items.swap(ready_);
-    arrivalNs = readyArrivalNs_;
-    paused = readyPauses_;
-    readyPauses_ = false;
+    auto shared = shared_.Lock();
+    taken = shared->reports.Take(suspended, SteadyNowNs());
     // A read that failed handed its FatalItem over with this: the reader has stopped.
-    failed = poll_->core->failed();
-    if (!items.empty()) ++reportStats_.reports;
+    failed = shared->core != nullptr && shared->core->failed();
   }
-  Report(std::move(items), arrivalNs, failed, (suspended ? 1 : 0) + (paused ? 1 : 0));
+  Report(std::move(taken.items), taken.arrivalNs, failed,
+         (suspended ? 1 : 0) + (taken.paused ? 1 : 0));
 }
 
 void MonitorWrap::ResumeReader(int times) {

@@ -16,13 +16,14 @@
 #include <uv.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "guarded.h"
 #include "monitor_args.h"
 #include "monitor_core.h"
 #include "read_thread.h"
+#include "report_queue.h"
 
 namespace fg::addon {
 
@@ -37,7 +38,7 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   // Owns the socket, its reader and the handle that wakes the loop; outlives
   // the JS object until libuv has closed the handle.
   struct Poll {
-    uv_async_t handedOver;  // the reader handed a batch over (ready_)
+    uv_async_t handedOver;  // the reader handed a batch over (ReportQueue::Read)
     MonitorWrap* owner = nullptr;
     std::unique_ptr<MonitorCore> core;
     std::unique_ptr<ReadThread> reader;  // stopped before the core goes
@@ -62,17 +63,8 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   Napi::Value Flush(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
-  // The reader's turn (its thread, under mutex_): reads a batch, then holds
-  // it or hands it over with the held ones.
+  // The reader's turn (its thread): reads a batch, then holds it or hands it over.
   ReadThread::Next Turn(int64_t arrivalNs);
-  // Keeps a batch of corrections for the next report; true when it was kept.
-  bool Hold(std::vector<MonitorItem>& items, int64_t now);
-  // Adds the held corrections, then `items` (read at `arrivalNs`), to what JS
-  // is to report next (under mutex_). True when the reader is to wait until
-  // JS has: `news` (JS queries the mirror as of it), or JS falls behind.
-  bool HandOver(std::vector<MonitorItem> items, int64_t arrivalNs, bool news);
-  // Moves the held corrections to what JS is to report next (under mutex_).
-  void ReadyHeld();
   // The loop's side: reports what was handed over (`suspended`: by Flush, with
   // the reader suspended, and the held ones too), then resumes the reader.
   void DeliverHandedOver(bool suspended);
@@ -90,18 +82,13 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   Poll* poll_ = nullptr;
   Napi::FunctionReference onBatch_;
   napi_async_context asyncContext_ = nullptr;
-  // Between the loop and the reader: the core and what follows, to the stats.
-  std::mutex mutex_;
-  std::vector<MonitorItem> pending_;  // for the next turn (warnings from opening)
-  // Corrections made since the last report, waiting for the next (see Hold).
-  std::vector<MonitorItem> held_;
-  int64_t heldDueNs_ = 0;
-  std::vector<MonitorItem> ready_;  // handed over, not yet reported
-  int64_t readyArrivalNs_ = 0;
-  bool readyPauses_ = false;      // the reader waits for ready_'s report
-  int64_t reportIntervalNs_ = 0;  // 0: every batch is reported at once
-  int64_t lastReportNs_ = 0;
-  ReportStats reportStats_;
+  // What the reader thread and the loop share, reached only under its lock.
+  struct ReaderShared {
+    MonitorCore* core = nullptr;  // poll_'s while open
+    ReportQueue reports;
+    std::vector<MonitorItem> pending;  // for the next turn (warnings from opening)
+  };
+  Guarded<ReaderShared> shared_;
   std::string netnsLabel_;
   bool started_ = false;
   bool delivering_ = false;
@@ -110,9 +97,11 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   MonitorStats finalStats_;
   // What the mirror held at close(): still read by links() and neighbours().
   StateMirror finalMirror_;
-  const StateMirror& mirror() const { return poll_ ? poll_->core->mirror() : finalMirror_; }
+  const StateMirror& MirrorOf(const ReaderShared& shared) const {
+    return shared.core ? shared.core->mirror() : finalMirror_;
+  }
   // addr_assign_type of a mirrored device (read lazily while open).
-  int16_t AddrAssignTypeOf(int32_t ifindex);
+  int16_t AddrAssignTypeOf(ReaderShared& shared, int32_t ifindex);
 };
 
 }  // namespace fg::addon
