@@ -15,9 +15,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 
+import { IpLinkMonitor, type LinkEvent } from './ip-monitor';
 import { delay, execFile, Netns } from './netns';
 import { prng } from './prng';
 import type { SequenceGuardMessage, SequenceGuardOptions } from './sequence-worker';
+import { Udevd } from './udevd';
 
 export const DESIRED = '02:00:00:00:00:0a';
 /** Fast enough to settle in a test, strict enough that a burst of rewrites contests. */
@@ -46,7 +48,13 @@ export type Op =
   | { kind: 'peerDel'; peer: number; family: Family }
   | { kind: 'recreate'; mac: string }
   | { kind: 'downUp' }
-  | { kind: 'offloadOn' };
+  | { kind: 'offloadOn' }
+  /** A real systemd-udevd (MACAddressPolicy=persistent) in the namespace from here on. */
+  | { kind: 'udevStart' }
+  /** flannel.1 re-created with the kernel's random MAC, entries re-added at once; udev rewrites it. */
+  | { kind: 'udevRecreate' }
+  /** A rewrite, then another writer (flanneld, a second guard) re-adds every entry at once. */
+  | { kind: 'rewriteReAdd'; mac: string };
 
 function peerIp(peer: number, family: Family): string {
   const v4 = `198.18.${peer + 2}.0`;
@@ -70,14 +78,23 @@ export function generate(seed: number, length: number): Op[] {
     mac: randomMac(random, 0x06),
   });
   const ops: Op[] = [];
+  const udev = random() < 0.25;
+  if (udev) ops.push({ kind: 'udevStart' });
+  const rewrite = (): Op => {
+    const roll = random();
+    if (udev && roll < 0.3) return { kind: 'udevRecreate' };
+    return roll < 0.8
+      ? { kind: 'rewrite', mac: randomMac(random) }
+      : { kind: 'rewriteReAdd', mac: randomMac(random) };
+  };
   // The start conditions: entries, perhaps a rewrite before the guard, perhaps re-added.
   for (let i = Math.floor(random() * 4); i > 0; i--) ops.push(peerAdd());
-  if (random() < 0.5) ops.push({ kind: 'rewrite', mac: randomMac(random) });
+  if (random() < 0.5) ops.push(rewrite());
   for (let i = Math.floor(random() * 3); i > 0; i--) ops.push(peerAdd());
   ops.push({ kind: 'start', dryRun: random() < 0.1 });
   while (ops.length < length) {
     const roll = random();
-    if (roll < 0.2) ops.push({ kind: 'rewrite', mac: randomMac(random) });
+    if (roll < 0.2) ops.push(rewrite());
     else if (roll < 0.42) ops.push(peerAdd());
     else if (roll < 0.52)
       ops.push({
@@ -122,12 +139,23 @@ export function describeOp(op: Op): string {
       return 'ip link set flannel.1 down; up';
     case 'offloadOn':
       return 'ethtool -K flannel.1 tx-checksum-ip-generic on';
+    case 'udevStart':
+      return 'systemd-udevd (MACAddressPolicy=persistent) starts';
+    case 'udevRecreate':
+      return 'flannel.1 re-created with a random MAC, entries re-added; udev rewrites it';
+    case 'rewriteReAdd':
+      return `ip link set flannel.1 address ${op.mac}; another writer re-adds every entry`;
   }
 }
+
+/** The MAC udev's persistent policy gives flannel.1 here (known once udevd has run). */
+export const UDEV_MAC = 'udev';
 
 /** What the node is, as the oracle knows it: the writers' intent and the kernel's state. */
 interface Model {
   guard: { dryRun: boolean } | null;
+  /** A real udevd runs in the namespace. */
+  udev: boolean;
   /** Which creation of the device this is (a state file is per device). */
   generation: number;
   mac: string;
@@ -156,6 +184,18 @@ function settleUnderGuard(model: Model): void {
   }
   model.kernel = new Map(model.intended);
   model.offloadOff = true;
+}
+
+/** flannel restarted: a new device at `mac`; flanneld re-adds the entries it wrote, their FDB. */
+function recreated(model: Model, mac: string): void {
+  model.generation += 1;
+  model.mac = mac;
+  model.kernel = new Map(model.intended);
+  model.fdb = new Map(
+    [...model.fdb].filter(([lladdr]) => [...model.intended.values()].includes(lladdr)),
+  );
+  model.offloadOff = false;
+  settleUnderGuard(model);
 }
 
 /** Applies `op` to the model; false when it does not apply (it is skipped in the kernel too). */
@@ -212,15 +252,7 @@ function step(model: Model, op: Op): boolean {
       return true;
     }
     case 'recreate':
-      model.generation += 1;
-      model.mac = op.mac;
-      // flanneld re-adds what it knows: the entries it wrote, their FDB entries.
-      model.kernel = new Map(model.intended);
-      model.fdb = new Map(
-        [...model.fdb].filter(([mac]) => [...model.intended.values()].includes(mac)),
-      );
-      model.offloadOff = false;
-      settleUnderGuard(model);
+      recreated(model, op.mac);
       return true;
     case 'downUp':
       model.kernel.clear();
@@ -228,6 +260,21 @@ function step(model: Model, op: Op): boolean {
       return true;
     case 'offloadOn':
       model.offloadOff = false;
+      settleUnderGuard(model);
+      return true;
+    case 'udevStart':
+      if (model.udev || model.guard || model.saved || model.kernel.size > 0) return false;
+      model.udev = true;
+      model.generation += 1;
+      return true;
+    case 'udevRecreate':
+      if (!model.udev) return false;
+      // Without a writing guard the entries are re-added once udev has rewritten the MAC.
+      recreated(model, UDEV_MAC);
+      return true;
+    case 'rewriteReAdd':
+      model.mac = op.mac;
+      model.kernel = new Map(model.intended);
       settleUnderGuard(model);
       return true;
   }
@@ -273,6 +320,10 @@ export class SequenceBed {
   #ns: Netns;
   #stateDir: string;
   #guard: GuardHandle | null = null;
+  /** The independent listener: every link message, as `ip monitor` read it. */
+  #links: IpLinkMonitor | null = null;
+  #udevd: Udevd | null = null;
+  #udevMac = '';
 
   private constructor(ns: Netns, stateDir: string) {
     this.#ns = ns;
@@ -289,8 +340,9 @@ export class SequenceBed {
         'address add 192.0.2.1/24 dev veth0',
         'link set veth0 up',
         'link set veth1 up',
-        ...bed.#createLines(DESIRED),
+        ...createLines(DESIRED),
       ]);
+      bed.#links = await IpLinkMonitor.start(ns);
     } catch (error) {
       await bed.destroy();
       throw error;
@@ -298,19 +350,59 @@ export class SequenceBed {
     return bed;
   }
 
-  #createLines(mac: string): string[] {
-    return [
-      `link add flannel.1 address ${mac} type vxlan id 1 local 192.0.2.1 dev veth0 dstport 8472 nolearning`,
-      'address add 198.18.0.0/32 dev flannel.1',
-      'link set flannel.1 up',
-    ];
-  }
-
   async destroy(): Promise<void> {
     if (this.#guard) await this.#guard.worker.terminate();
     this.#guard = null;
+    await this.#links?.stop();
+    await this.#udevd?.stop();
     await this.#ns.destroy();
     rmSync(this.#stateDir, { recursive: true, force: true });
+  }
+
+  /** What udev's persistent policy makes flannel.1's MAC in this namespace. */
+  get udevMac(): string {
+    return this.#udevMac;
+  }
+
+  /** flannel.1's link messages so far, as the independent listener read them. */
+  get linkEvents(): readonly LinkEvent[] {
+    return this.#links?.events ?? [];
+  }
+
+  /** Waits (bounded) until the independent listener has read flannel.1 at `mac`. */
+  async listenerSaw(mac: string, fromIndex: number): Promise<void> {
+    await this.#links
+      ?.waitFor((e) => e.ifname === 'flannel.1' && e.mac === mac, 2000, fromIndex)
+      .catch(() => undefined);
+  }
+
+  /** udevd starts; flannel.1 is created once under it to learn the MAC udev gives it. */
+  async #startUdevd(): Promise<void> {
+    const udevd = await Udevd.start(this.#ns);
+    this.#udevd = udevd;
+    const offset = udevd.logOffset();
+    await this.#ns.ipBatch(['link del flannel.1', ...createLines(null)]);
+    await udevd.waitForDeviceProcessed('flannel.1', offset);
+    const mac = udevd.persistentMacApplied('flannel.1', offset);
+    if (mac === null) throw new Error('udevd did not rewrite flannel.1');
+    this.#udevMac = mac;
+    await this.#ns.ip(`link set flannel.1 address ${DESIRED}`);
+  }
+
+  /** flanneld re-adds what it knows: the entries it wrote, their FDB entries. */
+  async #reAdd(model: Model, lines: string[]): Promise<void> {
+    const all = [
+      ...lines,
+      ...[...model.intended].map(
+        ([ip, mac]) => `neigh replace ${ip} lladdr ${mac} dev flannel.1 nud permanent`,
+      ),
+    ];
+    if (all.length > 0) await this.#ns.ipBatch(all);
+    for (const [mac, dst] of model.fdb) {
+      if ([...model.intended.values()].includes(mac)) {
+        await this.#ns.bridge(`fdb replace ${mac} dev flannel.1 dst ${dst} self permanent`);
+      }
+    }
   }
 
   async #startGuard(dryRun: boolean): Promise<void> {
@@ -402,22 +494,25 @@ export class SequenceBed {
         }
         return;
       }
-      case 'recreate': {
-        const lines = [
-          'link del flannel.1',
-          ...this.#createLines(op.mac),
-          ...[...model.intended].map(
-            ([ip, mac]) => `neigh replace ${ip} lladdr ${mac} dev flannel.1 nud permanent`,
-          ),
-        ];
-        await ns.ipBatch(lines);
-        for (const [mac, dst] of model.fdb) {
-          if ([...model.intended.values()].includes(mac)) {
-            await ns.bridge(`fdb replace ${mac} dev flannel.1 dst ${dst} self permanent`);
-          }
-        }
+      case 'recreate':
+        return this.#reAdd(model, ['link del flannel.1', ...createLines(op.mac)]);
+      case 'udevStart':
+        return this.#startUdevd();
+      case 'udevRecreate': {
+        const udevd = this.#udevd;
+        if (!udevd) throw new Error('udevRecreate without udevd');
+        const offset = udevd.logOffset();
+        const lines = ['link del flannel.1', ...createLines(null)];
+        // Under a writing guard the entries race udev's rewrite; without one they are
+        // re-added after it (else what is left depends on who wins).
+        if (active(model)) await this.#reAdd(model, lines);
+        else await ns.ipBatch(lines);
+        await udevd.waitForDeviceProcessed('flannel.1', offset);
+        if (!active(model)) await this.#reAdd(model, []);
         return;
       }
+      case 'rewriteReAdd':
+        return this.#reAdd(model, [`link set flannel.1 address ${op.mac}`]);
       case 'downUp':
         await ns.ipBatch(['link set flannel.1 down', 'link set flannel.1 up']);
         return;
@@ -464,6 +559,15 @@ export class SequenceBed {
   }
 }
 
+/** flannel.1 at `mac` (the kernel's random one for null), up, with its address. */
+function createLines(mac: string | null): string[] {
+  return [
+    `link add flannel.1${mac === null ? '' : ` address ${mac}`} type vxlan id 1 local 192.0.2.1 dev veth0 dstport 8472 nolearning`,
+    'address add 198.18.0.0/32 dev flannel.1',
+    'link set flannel.1 up',
+  ];
+}
+
 function mapText(map: Map<string, string>): string {
   return (
     [...map]
@@ -473,10 +577,11 @@ function mapText(map: Map<string, string>): string {
   );
 }
 
-function mismatch(model: Model, seen: Observed, offload: boolean): string | null {
+function mismatch(model: Model, seen: Observed, offload: boolean, udevMac: string): string | null {
   if (!seen.exists) return 'flannel.1 is gone';
   const problems: string[] = [];
-  if (seen.mac !== model.mac) problems.push(`MAC ${seen.mac}, expected ${model.mac}`);
+  const mac = model.mac === UDEV_MAC ? udevMac : model.mac;
+  if (seen.mac !== mac) problems.push(`MAC ${seen.mac}, expected ${mac}`);
   if (mapText(seen.neighbours) !== mapText(model.kernel)) {
     problems.push(
       `permanent entries ${mapText(seen.neighbours)}, expected ${mapText(model.kernel)}`,
@@ -533,6 +638,45 @@ function checkEvents(
   return null;
 }
 
+/** How long `ip monitor` may read a message after the guard did (both on a busy machine). */
+const LISTENER_SLACK_MS = 50;
+
+/**
+ * The longest time flannel.1's MAC was away from DESIRED in `events` (the device at DESIRED
+ * before them), and whether it is back at the end.
+ */
+function longestDrift(events: readonly LinkEvent[]): { longestMs: number; back: boolean } {
+  let since: number | null = null;
+  let longestMs = 0;
+  for (const event of events) {
+    if (event.ifname !== 'flannel.1' || event.mac === null || event.deleted) continue;
+    if (event.mac !== DESIRED) since ??= event.timeMs;
+    else if (since !== null) {
+      longestMs = Math.max(longestMs, event.timeMs - since);
+      since = null;
+    }
+  }
+  return { longestMs, back: since === null };
+}
+
+/** `restored.latencyMs` is never longer than the drift lasted as the independent listener saw it. */
+async function checkLatency(
+  bed: SequenceBed,
+  from: number,
+  linksFrom: number,
+): Promise<string | null> {
+  await bed.listenerSaw(DESIRED, linksFrom);
+  const drift = longestDrift(bed.linkEvents.slice(linksFrom));
+  for (const event of bed.guardEvents.slice(from)) {
+    if (event.event !== 'restored') continue;
+    const latency = event.data.latencyMs as number;
+    if (latency > drift.longestMs + LISTENER_SLACK_MS) {
+      return `restored.latencyMs ${latency.toFixed(1)}, but an independent listener saw the MAC away for ${drift.longestMs.toFixed(1)} ms`;
+    }
+  }
+  return null;
+}
+
 export interface SequenceResult {
   ok: boolean;
   failure?: StepFailure;
@@ -543,6 +687,7 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
   const bed = await SequenceBed.create();
   const model: Model = {
     guard: null,
+    udev: false,
     generation: 0,
     mac: DESIRED,
     intended: new Map(),
@@ -554,6 +699,7 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
   try {
     for (const [index, op] of ops.entries()) {
       const from = bed.guardEvents.length;
+      const linksFrom = bed.linkEvents.length;
       const startedAt = performance.now();
       const before: Model = { ...model, intended: new Map(model.intended) };
       if (!step(model, op)) continue;
@@ -563,7 +709,7 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
       const deadline = performance.now() + SETTLE_MS + FIGHT.quietMs;
       let problem: string | null = null;
       for (let wait = 2; ; wait = Math.min(wait * 2, 50)) {
-        problem = mismatch(model, await bed.observe(offload), offload);
+        problem = mismatch(model, await bed.observe(offload), offload, bed.udevMac);
         if (problem === null || performance.now() > deadline) break;
         await delay(wait);
       }
@@ -572,6 +718,8 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
       const drifted =
         active(model) &&
         (op.kind === 'rewrite' ||
+          op.kind === 'rewriteReAdd' ||
+          op.kind === 'udevRecreate' ||
           op.kind === 'burst' ||
           op.kind === 'recreate' ||
           (op.kind === 'start' && before.mac !== DESIRED));
@@ -582,6 +730,15 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
         }
       }
       problem ??= checkEvents(bed.guardEvents, from, startedAt, model, op);
+      if (
+        problem === null &&
+        drifted &&
+        before.mac === DESIRED &&
+        op.kind !== 'recreate' &&
+        op.kind !== 'udevRecreate'
+      ) {
+        problem = await checkLatency(bed, from, linksFrom);
+      }
       problem ??= bed.guardProblem;
       if (problem !== null) {
         if (process.env.FG_SEQUENCE_TRACE) {
