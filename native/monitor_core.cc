@@ -227,18 +227,17 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   }
   const std::array<uint8_t, 6> mac = armed->second.mac;
   std::optional<CorrectionAllowance>& allowance = armed->second.allowance;
-  if (!allowance || !allowance->Take(batchArrivalNs_)) {
+  if (!allowance || !allowance->Take(datagramArrivalNs_)) {
     const bool refused = allowance.has_value();
     armed_.erase(armed);  // spent (one correction) or refused (JS decides about this one)
     *disarmed = true;
     if (refused) return std::nullopt;
   }
-  const int64_t queuedNs = started - batchArrivalNs_;
+  const int64_t queuedNs = started - datagramArrivalNs_;
   const auto since = [this, started] { return clock_() - started; };
   wrote_ = true;
   Correction correction;
   correction.mac = mac;
-  correction.arrivalNs = batchArrivalNs_;
   correction.queuedNs = queuedNs > 0 ? queuedNs : 0;
   Result<Unit> written = writer_->SetLinkAddress(link.ifindex, mac);
   correction.macNs = since();
@@ -453,7 +452,8 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
   if (own && own->correctionEcho && !correction && !disarmed && FoldEcho(own->link, out)) return;
   if (!own && !correction && !disarmed) return;
   if (own) Resolve(*own);
-  out->push_back(LinkItem{ifindex, std::move(own), std::move(correction), disarmed});
+  out->push_back(
+      LinkItem{ifindex, std::move(own), std::move(correction), disarmed, datagramArrivalNs_});
 }
 
 // The echo of a correction made in this batch is part of it: the item that
@@ -533,6 +533,8 @@ void MonitorCore::ReadAvailable(size_t maxDatagrams, int64_t arrivalNs,
   ++stats_.wakeups;
   const int64_t now = clock_();
   batchArrivalNs_ = arrivalNs > 0 && arrivalNs <= now ? arrivalNs : now;
+  datagramArrivalNs_ = batchArrivalNs_;
+  handledOne_ = false;
   const size_t first = out->size();
   Drain(maxDatagrams, out);
   RereadUnconfirmed(out, first);
@@ -558,8 +560,10 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
       return;
     }
     wrote_ = false;
+    const int64_t readNs = clock_();
     for (const NetlinkSocket::Datagram& datagram : datagrams_) {
       ++count;
+      if (handledOne_) datagramArrivalNs_ = readNs;
       switch (datagram.kind) {
         case NetlinkSocket::Received::kWouldBlock:
           break;
@@ -576,6 +580,7 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
           break;
         case NetlinkSocket::Received::kDatagram:
           HandleDatagram(datagram.data, datagram.length, out);
+          handledOne_ = true;
           break;
       }
     }

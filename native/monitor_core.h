@@ -60,7 +60,6 @@ struct MonitorOptions {
 struct Correction {
   std::array<uint8_t, 6> mac{};   // written back
   size_t neighbours = 0;          // permanent entries re-added
-  int64_t arrivalNs = 0;          // the rewrite's arrival (steady_clock): when it was seen
   int64_t queuedNs = 0;           // from the datagram's arrival to reading it
   int64_t macNs = 0;              // from reading the datagram to the MAC write's ACK
   int64_t doneNs = 0;             // ... to the last neighbour's ACK
@@ -82,6 +81,9 @@ struct LinkItem {
   std::optional<LinkChange> change;
   std::optional<Correction> correction;
   bool disarmed = false;
+  // When the datagram that told of it arrived (steady_clock; 0 for a change
+  // another's implies, as a device's entries gone with it).
+  int64_t arrivalNs = 0;
 };
 
 // What to write back, without waiting for JS, when the armed device is seen
@@ -234,7 +236,7 @@ class MonitorCore {
   // makes the arrivals and timings of the corrections it reports its own.
   void SetClock(std::function<int64_t()> clock) { clock_ = std::move(clock); }
 
-  // When the data of the batch last read arrived (steady_clock ns).
+  // When the data of the batch last read arrived (steady_clock ns): its first datagram.
   int64_t batchArrivalNs() const { return batchArrivalNs_; }
 
  private:
@@ -322,6 +324,11 @@ class MonitorCore {
   bool wrote_ = false;                              // a correction wrote since the last read
   MonitorStats stats_;
   int64_t batchArrivalNs_ = 0;
+  // The arrival of the datagram being handled: the batch's for its first; a later one
+  // arrived after that and no later than the read that returned it, which is taken (a
+  // drift is never reported longer than it lasted).
+  int64_t datagramArrivalNs_ = 0;
+  bool handledOne_ = false;  // in this wake
   std::function<int64_t()> clock_ = SteadyNowNs;
 };
 

@@ -47,7 +47,7 @@ bool ReportQueue::Hold(std::vector<MonitorItem>& items, int64_t now) {
 
 void ReportQueue::ReadyHeld() {
   if (held_.empty()) return;
-  if (ready_.empty()) readyArrivalNs_ = std::get<LinkItem>(held_.front()).correction->arrivalNs;
+  if (ready_.empty()) readyArrivalNs_ = std::get<LinkItem>(held_.front()).arrivalNs;
   for (MonitorItem& item : held_) ready_.push_back(std::move(item));
   held_.clear();
 }

@@ -66,8 +66,9 @@ try {
     const result = await runSequence(ops);
     runs += 1;
     steps += ops.length;
-    if (!result.ok) {
-      const minimal = await shrink(ops, { runs: 120, ms: 300_000 });
+    if (result.failure) {
+      console.log(formatFailure(seed, ops, result.failure, 'sequence'));
+      const minimal = await shrink(ops, result.failure, { runs: 120, ms: 300_000 });
       console.log(formatFailure(seed, minimal.ops, minimal.failure));
       console.log(`${runs} sequences run, 1 failed`);
       process.exitCode = 1;

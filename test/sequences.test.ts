@@ -22,8 +22,11 @@ describe('random sequences against the real kernel', function () {
     for (let seed = FIRST_SEED; seed < FIRST_SEED + SEQUENCES; seed++) {
       const ops = generate(seed, LENGTH);
       const result = await runSequence(ops);
-      if (!result.ok) {
-        const minimal = await shrink(ops, { runs: 80, ms: 120_000 });
+      if (result.failure) {
+        console.log(
+          `      ${formatFailure(seed, ops, result.failure, 'sequence').replaceAll('\n', '\n      ')}`,
+        );
+        const minimal = await shrink(ops, result.failure, { runs: 80, ms: 120_000 });
         assert.fail(formatFailure(seed, minimal.ops, minimal.failure));
       }
     }

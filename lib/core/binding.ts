@@ -72,9 +72,7 @@ export interface RawNeighbourColumns {
 export interface RawCorrection {
   mac: string;
   neighbours: number;
-  /** When the rewrite's datagram arrived, in ms of process.hrtime's clock. */
-  arrivalMs: number;
-  /** From the datagram's arrival (noted by a watcher thread while the loop was busy) to its reading, in ns. */
+  /** From the datagram's arrival (see RawLinkItem.arrivalMs) to its reading, in ns. */
   queuedNs: number;
   /** From reading the datagram to the ACK of the MAC write, in ns. */
   macNs: number;
@@ -110,6 +108,12 @@ export interface RawLinkItem {
   created?: true;
   correction?: RawCorrection;
   disarmed?: true;
+  /**
+   * When the datagram that told of it arrived, in ms of process.hrtime's clock: the batch's
+   * first datagram's arrival, or, for a later one, when the read that returned it ended
+   * (never earlier than it arrived). Absent for a change another implies.
+   */
+  arrivalMs?: number;
 }
 
 export interface RawNeighbourItem {

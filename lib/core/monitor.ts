@@ -701,7 +701,7 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     if (item.disarmed) this.#armed.delete(item.ifindex);
     if (item.change === 'removed') this.#armed.delete(item.ifindex);
     emitChange(this, item, {
-      receivedAt: item.correction?.arrivalMs ?? this.#receivedAt,
+      receivedAt: item.arrivalMs ?? this.#receivedAt,
       ...(item.correction ? { correction: toNativeCorrection(item.correction) } : {}),
     });
   }

@@ -144,7 +144,6 @@ napi_value CorrectionToJs(JsWriter& js, const Correction& done, const std::strin
   napi_value correction = js.Object();
   js.Set(correction, "mac", netlink::FormatMac(done.mac));
   js.Set(correction, "neighbours", static_cast<uint64_t>(done.neighbours));
-  js.Set(correction, "arrivalMs", js.Number(static_cast<double>(done.arrivalNs) / 1e6));
   js.Set(correction, "queuedNs", done.queuedNs);
   js.Set(correction, "macNs", done.macNs);
   js.Set(correction, "doneNs", done.doneNs);
@@ -165,6 +164,9 @@ napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& ne
   if (const auto* link = std::get_if<LinkItem>(&item)) {
     js.Set(object, "kind", "link");
     js.Set(object, "ifindex", link->ifindex);
+    if (link->arrivalNs > 0) {
+      js.Set(object, "arrivalMs", js.Number(static_cast<double>(link->arrivalNs) / 1e6));
+    }
     if (link->change) {
       const LinkChange& change = *link->change;
       js.Set(object, "change", ChangeName(change.kind));

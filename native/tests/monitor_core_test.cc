@@ -292,6 +292,28 @@ TEST_CASE(
   EXPECT_TRUE(!armed.ok() && armed.error().errnum == EINVAL);
 }
 
+// A drift's latency counts from its own datagram's arrival. Only the first
+// datagram of a wake has a known one (the socket seen readable); one read
+// after it arrived no later than that read (issue 24: a rewrite read behind a
+// neighbour notification that had waited 40 ms reported those 40 ms too).
+TEST_CASE("monitor core: a rewrite read behind another datagram counts from that read") {
+  constexpr int64_t kMs = 1'000'000;
+  for (const bool rewriteFirst : {true, false}) {
+    Bed bed({{2, MacOf(0x22)}});
+    bed.Arm();
+    bed.core->SetClock([] { return 100 * kMs; });
+    if (!rewriteFirst) bed.kernel->AddArp(5, MacOf(0x55), kIpPort);
+    bed.kernel->WriteMac(MacOf(0xbb));
+    std::vector<MonitorItem> items;
+    bed.core->ReadAvailable(64, 60 * kMs, &items);
+    const LinkItem* corrected = Correcting(items);
+    EXPECT_TRUE(corrected != nullptr);
+    EXPECT_EQ(corrected->arrivalNs, rewriteFirst ? 60 * kMs : 100 * kMs);
+    EXPECT_EQ(corrected->correction->queuedNs, rewriteFirst ? 40 * kMs : 0);
+    EXPECT_EQ(bed.core->batchArrivalNs(), 60 * kMs);
+  }
+}
+
 TEST_CASE("monitor core: seeded random writers; every correction puts back what they left") {
   for (uint32_t seed = 1; seed <= 200; ++seed) {
     std::mt19937 random(seed);

@@ -19,9 +19,8 @@ constexpr int64_t kMs = 1'000'000;
 // A correction made for an armed device that stays armed, its echo read with it.
 MonitorItem Corrected(int64_t arrivalNs) {
   Correction correction;
-  correction.arrivalNs = arrivalNs;
   correction.echoed = true;
-  return LinkItem{4, std::nullopt, correction, false};
+  return LinkItem{4, std::nullopt, correction, false, arrivalNs};
 }
 
 std::vector<MonitorItem> One(MonitorItem item) {

@@ -6,12 +6,15 @@
 import { parentPort, workerData } from 'node:worker_threads';
 
 import { FlannelGuard } from '../../lib/guard';
-import { guardConfig } from '../../lib/guard/config';
+import { guardConfig, type FlannelGuardOptions } from '../../lib/guard/config';
 import type { FightPolicy } from '../../lib/guard/fight';
+import { createKubernetesClient } from '../../lib/kubernetes/client';
+import { KubernetesMacSource } from '../../lib/kubernetes/source';
 
 export interface SequenceGuardOptions {
   netns: string;
-  mac: string;
+  /** The desired MAC given by `--mac`, or the node annotation through a kubeconfig. */
+  desired: { mac: string } | { kubeconfig: string; nodeName: string; strategy: 'revert' | 'adopt' };
   stateDir: string;
   dryRun: boolean;
   fight: Partial<FightPolicy>;
@@ -41,39 +44,74 @@ const post = (message: SequenceGuardMessage): void => {
   port.postMessage(message);
 };
 
-// Created, then listened to, then awaited: the corrections made at start are reported too.
-let guard: FlannelGuard;
-try {
-  guard = FlannelGuard.create(
+const failed = (error: unknown): void => {
+  post({ type: 'failed', message: error instanceof Error ? error.message : String(error) });
+};
+
+/** The node annotation as the CLI reads it, synced before the guard starts. */
+async function kubernetesSource(
+  desired: Extract<SequenceGuardOptions['desired'], { kubeconfig: string }>,
+): Promise<{ source: KubernetesMacSource; close: () => void }> {
+  const api = await createKubernetesClient({ kubeconfig: desired.kubeconfig });
+  const source = new KubernetesMacSource({
+    api,
+    nodeName: desired.nodeName,
+    backoff: { initialMs: 50, maxMs: 400 },
+  }).start();
+  const status = await source.waitForSync(5000);
+  if (status.state !== 'synced') throw new Error(`source ${status.state}`);
+  return {
+    source,
+    close: () => {
+      source.close();
+      api.close();
+    },
+  };
+}
+
+async function start(): Promise<void> {
+  const desired = options.desired;
+  let closeSource = (): void => undefined;
+  let wanted: Pick<FlannelGuardOptions, 'mac' | 'source' | 'strategy'>;
+  if ('kubeconfig' in desired) {
+    const kubernetes = await kubernetesSource(desired);
+    closeSource = kubernetes.close;
+    wanted = { source: kubernetes.source, strategy: desired.strategy };
+  } else {
+    wanted = { mac: { 'flannel.1': desired.mac } };
+  }
+  // Created, then listened to, then awaited: the corrections made at start are reported too.
+  const guard = FlannelGuard.create(
     guardConfig({
       netns: options.netns,
-      mac: { 'flannel.1': options.mac },
+      ...wanted,
       stateDir: options.stateDir,
       dryRun: options.dryRun,
       fight: options.fight,
       udevRoot: false,
     }),
   );
-} catch (error) {
-  post({ type: 'failed', message: error instanceof Error ? error.message : String(error) });
-  port.close();
-  throw error;
+  listen(guard, closeSource);
+  await guard.ready();
 }
-for (const event of EVENTS) {
-  guard.on(event, (data?: unknown) => {
-    const payload =
-      data instanceof Error
-        ? { message: data.message }
-        : (JSON.parse(JSON.stringify(data ?? {})) as Record<string, unknown>);
-    post({ type: 'event', event, data: payload });
+
+function listen(guard: FlannelGuard, closeSource: () => void): void {
+  for (const event of EVENTS) {
+    guard.on(event, (data?: unknown) => {
+      const payload =
+        data instanceof Error
+          ? { message: data.message }
+          : (JSON.parse(JSON.stringify(data ?? {})) as Record<string, unknown>);
+      post({ type: 'event', event, data: payload });
+    });
+  }
+  port?.on('message', (message: unknown) => {
+    if (message !== 'stop') return;
+    guard.close();
+    closeSource();
+    post({ type: 'closed' });
+    port.close();
   });
 }
-port.on('message', (message: unknown) => {
-  if (message !== 'stop') return;
-  guard.close();
-  post({ type: 'closed' });
-  port.close();
-});
-guard.ready().catch((error: unknown) => {
-  post({ type: 'failed', message: error instanceof Error ? error.message : String(error) });
-});
+
+start().catch(failed);

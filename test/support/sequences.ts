@@ -10,13 +10,15 @@
  * rewrite answered, `restored.neighbours` the entries put back, `latencyMs` no longer than the
  * step took. A failure shrinks to a minimal sequence and names its seed.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 
+import { backendDataKey } from '../../lib/kubernetes/annotation';
+import { FakeApiServer } from './fake-apiserver';
 import { IpLinkMonitor, type LinkEvent } from './ip-monitor';
-import { delay, execFile, Netns } from './netns';
+import { delay, execFile, Netns, tempDirPrefix } from './netns';
 import { prng } from './prng';
 import type { SequenceGuardMessage, SequenceGuardOptions } from './sequence-worker';
 import { Udevd } from './udevd';
@@ -54,7 +56,14 @@ export type Op =
   /** flannel.1 re-created with the kernel's random MAC, entries re-added at once; udev rewrites it. */
   | { kind: 'udevRecreate' }
   /** A rewrite, then another writer (flanneld, a second guard) re-adds every entry at once. */
-  | { kind: 'rewriteReAdd'; mac: string };
+  | { kind: 'rewriteReAdd'; mac: string }
+  /** From here on guards read the desired MAC from the Node annotation (a fake API server). */
+  | { kind: 'kubeStart'; strategy: Strategy }
+  /** The annotation's VtepMAC changes (flanneld re-published, a human edited it). */
+  | { kind: 'annotate'; mac: string };
+type Strategy = 'revert' | 'adopt';
+const NODE = 'node1';
+const BACKEND_DATA = backendDataKey('ipv4');
 
 function peerIp(peer: number, family: Family): string {
   const v4 = `198.18.${peer + 2}.0`;
@@ -78,8 +87,12 @@ export function generate(seed: number, length: number): Op[] {
     mac: randomMac(random, 0x06),
   });
   const ops: Op[] = [];
+  // udev's rewrite of a re-created device and flanneld publishing that device's first MAC
+  // race: what the annotation ends at is not the model's to say, so one or the other.
   const udev = random() < 0.25;
   if (udev) ops.push({ kind: 'udevStart' });
+  const kube = !udev && random() < 0.15;
+  if (kube) ops.push({ kind: 'kubeStart', strategy: random() < 0.5 ? 'revert' : 'adopt' });
   const rewrite = (): Op => {
     const roll = random();
     if (udev && roll < 0.3) return { kind: 'udevRecreate' };
@@ -95,6 +108,7 @@ export function generate(seed: number, length: number): Op[] {
   while (ops.length < length) {
     const roll = random();
     if (roll < 0.2) ops.push(rewrite());
+    else if (kube && roll < 0.26) ops.push({ kind: 'annotate', mac: randomMac(random) });
     else if (roll < 0.42) ops.push(peerAdd());
     else if (roll < 0.52)
       ops.push({
@@ -134,7 +148,7 @@ export function describeOp(op: Op): string {
     case 'peerDel':
       return `peer ${op.peer} IPv${op.family} leaves (neigh del, fdb del)`;
     case 'recreate':
-      return `flannel restart: flannel.1 re-created at ${op.mac}, entries re-added`;
+      return `flannel restart: flannel.1 re-created at ${op.mac}, entries re-added (and published)`;
     case 'downUp':
       return 'ip link set flannel.1 down; up';
     case 'offloadOn':
@@ -145,6 +159,10 @@ export function describeOp(op: Op): string {
       return 'flannel.1 re-created with a random MAC, entries re-added; udev rewrites it';
     case 'rewriteReAdd':
       return `ip link set flannel.1 address ${op.mac}; another writer re-adds every entry`;
+    case 'kubeStart':
+      return `guards read the Node annotation from here on (strategy ${op.strategy})`;
+    case 'annotate':
+      return `the Node annotation's VtepMAC becomes ${op.mac}`;
   }
 }
 
@@ -156,6 +174,10 @@ interface Model {
   guard: { dryRun: boolean } | null;
   /** A real udevd runs in the namespace. */
   udev: boolean;
+  /** Guards read the Node annotation (and with which strategy), or `--mac`. */
+  kube: { strategy: Strategy } | null;
+  /** The MAC the guard's source wants (the annotation's, which the model keeps equal). */
+  desired: string;
   /** Which creation of the device this is (a state file is per device). */
   generation: number;
   mac: string;
@@ -176,12 +198,14 @@ function neighKey(peer: number, family: Family): string {
   return peerIp(peer, family);
 }
 
-/** The guard puts the device back: its MAC, then the entries it keeps. */
-function settleUnderGuard(model: Model): void {
+/**
+ * The guard puts the device back: its MAC (or, under 'adopt', has the annotation follow a
+ * MAC the device was given), then the entries it keeps.
+ */
+function settleUnderGuard(model: Model, cause: 'device' | 'source' = 'device'): void {
   if (!active(model)) return;
-  if (model.mac !== DESIRED) {
-    model.mac = DESIRED;
-  }
+  if (model.kube?.strategy === 'adopt' && cause === 'device') model.desired = model.mac;
+  else model.mac = model.desired;
   model.kernel = new Map(model.intended);
   model.offloadOff = true;
 }
@@ -207,7 +231,7 @@ function step(model: Model, op: Op): boolean {
       if (op.dryRun) return true;
       // The state file is read back when the evidence says the entries were flushed.
       const saved = model.saved;
-      const flushed = model.kernel.size === 0 || model.mac !== DESIRED;
+      const flushed = model.kernel.size === 0 || model.mac !== model.desired;
       model.intended = new Map(model.kernel);
       if (saved && saved.generation === model.generation && flushed) {
         for (const [key, mac] of saved.entries)
@@ -252,6 +276,8 @@ function step(model: Model, op: Op): boolean {
       return true;
     }
     case 'recreate':
+      // flanneld publishes the MAC of the device it created.
+      if (model.kube) model.desired = op.mac;
       recreated(model, op.mac);
       return true;
     case 'downUp':
@@ -263,7 +289,8 @@ function step(model: Model, op: Op): boolean {
       settleUnderGuard(model);
       return true;
     case 'udevStart':
-      if (model.udev || model.guard || model.saved || model.kernel.size > 0) return false;
+      if (model.udev || model.kube || model.guard || model.saved || model.kernel.size > 0)
+        return false;
       model.udev = true;
       model.generation += 1;
       return true;
@@ -276,6 +303,15 @@ function step(model: Model, op: Op): boolean {
       model.mac = op.mac;
       model.kernel = new Map(model.intended);
       settleUnderGuard(model);
+      return true;
+    case 'kubeStart':
+      if (model.kube || model.udev || model.guard) return false;
+      model.kube = { strategy: op.strategy };
+      return true;
+    case 'annotate':
+      if (!model.kube) return false;
+      model.desired = op.mac;
+      settleUnderGuard(model, 'source');
       return true;
   }
 }
@@ -295,6 +331,8 @@ function answered(events: GuardHandle['events']): boolean {
 }
 
 interface Observed {
+  /** The Node annotation's VtepMAC (null without an API server). */
+  annotated: string | null;
   exists: boolean;
   mac: string;
   neighbours: Map<string, string>;
@@ -310,6 +348,9 @@ export interface StepFailure {
 
 interface GuardHandle {
   worker: Worker;
+  dryRun: boolean;
+  /** When it was started (epoch ms, as file times are). */
+  startedAt: number;
   events: { event: string; data: Record<string, unknown>; at: number }[];
   failed: string | null;
   closed: boolean;
@@ -324,6 +365,7 @@ export class SequenceBed {
   #links: IpLinkMonitor | null = null;
   #udevd: Udevd | null = null;
   #udevMac = '';
+  #kube: { server: FakeApiServer; dir: string; kubeconfig: string } | null = null;
 
   private constructor(ns: Netns, stateDir: string) {
     this.#ns = ns;
@@ -355,6 +397,10 @@ export class SequenceBed {
     this.#guard = null;
     await this.#links?.stop();
     await this.#udevd?.stop();
+    if (this.#kube) {
+      await this.#kube.server.close();
+      rmSync(this.#kube.dir, { recursive: true, force: true });
+    }
     await this.#ns.destroy();
     rmSync(this.#stateDir, { recursive: true, force: true });
   }
@@ -362,6 +408,26 @@ export class SequenceBed {
   /** What udev's persistent policy makes flannel.1's MAC in this namespace. */
   get udevMac(): string {
     return this.#udevMac;
+  }
+
+  /** The MAC `mac` stands for: udev's persistent one for UDEV_MAC. */
+  resolve(mac: string): string {
+    return mac === UDEV_MAC ? this.#udevMac : mac;
+  }
+
+  /** A fake API server with this node's Node, its annotation at `mac`. */
+  async #startKubernetes(mac: string): Promise<void> {
+    const server = await FakeApiServer.start();
+    const dir = mkdtempSync(tempDirPrefix('seq-kube'));
+    this.#kube = { server, dir, kubeconfig: server.writeKubeconfig(dir) };
+    server.addNode({ name: NODE, annotations: { [BACKEND_DATA]: backendData(mac) } });
+  }
+
+  /** The annotation's VtepMAC, or null without an API server. */
+  #annotatedMac(): string | null {
+    const raw = this.#kube?.server.annotations(NODE)[BACKEND_DATA];
+    if (raw === undefined) return null;
+    return (JSON.parse(raw) as { VtepMAC?: string }).VtepMAC ?? '';
   }
 
   /** flannel.1's link messages so far, as the independent listener read them. */
@@ -405,16 +471,27 @@ export class SequenceBed {
     }
   }
 
-  async #startGuard(dryRun: boolean): Promise<void> {
+  async #startGuard(dryRun: boolean, strategy: Strategy | undefined): Promise<void> {
+    const kube = this.#kube;
     const options: SequenceGuardOptions = {
       netns: this.#ns.name,
-      mac: DESIRED,
+      desired:
+        kube && strategy
+          ? { kubeconfig: kube.kubeconfig, nodeName: NODE, strategy }
+          : { mac: DESIRED },
       stateDir: this.#stateDir,
       dryRun,
       fight: FIGHT,
     };
     const worker = new Worker(WORKER, { workerData: options });
-    const handle: GuardHandle = { worker, events: [], failed: null, closed: false };
+    const handle: GuardHandle = {
+      worker,
+      dryRun,
+      startedAt: Date.now(),
+      events: [],
+      failed: null,
+      closed: false,
+    };
     this.#guard = handle;
     worker.on('message', (message: SequenceGuardMessage) => {
       if (message.type === 'event') {
@@ -432,7 +509,7 @@ export class SequenceBed {
     if (handle.failed !== null) throw new Error(`guard failed to start: ${handle.failed}`);
   }
 
-  async #stopGuard(how: 'term' | 'kill'): Promise<void> {
+  async #stopGuard(how: 'term' | 'kill', model: Model): Promise<void> {
     const handle = this.#guard;
     if (!handle) return;
     this.#guard = null;
@@ -442,9 +519,36 @@ export class SequenceBed {
       await handle.worker.terminate();
       return;
     }
-    // A SIGKILL at a quiet moment: the last change was saved (saves are coalesced over 100 ms).
-    await delay(150);
+    // A SIGKILL at a quiet moment: once this guard has saved the entries it keeps (saves are
+    // coalesced over 100 ms; bounded, for a guard that never saves them).
+    if (!handle.dryRun) {
+      const wanted = lladdrs(model.intended.values());
+      const deadline = performance.now() + 3000;
+      while (performance.now() < deadline && !this.#saved(handle.startedAt).includes(wanted)) {
+        await delay(10);
+      }
+    }
     await handle.worker.terminate();
+  }
+
+  /** The entries (as sorted lladdrs) per device in state files written since `since` (epoch ms). */
+  #saved(since: number): string[] {
+    const found: string[] = [];
+    for (const name of readdirSync(this.#stateDir)) {
+      const path = join(this.#stateDir, name);
+      try {
+        if (statSync(path).mtimeMs < since) continue;
+        const state = JSON.parse(readFileSync(path, 'utf8')) as {
+          devices: { neighbours: { lladdr: string }[] }[];
+        };
+        for (const device of state.devices) {
+          found.push(lladdrs(device.neighbours.map((entry) => entry.lladdr)));
+        }
+      } catch {
+        // Being replaced, or not a state file.
+      }
+    }
+    return found;
   }
 
   async #until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
@@ -460,9 +564,9 @@ export class SequenceBed {
     const ns = this.#ns;
     switch (op.kind) {
       case 'start':
-        return this.#startGuard(op.dryRun);
+        return this.#startGuard(op.dryRun, model.kube?.strategy);
       case 'stop':
-        return this.#stopGuard(op.how);
+        return this.#stopGuard(op.how, model);
       case 'rewrite':
         await ns.ip(`link set flannel.1 address ${op.mac}`);
         return;
@@ -495,7 +599,9 @@ export class SequenceBed {
         return;
       }
       case 'recreate':
-        return this.#reAdd(model, ['link del flannel.1', ...createLines(op.mac)]);
+        await this.#reAdd(model, ['link del flannel.1', ...createLines(op.mac)]);
+        this.#kube?.server.setAnnotation(NODE, BACKEND_DATA, backendData(op.mac));
+        return;
       case 'udevStart':
         return this.#startUdevd();
       case 'udevRecreate': {
@@ -513,6 +619,11 @@ export class SequenceBed {
       }
       case 'rewriteReAdd':
         return this.#reAdd(model, [`link set flannel.1 address ${op.mac}`]);
+      case 'kubeStart':
+        return this.#startKubernetes(this.resolve(model.desired));
+      case 'annotate':
+        this.#kube?.server.setAnnotation(NODE, BACKEND_DATA, backendData(op.mac));
+        return;
       case 'downUp':
         await ns.ipBatch(['link set flannel.1 down', 'link set flannel.1 up']);
         return;
@@ -531,7 +642,14 @@ export class SequenceBed {
     const neighbours = new Map<string, string>();
     const fdb = new Map<string, string>();
     if (links.length === 0) {
-      return { exists: false, mac: '', neighbours, fdb, offloadOff: null };
+      return {
+        annotated: this.#annotatedMac(),
+        exists: false,
+        mac: '',
+        neighbours,
+        fdb,
+        offloadOff: null,
+      };
     }
     const neigh = await ns.ipJson<{ dst: string; lladdr?: string }[]>(
       'neigh show dev flannel.1 nud permanent',
@@ -547,7 +665,14 @@ export class SequenceBed {
       const { stdout } = await ns.run(['ethtool', '-k', 'flannel.1']);
       offloadOff = /tx-checksum-ip-generic: off/.test(stdout);
     }
-    return { exists: true, mac: links[0]?.address ?? '', neighbours, fdb, offloadOff };
+    return {
+      annotated: this.#annotatedMac(),
+      exists: true,
+      mac: links[0]?.address ?? '',
+      neighbours,
+      fdb,
+      offloadOff,
+    };
   }
 
   get guardEvents(): GuardHandle['events'] {
@@ -568,6 +693,14 @@ function createLines(mac: string | null): string[] {
   ];
 }
 
+function backendData(mac: string): string {
+  return JSON.stringify({ VNI: 1, VtepMAC: mac });
+}
+
+function lladdrs(macs: Iterable<string>): string {
+  return [...macs].sort().join(',');
+}
+
 function mapText(map: Map<string, string>): string {
   return (
     [...map]
@@ -577,11 +710,19 @@ function mapText(map: Map<string, string>): string {
   );
 }
 
-function mismatch(model: Model, seen: Observed, offload: boolean, udevMac: string): string | null {
+function mismatch(
+  model: Model,
+  seen: Observed,
+  offload: boolean,
+  resolve: (mac: string) => string,
+): string | null {
   if (!seen.exists) return 'flannel.1 is gone';
   const problems: string[] = [];
-  const mac = model.mac === UDEV_MAC ? udevMac : model.mac;
+  const mac = resolve(model.mac);
   if (seen.mac !== mac) problems.push(`MAC ${seen.mac}, expected ${mac}`);
+  if (model.kube && seen.annotated !== resolve(model.desired)) {
+    problems.push(`annotation VtepMAC ${seen.annotated}, expected ${resolve(model.desired)}`);
+  }
   if (mapText(seen.neighbours) !== mapText(model.kernel)) {
     problems.push(
       `permanent entries ${mapText(seen.neighbours)}, expected ${mapText(model.kernel)}`,
@@ -628,11 +769,11 @@ function checkEvents(
   }
   // The correction of a single rewrite put back the entries the guard keeps (in other steps a
   // report may trail from the step before: reports of corrections are held up to 50 ms).
-  const restored = mine.filter((e) => e.event === 'restored').at(-1);
-  if (restored && op.kind === 'rewrite') {
-    const neighbours = restored.data.neighbours as number;
+  const answer = mine.filter((e) => e.event === 'restored' || e.event === 'adopted').at(-1);
+  if (answer && op.kind === 'rewrite') {
+    const neighbours = answer.data.neighbours as number;
     if (neighbours !== model.intended.size) {
-      return `restored.neighbours ${neighbours}, but ${model.intended.size} entries were put back`;
+      return `${answer.event}.neighbours ${neighbours}, but ${model.intended.size} entries were put back`;
     }
   }
   return null;
@@ -642,21 +783,21 @@ function checkEvents(
 const LISTENER_SLACK_MS = 50;
 
 /**
- * The longest time flannel.1's MAC was away from DESIRED in `events` (the device at DESIRED
- * before them), and whether it is back at the end.
+ * The longest time flannel.1's MAC was away from `desired` in `events` (the device at it
+ * before them).
  */
-function longestDrift(events: readonly LinkEvent[]): { longestMs: number; back: boolean } {
+function longestDrift(events: readonly LinkEvent[], desired: string): number {
   let since: number | null = null;
   let longestMs = 0;
   for (const event of events) {
     if (event.ifname !== 'flannel.1' || event.mac === null || event.deleted) continue;
-    if (event.mac !== DESIRED) since ??= event.timeMs;
+    if (event.mac !== desired) since ??= event.timeMs;
     else if (since !== null) {
       longestMs = Math.max(longestMs, event.timeMs - since);
       since = null;
     }
   }
-  return { longestMs, back: since === null };
+  return longestMs;
 }
 
 /** `restored.latencyMs` is never longer than the drift lasted as the independent listener saw it. */
@@ -664,14 +805,15 @@ async function checkLatency(
   bed: SequenceBed,
   from: number,
   linksFrom: number,
+  desired: string,
 ): Promise<string | null> {
-  await bed.listenerSaw(DESIRED, linksFrom);
-  const drift = longestDrift(bed.linkEvents.slice(linksFrom));
+  await bed.listenerSaw(desired, linksFrom);
+  const drift = longestDrift(bed.linkEvents.slice(linksFrom), desired);
   for (const event of bed.guardEvents.slice(from)) {
     if (event.event !== 'restored') continue;
     const latency = event.data.latencyMs as number;
-    if (latency > drift.longestMs + LISTENER_SLACK_MS) {
-      return `restored.latencyMs ${latency.toFixed(1)}, but an independent listener saw the MAC away for ${drift.longestMs.toFixed(1)} ms`;
+    if (latency > drift + LISTENER_SLACK_MS) {
+      return `restored.latencyMs ${latency.toFixed(1)}, but an independent listener saw the MAC away for ${drift.toFixed(1)} ms`;
     }
   }
   return null;
@@ -688,6 +830,8 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
   const model: Model = {
     guard: null,
     udev: false,
+    kube: null,
+    desired: DESIRED,
     generation: 0,
     mac: DESIRED,
     intended: new Map(),
@@ -709,7 +853,7 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
       const deadline = performance.now() + SETTLE_MS + FIGHT.quietMs;
       let problem: string | null = null;
       for (let wait = 2; ; wait = Math.min(wait * 2, 50)) {
-        problem = mismatch(model, await bed.observe(offload), offload, bed.udevMac);
+        problem = mismatch(model, await bed.observe(offload), offload, (mac) => bed.resolve(mac));
         if (problem === null || performance.now() > deadline) break;
         await delay(wait);
       }
@@ -722,7 +866,7 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
           op.kind === 'udevRecreate' ||
           op.kind === 'burst' ||
           op.kind === 'recreate' ||
-          (op.kind === 'start' && before.mac !== DESIRED));
+          (op.kind === 'start' && before.mac !== before.desired));
       if (problem === null && drifted) {
         const answeredBy = performance.now() + SETTLE_MS;
         while (!answered(bed.guardEvents.slice(from)) && performance.now() < answeredBy) {
@@ -733,11 +877,12 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
       if (
         problem === null &&
         drifted &&
-        before.mac === DESIRED &&
+        before.mac === before.desired &&
+        model.kube?.strategy !== 'adopt' &&
         op.kind !== 'recreate' &&
         op.kind !== 'udevRecreate'
       ) {
-        problem = await checkLatency(bed, from, linksFrom);
+        problem = await checkLatency(bed, from, linksFrom, bed.resolve(model.desired));
       }
       problem ??= bed.guardProblem;
       if (problem !== null) {
@@ -761,12 +906,15 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
 /** The smallest failing subsequence found by dropping steps (bounded in runs and time). */
 export async function shrink(
   ops: readonly Op[],
+  failed: StepFailure,
   budget: { runs: number; ms: number },
 ): Promise<{ ops: Op[]; failure: StepFailure }> {
-  let best = [...ops];
-  const first = await runSequence(best);
-  if (first.ok || !first.failure) throw new Error('shrink: the sequence does not fail');
-  let failure = first.failure;
+  let best = ops.slice(0, failed.step + 1);
+  const again = await runSequence(best);
+  if (again.ok || !again.failure) {
+    return { ops: best, failure: { ...failed, problem: `${failed.problem} (passed when re-run)` } };
+  }
+  let failure = again.failure;
   best = best.slice(0, failure.step + 1);
   const deadline = performance.now() + budget.ms;
   let runs = 0;
@@ -791,10 +939,15 @@ export async function shrink(
   return { ops: best, failure };
 }
 
-export function formatFailure(seed: number, ops: readonly Op[], failure: StepFailure): string {
+export function formatFailure(
+  seed: number,
+  ops: readonly Op[],
+  failure: StepFailure,
+  label = 'minimal sequence',
+): string {
   return [
     `seed ${seed}: step ${failure.step + 1} (${failure.op}): ${failure.problem}`,
-    'minimal sequence:',
+    `${label}:`,
     ...ops.map((op, i) => `  ${i + 1}. ${describeOp(op)}`),
   ].join('\n');
 }
