@@ -417,6 +417,11 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     if (link->deleted) {
       restoreSets_.erase(link->ifindex);
       echoes_.erase(link->ifindex);
+    } else if (link->kind == "vxlan" && mirror_.FindLink(link->ifindex) == nullptr && Keep(*link)) {
+      // A device created now: its restore set follows its table from the start, before JS
+      // takes it on (Keep): entries added at once and flushed by a rewrite right after (udev's,
+      // within milliseconds) are kept even when JS comes to it later.
+      restoreSets_.try_emplace(link->ifindex);
     }
     ApplyLink(std::move(*link), false, std::move(correction), disarmed, out);
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {

@@ -58,6 +58,10 @@ function rig(options: FlannelGuardOptions = {}): {
   return { kernel, monitor, ports, clock, guard, ifindex, restored };
 }
 
+function permanentIps(r: ReturnType<typeof rig>): number {
+  return r.kernel.neighboursOf(r.ifindex).filter((entry) => entry.family !== 'bridge').length;
+}
+
 function rewrite(r: ReturnType<typeof rig>, mac: string): void {
   r.clock.advance(10);
   r.kernel.setMac(r.ifindex, mac);
@@ -184,6 +188,23 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
     r.clock.advance(60_000);
     assert.deepEqual(events, ['contested', 'resumed']);
     assert.equal(r.kernel.link(r.ifindex).mac, PINNED, 'corrected once the contest ended');
+    r.guard.close();
+  });
+
+  it('once a contest ends, entries flushed while it lasted are put back, also when the MAC is right by then', function () {
+    // Found by the sequences: a burst contested, a same-MAC write flushed the table while the
+    // guard held back, the MAC was right when it resumed, and the entries stayed gone.
+    const r = rig({ fight: { burst: 5, maxRewrites: 3, quietMs: 60_000 } });
+    for (let i = 1; i <= 3; i += 1) rewrite(r, `02:00:00:00:0f:0${i}`);
+    assert.equal(r.guard.status()[0]?.contested, true);
+    const observed = r.kernel.link(r.ifindex).mac ?? '';
+    rewrite(r, observed); // the other writer writes its MAC again: a flush, nothing more
+    assert.equal(permanentIps(r), 0);
+    r.kernel.setMac(r.ifindex, PINNED); // and puts the desired one back, read after the resume
+    r.clock.advance(60_000);
+    r.monitor.pump();
+    assert.equal(r.kernel.link(r.ifindex).mac, PINNED);
+    assert.equal(permanentIps(r), 2);
     r.guard.close();
   });
 

@@ -319,8 +319,11 @@ export class MacCorrection {
       const desired = devices.desiredMac(device);
       if (!target || !desired) return;
       if (target.mac === desired.mac) {
-        // Put back already (an earlier correction answered this drift too, or another writer).
+        // Put back already (an earlier correction answered this drift too, or another writer):
+        // the entries its MAC changes flushed may not be (a contest held the correction back
+        // while they were flushed, and no write of ours will flush them again).
         this.#backAtDesired(device);
+        this.restoreMissing(device);
         return;
       }
       // The native reader sees this write the moment it is made: armed for another MAC (the

@@ -292,6 +292,27 @@ TEST_CASE(
   EXPECT_TRUE(!armed.ok() && armed.error().errnum == EINVAL);
 }
 
+// Found by the sequences (a device re-created under udev, entries added at
+// once): udev's rewrite flushed them before JS took the new device on, and the
+// restore set it was then given from the table had none of them.
+TEST_CASE("monitor core: a new device's entries flushed before it is kept are kept") {
+  Bed bed({});
+  bed.source->Feed(Msg(RTM_DELLINK,
+                       Cat({IfInfo(kIfindex, 0), Attr(IFLA_IFNAME, CStr("flannel.1")),
+                            Nested(IFLA_LINKINFO, {Attr(IFLA_INFO_KIND, CStr("vxlan"))})}),
+                       0, 0, 0));
+  bed.Read();
+  bed.core->Release(kIfindex);                  // as JS does when it is gone
+  bed.source->Feed(bed.kernel->LinkMessage());  // flannel restarted: created again
+  bed.kernel->AddArp(2, MacOf(0x22), kIpPort);  // its entries at once
+  bed.kernel->AddArp(3, MacOf(0x33), kIpPort);
+  bed.kernel->WriteMac(MacOf(0xbb));  // udev's rewrite: flushed
+  bed.Read();
+  EXPECT_EQ(bed.kernel->arp.size(), size_t{0});
+  bed.core->Keep(kIfindex, {});  // JS takes it on now
+  EXPECT_EQ(bed.core->RestoreSetOf(kIfindex)->size(), size_t{2});
+}
+
 // A drift's latency counts from its own datagram's arrival. Only the first
 // datagram of a wake has a known one (the socket seen readable); one read
 // after it arrived no later than that read (issue 24: a rewrite read behind a

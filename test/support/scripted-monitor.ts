@@ -212,9 +212,9 @@ export class FakeKernel {
   }
 
   /** RTM_SETLINK IFLA_ADDRESS: NEWLINK, then the flush of every ARP/NDP entry of the device. */
+  /** A MAC write: announced and flushing the permanent entries even when the MAC is the same. */
   setMac(ifindex: number, mac: string): void {
     const link = this.link(ifindex);
-    if (link.mac === mac) return;
     link.mac = mac;
     link.addrAssignType = 3;
     this.#announce(link);

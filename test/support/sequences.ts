@@ -903,6 +903,43 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
   }
 }
 
+export interface SeedsFailure {
+  seed: number;
+  ops: Op[];
+  failure: StepFailure;
+}
+
+/**
+ * Runs the sequences of seeds `first`, `first + 1`, … (`length` steps each) in `jobs` lanes at
+ * once (each in its own namespace), until `count` have run or `deadline` (performance.now())
+ * has passed; stops at the first failure. `progress` is told each sequence's steps.
+ */
+export async function runSeeds(options: {
+  first: number;
+  length: number;
+  jobs: number;
+  count?: number;
+  deadline?: number;
+  progress?: (steps: number) => void;
+}): Promise<{ runs: number; failed: SeedsFailure | null }> {
+  const end = options.count === undefined ? Infinity : options.first + options.count;
+  let next = options.first;
+  let runs = 0;
+  let failed: SeedsFailure | null = null;
+  const lane = async (): Promise<void> => {
+    while (failed === null && next < end && performance.now() < (options.deadline ?? Infinity)) {
+      const seed = next++;
+      const ops = generate(seed, options.length);
+      const result = await runSequence(ops);
+      runs += 1;
+      options.progress?.(ops.length);
+      if (result.failure) failed ??= { seed, ops, failure: result.failure };
+    }
+  };
+  await Promise.all(Array.from({ length: options.jobs }, lane));
+  return { runs, failed };
+}
+
 /** The smallest failing subsequence found by dropping steps (bounded in runs and time). */
 export async function shrink(
   ops: readonly Op[],
