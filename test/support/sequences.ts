@@ -819,6 +819,30 @@ async function checkLatency(
   return null;
 }
 
+/**
+ * `contested` only where the policy says so: at least FIGHT.maxRewrites rewrites (flannel.1 at a
+ * MAC other than the desired one and than its last) within FIGHT.windowMs before it, as the
+ * independent listener saw them (100 ms of slack for when each side read them).
+ */
+function checkContests(bed: SequenceBed, from: number, desired: string): string | null {
+  for (const event of bed.guardEvents.slice(from)) {
+    if (event.event !== 'contested') continue;
+    const at = performance.timeOrigin + event.at;
+    const last = new Map<number, string | null>();
+    let rewrites = 0;
+    for (const link of bed.linkEvents) {
+      if (link.ifname !== 'flannel.1' || link.deleted || link.mac === null) continue;
+      const moved = link.mac !== desired && link.mac !== last.get(link.ifindex);
+      last.set(link.ifindex, link.mac);
+      if (moved && link.timeMs >= at - FIGHT.windowMs - 100 && link.timeMs <= at) rewrites += 1;
+    }
+    if (rewrites < FIGHT.maxRewrites) {
+      return `contested after ${rewrites} rewrites within ${FIGHT.windowMs} ms (the policy contests at ${FIGHT.maxRewrites})`;
+    }
+  }
+  return null;
+}
+
 export interface SequenceResult {
   ok: boolean;
   failure?: StepFailure;
@@ -874,6 +898,9 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
         }
       }
       problem ??= checkEvents(bed.guardEvents, from, startedAt, model, op);
+      if (problem === null && model.kube?.strategy !== 'adopt') {
+        problem = checkContests(bed, from, bed.resolve(model.desired));
+      }
       if (
         problem === null &&
         drifted &&
