@@ -535,6 +535,9 @@ export class SequenceBed {
   #saved(since: number): string[] {
     const found: string[] = [];
     for (const name of readdirSync(this.#stateDir)) {
+      // A save is a temporary file renamed over the state file: killed before the rename, it
+      // saved nothing (found by the fuzzer: the wait took a temporary file for the save).
+      if (name.startsWith('.')) continue;
       const path = join(this.#stateDir, name);
       try {
         if (statSync(path).mtimeMs < since) continue;
