@@ -114,10 +114,14 @@ void MonitorCore::Release(int32_t ifindex) {
   armed_.erase(ifindex);
   restoreSets_.erase(ifindex);
   echoes_.erase(ifindex);
+  unreadWrites_.erase(ifindex);
 }
 
 Result<Unit> MonitorCore::Arm(int32_t ifindex, ArmedCorrection correction) {
   if (restoreSets_.count(ifindex) == 0) {
+    // Read here before JS heard of it, a deletion leaves JS arming a device that is gone
+    // (a deferred correction's timer, a batch still on its way): nothing to arm, no error.
+    if (mirror_.FindLink(ifindex) == nullptr) return Unit{};
     return SysError(EINVAL, "arm", "the device's restore set is not kept (Keep it first)");
   }
   if (!writer_) {
@@ -171,27 +175,63 @@ void MonitorCore::SizeReceiveBufferFor(size_t entries) {
 bool MonitorCore::IsCorrectionEcho(const netlink::NeighRecord& neigh) {
   auto device = echoes_.find(neigh.ifindex);
   if (device == echoes_.end()) return false;
-  auto entry = device->second.find(NeighbourKey(neigh.family, neigh.destination));
-  if (entry == device->second.end()) return false;
+  auto entry = device->second.entries.find(NeighbourKey(neigh.family, neigh.destination));
+  if (entry == device->second.entries.end()) return false;
   PendingEcho& pending = entry->second;
   bool echo = false;
-  if (neigh.deleted) {
-    // The rewrite's flush of an entry already put back (its re-add follows),
-    // once: another delete is someone's.
-    echo = !pending.flushRead;
-    pending.flushRead = true;
-    if (!echo) device->second.erase(entry);
+  if (!device->second.writeRead) {
+    // Queued before the write: the entry as it was when the write flushed it.
+    pending.present = !neigh.deleted;
+    echo = true;
+  } else if (neigh.deleted) {
+    // The write's flush of an entry present then, once: another delete is someone's.
+    echo = pending.present;
+    pending.present = false;
+    if (!echo) device->second.entries.erase(entry);
   } else {
     echo = !pending.readdRead && (neigh.state & NUD_PERMANENT) != 0 &&
            neigh.lladdr.state == netlink::MacField::State::kValid &&
            neigh.lladdr.bytes == pending.lladdr;
     pending.readdRead = true;
     // Re-added, or changed by someone else: passed on from now.
-    if (!echo || pending.flushRead) device->second.erase(entry);
+    if (!echo || !pending.present) device->second.entries.erase(entry);
   }
-  if (device->second.empty()) echoes_.erase(device);
+  if (device->second.entries.empty()) echoes_.erase(device);
   if (echo) ++stats_.correctionEchoes;
   return echo;
+}
+
+void MonitorCore::FollowCorrectionEchoes(const netlink::LinkRecord& link) {
+  bool ownWrite = false;
+  if (auto unread = unreadWrites_.find(link.ifindex); unread != unreadWrites_.end()) {
+    if (link.deleted) {
+      unreadWrites_.erase(unread);
+    } else if (link.mac.state == netlink::MacField::State::kValid &&
+               link.mac.bytes == unread->second.front()) {
+      ownWrite = true;
+      unread->second.pop_front();
+      if (unread->second.empty()) unreadWrites_.erase(unread);
+    }
+  }
+  auto device = echoes_.find(link.ifindex);
+  if (device == echoes_.end()) return;
+  CorrectionEchoes& echoes = device->second;
+  // rtnetlink notifies a MAC write before the flush it causes, all under RTNL:
+  // no other link message of the device comes between them.
+  if (!echoes.writeRead && ownWrite) {
+    if (echoes.writesAhead > 0) {
+      --echoes.writesAhead;
+    } else {
+      echoes.writeRead = true;
+    }
+  } else if (echoes.writeRead || link.deleted) {
+    echoes_.erase(device);
+  }
+}
+
+void MonitorCore::ForgetEchoes() {
+  echoes_.clear();
+  unreadWrites_.clear();
 }
 
 std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord& link,
@@ -242,6 +282,12 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   Result<Unit> written = writer_->SetLinkAddress(link.ifindex, mac);
   correction.macNs = since();
   echoes_.erase(link.ifindex);
+  size_t writesAhead = 0;
+  if (written.ok()) {
+    std::deque<std::array<uint8_t, 6>>& unread = unreadWrites_[link.ifindex];
+    writesAhead = unread.size();
+    unread.push_back(mac);
+  }
   if (!written.ok()) {
     correction.error = written.error();
   } else if (auto set = restoreSets_.find(link.ifindex); set != restoreSets_.end()) {
@@ -250,18 +296,19 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
     correction.error = std::move(restored.error);
     if (!correction.error) {
       // Every entry is back, as the kernel's ACKs say: the mirror learns them from those (the
-      // kernel filter keeps the re-adds' notifications out), and the notifications of the
-      // rewrite's flush and of the re-adds say nothing new. A flush is still to be read only
-      // for an entry the mirror holds: one flushed before (a write of the same MAC, a down)
-      // is back without one.
-      auto& echoes = echoes_[link.ifindex];
+      // kernel filter keeps the re-adds' notifications out), and the notifications between
+      // the rewrite and the re-adds say nothing new (see CorrectionEchoes). An entry the
+      // mirror holds still has its flush to be read; one flushed before (a write of the same
+      // MAC, a down) is back without one.
+      CorrectionEchoes& echoes = echoes_[link.ifindex];
+      echoes.writesAhead = writesAhead;
       std::vector<MirrorChange> learnt;
       for (const netlink::NeighbourEntry& entry : set->second.entries()) {
         netlink::NeighRecord record = RecordOf(entry);
         PendingEcho pending{entry.lladdr};
-        pending.flushRead = mirror_.neighs().count(MirrorKey(record)) == 0;
-        echoes[NeighbourKey(entry.family, entry.destination)] = pending;
-        if (pending.flushRead)
+        pending.present = mirror_.neighs().count(MirrorKey(record)) > 0;
+        echoes.entries[NeighbourKey(entry.family, entry.destination)] = pending;
+        if (!pending.present)
           mirror_.ApplyNeigh(std::move(record), false, writer_->portid(), &learnt);
       }
     }
@@ -304,7 +351,7 @@ void MonitorCore::BeginResync(std::vector<MonitorItem>* out) {
   mirror_.BeginResync();
   resyncConsistent_ = true;
   // The dumps report the table as it is; a correction's echoes are part of it.
-  echoes_.clear();
+  ForgetEchoes();
   dumpedNeighbours_ = 0;
   phase_ = Phase::kLinks;
   dumpAttempt_ = 1;
@@ -412,11 +459,11 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     return;
   }
   if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
+    FollowCorrectionEchoes(*link);
     bool disarmed = false;
     std::optional<Correction> correction = CorrectIfArmed(*link, &disarmed);
     if (link->deleted) {
       restoreSets_.erase(link->ifindex);
-      echoes_.erase(link->ifindex);
     } else if (link->kind == "vxlan" && mirror_.FindLink(link->ifindex) == nullptr && Keep(*link)) {
       // A device created now: its restore set follows its table from the start, before JS
       // takes it on (Keep): entries added at once and flushed by a rewrite right after (udev's,
@@ -594,7 +641,7 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
     // an error stopped the read: it polls as POLLERR, and the next wake reads it.)
     if (drained && !wrote_) {
       // A correction's echoes were read by now, or lost to an overrun.
-      echoes_.clear();
+      ForgetEchoes();
       if (resyncPending_ && phase_ == Phase::kIdle) BeginResync(out);
       return;
     }
@@ -604,7 +651,7 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
   if (resyncPending_ && phase_ == Phase::kIdle && !failed_) {
     Result<bool> readable = source_->WaitReadable(0);
     if (readable.ok() && !readable.value()) {
-      echoes_.clear();
+      ForgetEchoes();
       BeginResync(out);
     }
   }

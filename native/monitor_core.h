@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -293,17 +294,35 @@ class MonitorCore {
   std::unique_ptr<CorrectionWriter> writer_;  // opened by the first Arm
   std::unordered_map<int32_t, ArmedCorrection> armed_;
   std::unordered_map<int32_t, RestoreSet> restoreSets_;
-  // Per device, the entries a correction put back whose flush and re-add
-  // notifications have not been read yet, by (family, destination). Each
-  // entry has one of each: a second delete is someone's delete. Emptied once
-  // the socket is drained: every echo was queued by then. (With a kernel
-  // filter the re-adds never arrive: see LinkFilter::ownRequests.)
+  // Per device, the notifications of a correction's entries not read yet, by
+  // (family, destination). Until the echo of the correction's own MAC write
+  // is read, every one predates the re-adds: a state the write flushed and the
+  // re-adds replaced (the rewrite's flush, another writer's re-add). After it,
+  // the write's own flush of an entry present then, and the re-add's
+  // notification; anything else is someone's. Emptied once the socket is
+  // drained, or by the device's next link message: every echo was read by then.
+  // (With a kernel filter the re-adds never arrive: see LinkFilter::ownRequests.)
   struct PendingEcho {
     std::array<uint8_t, 6> lladdr{};
-    bool flushRead = false;
+    bool present = false;  // in the kernel, as the notifications read so far say
     bool readdRead = false;
   };
-  std::unordered_map<int32_t, std::unordered_map<std::string, PendingEcho>> echoes_;
+  struct CorrectionEchoes {
+    size_t writesAhead = 0;  // earlier MAC writes whose notifications come first
+    bool writeRead = false;  // its own MAC write's notification has been read
+    std::unordered_map<std::string, PendingEcho> entries;
+  };
+  std::unordered_map<int32_t, CorrectionEchoes> echoes_;
+  // Per device, the MACs the corrections wrote whose notifications have not
+  // been read, oldest first. The kernel names no writer in a link message: a
+  // notification of one of these MACs is taken for the oldest write's. (So
+  // another writer setting the same MAC before it is read is taken for ours.)
+  std::unordered_map<int32_t, std::deque<std::array<uint8_t, 6>>> unreadWrites_;
+  // Follows the device's link messages: the read of a correction's own MAC
+  // write, and any later one, which ends its echoes.
+  void FollowCorrectionEchoes(const netlink::LinkRecord& link);
+  // Every notification caused so far has been read (or lost to an overrun).
+  void ForgetEchoes();
   // Applies filter_ with the write socket's port id (once it is open).
   Result<Unit> ApplyFilter();
   bool explicitReceiveBuffer_ = false;

@@ -6,10 +6,12 @@
  * ordinary bridge bed it leaves offload on. The explicit policy fixes the relay bed too.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
 
 import { binding } from '../lib/core/binding';
 import { runDoctorCli } from './support/doctor-run';
 import { GuardProcess, type GuardLine } from './support/guard-process';
+import { tempDirPrefix } from './support/netns';
 import { FlannelTestbed, type TestbedNode } from './support/testbed';
 
 const QUICK = { timeoutMs: 1500 };
@@ -147,19 +149,25 @@ describe('offload auto on the relay bed (a wire that finishes no checksum)', fun
     await offloadOn(bed.nodes);
     const [n1] = bed.nodes;
     assert.ok(n1);
-    const probeCheck = async (args: string[]): Promise<{ verdict: string; summary: string }> => {
-      const run = await runDoctorCli(['--netns', n1.ns.name, '--json', ...args]);
-      const report = run.report as { checks: { id: string; verdict: string; summary: string }[] };
-      const found = report.checks.find((c) => c.id === 'offload-probe');
-      assert.ok(found, run.stdout);
-      return found;
-    };
-    const broken = await probeCheck([]);
-    assert.equal(broken.verdict, 'fail', broken.summary);
-    assert.match(broken.summary, /answered ICMP echo but neither UDP nor TCP/);
-    await runDoctorCli(['--netns', n1.ns.name, '--fix']);
-    assert.equal(await n1.feature(CSUM), 'off');
-    assert.equal((await probeCheck([])).verdict, 'ok');
+    // --fix may also write a .link file: under a root of the test's own, never the machine's /etc.
+    const root = mkdtempSync(tempDirPrefix('doctor-root'));
+    try {
+      const probeCheck = async (args: string[]): Promise<{ verdict: string; summary: string }> => {
+        const run = await runDoctorCli(['--root', root, '--netns', n1.ns.name, '--json', ...args]);
+        const report = run.report as { checks: { id: string; verdict: string; summary: string }[] };
+        const found = report.checks.find((c) => c.id === 'offload-probe');
+        assert.ok(found, run.stdout);
+        return found;
+      };
+      const broken = await probeCheck([]);
+      assert.equal(broken.verdict, 'fail', broken.summary);
+      assert.match(broken.summary, /answered ICMP echo but neither UDP nor TCP/);
+      await runDoctorCli(['--root', root, '--netns', n1.ns.name, '--fix']);
+      assert.equal(await n1.feature(CSUM), 'off');
+      assert.equal((await probeCheck([])).verdict, 'ok');
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 
   it('probePaths itself: answers per peer, none from an address nobody has, bounded inputs', async function () {

@@ -824,23 +824,43 @@ async function checkLatency(
 
 /**
  * `contested` only where the policy says so: at least FIGHT.maxRewrites rewrites (flannel.1 at a
- * MAC other than the desired one and than its last) within FIGHT.windowMs before it, as the
- * independent listener saw them (100 ms of slack for when each side read them).
+ * MAC other than the desired one and than its last) within FIGHT.windowMs up to the rewrite the
+ * contest names, as the independent listener read them. Both ends are the listener's own times:
+ * `ip monitor` may read a burst well after the guard did, so the time the guard's report arrived
+ * says nothing about which of the listener's reads came before it (100 ms of slack for the gaps
+ * between its reads). A drift the guard found when it started counts as a rewrite at that
+ * moment, which the listener cannot date: those are counted by the reports' arrival times.
  */
-function checkContests(bed: SequenceBed, from: number, desired: string): string | null {
+async function checkContests(
+  bed: SequenceBed,
+  from: number,
+  desired: string,
+): Promise<string | null> {
   for (const event of bed.guardEvents.slice(from)) {
     if (event.event !== 'contested') continue;
-    const at = performance.timeOrigin + event.at;
+    const observed = event.data.observed as string;
+    await bed.listenerSaw(observed, 0);
+    const events = bed.linkEvents.filter(
+      (link) => link.ifname === 'flannel.1' && !link.deleted && link.mac !== null,
+    );
+    const named = events.findLastIndex((link) => link.mac === observed);
+    const until = events[named]?.timeMs;
+    if (until === undefined) {
+      return `contested at ${observed}, a MAC the independent listener never saw`;
+    }
     const last = new Map<number, string | null>();
     let rewrites = 0;
-    for (const link of bed.linkEvents) {
-      if (link.ifname !== 'flannel.1' || link.deleted || link.mac === null) continue;
+    for (const link of events.slice(0, named + 1)) {
       const moved = link.mac !== desired && link.mac !== last.get(link.ifindex);
       last.set(link.ifindex, link.mac);
-      if (moved && link.timeMs >= at - FIGHT.windowMs - 100 && link.timeMs <= at) rewrites += 1;
+      if (moved && link.timeMs >= until - FIGHT.windowMs - 100) rewrites += 1;
+    }
+    for (const found of bed.guardEvents.slice(0, bed.guardEvents.indexOf(event))) {
+      const atStart = found.event === 'rewrite' && found.data.found === 'start';
+      if (atStart && found.at >= event.at - FIGHT.windowMs - 100) rewrites += 1;
     }
     if (rewrites < FIGHT.maxRewrites) {
-      return `contested after ${rewrites} rewrites within ${FIGHT.windowMs} ms (the policy contests at ${FIGHT.maxRewrites})`;
+      return `contested at ${observed} after ${rewrites} rewrites within ${FIGHT.windowMs} ms as the independent listener read them (the policy contests at ${FIGHT.maxRewrites})`;
     }
   }
   return null;
@@ -902,7 +922,7 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
       }
       problem ??= checkEvents(bed.guardEvents, from, startedAt, model, op);
       if (problem === null && model.kube?.strategy !== 'adopt') {
-        problem = checkContests(bed, from, bed.resolve(model.desired));
+        problem = await checkContests(bed, from, bed.resolve(model.desired));
       }
       if (
         problem === null &&
