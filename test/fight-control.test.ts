@@ -30,6 +30,7 @@ function device(ifindex: number, name: string): ManagedDevice {
     rewrites: 0,
     driftSince: null,
     vanishing: false,
+    sourceNewer: false,
     offloads: {},
     offloadPolicy: null,
   };

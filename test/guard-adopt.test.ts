@@ -304,6 +304,32 @@ describe("FlannelGuard strategy 'adopt' (scripted monitor, fake ports and clock)
     assert.deepEqual(r.ports.macWrites(), []);
   });
 
+  // Found by the sequences: "adopt; start; 8 rewrites back to back; the annotation's VtepMAC
+  // changes" left the device at the last rewrite's MAC and stored it over flanneld's new one.
+  it('a source change while contested is newer than the device: on resume the device follows it', async function () {
+    const source = new AdoptingSource();
+    source.table.set('flannel.1', PUBLISHED);
+    const r = rig({ source, strategy: 'adopt', fight: { maxRewrites: 2, burst: 2, quietMs: 300 } });
+    const contested: unknown[] = [];
+    r.guard.on('contested', (e) => contested.push(e));
+    r.clock.advance(10);
+    rewrite(r, '02:00:00:00:0f:01');
+    await source.settle();
+    r.clock.advance(10);
+    rewrite(r, '02:00:00:00:0f:02');
+    assert.equal(contested.length, 1);
+    const republished = '02:00:00:00:0f:99';
+    source.table.set('flannel.1', republished); // flanneld publishes a new MAC meanwhile
+    for (const listener of source.listeners) listener();
+    r.monitor.pump();
+    assert.deepEqual(r.ports.macWrites(), [], 'held back while contested');
+    r.clock.advance(300);
+    r.monitor.pump();
+    assert.equal(source.calls.length, 1, 'the contest-time MAC is not stored over the new one');
+    assert.equal(r.kernel.link(r.ifindex).mac, republished);
+    assert.deepEqual(arpEntries(r), [`10.244.1.0 ${REMOTE_A}`, `10.244.2.0 ${REMOTE_B}`]);
+  });
+
   it('never stores in a dry run', function () {
     const source = new AdoptingSource();
     source.table.set('flannel.1', PUBLISHED);

@@ -75,6 +75,12 @@ export interface ManagedDevice {
   driftSince: number | null;
   /** Set on ENODEV: the device is going away; nothing is written until its DELLINK. */
   vanishing: boolean;
+  /**
+   * The source changed its answer while the drift was held back (a contest, a backoff): its
+   * answer is newer than the device's MAC, so `adopt` corrects to it instead of publishing the
+   * MAC. Cleared by the next rewrite and when the drift ends.
+   */
+  sourceNewer: boolean;
   /** Last known active state of each policy feature. */
   offloads: Record<string, boolean | null>;
   /** What `--offload auto` measured this device needs (null: nothing, or not measured). */

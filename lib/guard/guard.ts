@@ -403,6 +403,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       rewrites: 0,
       driftSince: null,
       vanishing: false,
+      sourceNewer: false,
       offloads: {},
       offloadPolicy: null,
     };

@@ -90,6 +90,7 @@ export class MacCorrection {
       return;
     }
     device.driftSince ??= at;
+    device.sourceNewer = false; // the device's MAC is the newer answer again
     counters.rewrites += 1;
     device.rewrites += 1;
     const sinceCreation = device.createdAt === null ? null : at - device.createdAt;
@@ -157,7 +158,8 @@ export class MacCorrection {
     const { config } = this.#ctx;
     return {
       correct: (deferred, at) => {
-        if (config.strategy === 'adopt' && desired.kind === 'source') this.#adopt(device, at);
+        const adopt = config.strategy === 'adopt' && desired.kind === 'source';
+        if (adopt && !device.sourceNewer) this.#adopt(device, at);
         else this.#correct(device, deferred, at);
       },
       contested: (rewrites) => {
@@ -176,8 +178,9 @@ export class MacCorrection {
   /** A source changed its answers: bring the device to them (not counted as a rewrite). */
   reconcile(device: ManagedDevice, at: number): void {
     const { devices, fight } = this.#ctx;
-    if (devices.isDrifted(device) && !fight.heldBack(macKey(device))) {
-      this.#correct(device, false, at);
+    if (devices.isDrifted(device)) {
+      if (fight.heldBack(macKey(device))) device.sourceNewer = true;
+      else this.#correct(device, false, at);
     }
     this.arm(device); // the desired MAC itself may have changed
   }
@@ -232,6 +235,7 @@ export class MacCorrection {
   #backAtDesired(device: ManagedDevice): void {
     this.#ctx.counters.echoes += 1;
     device.driftSince = null;
+    device.sourceNewer = false;
     this.#ctx.fight.cancelDeferred(macKey(device));
   }
 
