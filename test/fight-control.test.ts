@@ -31,6 +31,7 @@ function device(ifindex: number, name: string): ManagedDevice {
     driftSince: null,
     vanishing: false,
     sourceNewer: false,
+    adoptions: { inFlight: [], stored: null },
     offloads: {},
     offloadPolicy: null,
   };

@@ -330,6 +330,39 @@ describe("FlannelGuard strategy 'adopt' (scripted monitor, fake ports and clock)
     assert.deepEqual(arpEntries(r), [`10.244.1.0 ${REMOTE_A}`, `10.244.2.0 ${REMOTE_B}`]);
   });
 
+  it("the echo of the guard's own adoption while contested is not newer: on resume the device keeps its MAC", async function () {
+    const source = new AdoptingSource();
+    source.table.set('flannel.1', PUBLISHED);
+    const r = rig({ source, strategy: 'adopt', fight: { maxRewrites: 3, burst: 2, quietMs: 300 } });
+    const contested: unknown[] = [];
+    r.guard.on('contested', (e) => contested.push(e));
+    r.clock.advance(10);
+    rewrite(r, '02:00:00:00:0f:01');
+    r.clock.advance(10);
+    rewrite(r, '02:00:00:00:0f:02');
+    r.clock.advance(10);
+    rewrite(r, '02:00:00:00:0f:03');
+    assert.equal(contested.length, 1);
+    // The annotation patches land while the contest holds the drift back; each one's watch
+    // event tells the guard the source changed (to the guard's own adoptions).
+    while (source.pending > 0) {
+      await source.settle();
+      for (const listener of source.listeners) listener();
+      r.monitor.pump();
+    }
+    r.clock.advance(300);
+    r.monitor.pump();
+    await source.settle();
+    assert.deepEqual(
+      source.calls.map((c) => c.mac),
+      ['02:00:00:00:0f:01', '02:00:00:00:0f:02', '02:00:00:00:0f:03'],
+      'the MAC the device was left at is the one stored on resume',
+    );
+    assert.deepEqual(r.ports.macWrites(), [], 'the device is never written back to an older MAC');
+    assert.equal(r.kernel.link(r.ifindex).mac, '02:00:00:00:0f:03');
+    assert.deepEqual(arpEntries(r), [`10.244.1.0 ${REMOTE_A}`, `10.244.2.0 ${REMOTE_B}`]);
+  });
+
   it('never stores in a dry run', function () {
     const source = new AdoptingSource();
     source.table.set('flannel.1', PUBLISHED);

@@ -81,6 +81,12 @@ export interface ManagedDevice {
    * MAC. Cleared by the next rewrite and when the drift ends.
    */
   sourceNewer: boolean;
+  /**
+   * This guard's adoptions for the device: the MACs it asked the source to store that are in
+   * flight, and the last one stored. The source answering one of them is the echo of our own
+   * adoption, never an answer newer than the device's MAC.
+   */
+  adoptions: { inFlight: string[]; stored: string | null };
   /** Last known active state of each policy feature. */
   offloads: Record<string, boolean | null>;
   /** What `--offload auto` measured this device needs (null: nothing, or not measured). */

@@ -404,6 +404,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       driftSince: null,
       vanishing: false,
       sourceNewer: false,
+      adoptions: { inFlight: [], stored: null },
       offloads: {},
       offloadPolicy: null,
     };

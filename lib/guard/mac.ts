@@ -179,8 +179,8 @@ export class MacCorrection {
   reconcile(device: ManagedDevice, at: number): void {
     const { devices, fight } = this.#ctx;
     if (devices.isDrifted(device)) {
-      if (fight.heldBack(macKey(device))) device.sourceNewer = true;
-      else this.#correct(device, false, at);
+      if (!fight.heldBack(macKey(device))) this.#correct(device, false, at);
+      else if (!isOwnAdoption(device, devices.desiredMac(device)?.mac)) device.sourceNewer = true;
     }
     this.arm(device); // the desired MAC itself may have changed
   }
@@ -357,10 +357,17 @@ export class MacCorrection {
       const target = devices.writeTarget(device);
       if (!target?.mac || target.mac === desired.mac) return;
       const mac = target.mac;
+      const { adoptions } = device;
+      adoptions.inFlight.push(mac);
+      const settled = (): void => {
+        adoptions.inFlight.splice(adoptions.inFlight.indexOf(mac), 1);
+      };
       const neighbours = this.#restoreNeighbours(device);
       const since = device.driftSince ?? at;
       adopt(device.name, mac).then(
         () => {
+          settled();
+          adoptions.stored = mac;
           if (this.#ctx.isClosed()) return;
           device.driftSince = null;
           this.#ctx.emit('adopted', {
@@ -373,6 +380,7 @@ export class MacCorrection {
           });
         },
         (error: unknown) => {
+          settled();
           this.#ctx.fail(error);
         },
       );
@@ -387,4 +395,10 @@ export class MacCorrection {
     this.#ctx.counters.neighboursRestored += restored;
     return restored;
   }
+}
+
+/** Whether `mac`, the source's answer for the device, is one of this guard's own adoptions. */
+function isOwnAdoption(device: ManagedDevice, mac: string | undefined): boolean {
+  const { inFlight, stored } = device.adoptions;
+  return mac !== undefined && (mac === stored || inFlight.includes(mac));
 }
