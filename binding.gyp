@@ -19,6 +19,7 @@
         "native/socket_filter.cc",
         "native/ethtool.cc",
         "native/path_probe.cc",
+        "native/name_claim.cc",
         "native/addon/addon.cc",
         "native/addon/control_wrap.cc",
         "native/addon/convert.cc",

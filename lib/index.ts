@@ -70,6 +70,7 @@ export type {
   ResumedEvent,
   RewriteEvent,
   RewriteFound,
+  SharedEvent,
   VerdictEvent,
 } from './guard';
 export type { AutoOffloadPolicy } from './guard/offload-auto';

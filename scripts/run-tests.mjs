@@ -36,6 +36,8 @@ const UNIT_SUITES = [
   'doctor-config',
   'udev-writer',
   'kubernetes',
+  'kubernetes-credentials',
+  'other-guards',
 ];
 const args = process.argv.slice(2);
 const unit = args.includes('--unit');

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 
 import { parsePluginConfig, SUPPORTED_VERSIONS } from '../lib/cni/main';
 import { Netns, registerSyncCleanup, tempDirPrefix } from './support/netns';
@@ -338,7 +339,7 @@ describe('flannel-guard-cni chained after bridge + host-local (the test bed, rea
   it('the time budget: when it runs out ADD prints prevResult and exits 0 at once; CHECK answers 11 (try again later)', async function () {
     const { attachment } = await newPod();
     const prevResult = { cniVersion: '1.0.0', interfaces: [], ips: [], dns: {} };
-    // 1 ms is over before Node has even started: the budget counts from process start.
+    // 1 ms is over before the addon has loaded: the budget counts from reading the configuration.
     const conf = pluginConfig(list, { ...(list.plugins[1] as NetConf), budgetMs: 1 }, prevResult);
     await n1.setVtepMac('0e:12:34:56:78:9b');
     const run = await runtime.invoke(conf, { command: 'ADD', ...attachment });
@@ -357,6 +358,37 @@ describe('flannel-guard-cni chained after bridge + host-local (the test bed, rea
       { command: 'ADD', ...attachment },
     );
     assert.equal(again.code, 0);
+    assert.equal(await n1.currentMac(), n1.publishedMac);
+  });
+
+  it('40 ADDs at once on one CPU with failOnError false: no pod fails, the budget counts from the configuration', async function () {
+    const { attachment } = await newPod();
+    const prevResult = { cniVersion: '1.0.0', interfaces: [], ips: [], dns: {} };
+    const conf = pluginConfig(
+      list,
+      { ...(list.plugins[1] as NetConf), budgetMs: 5000, failOnError: false },
+      prevResult,
+    );
+    await n1.setVtepMac('0e:12:34:56:78:9c');
+    // Node's own start-up under this contention took the whole default budget before the
+    // configuration (and its budgetMs) had been read: code 11 for most of them.
+    const runs = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        runtime.invoke(conf, {
+          command: 'ADD',
+          ...attachment,
+          containerId: `burst${i}abc`,
+          cpus: '0',
+          timeoutMs: 60_000,
+        }),
+      ),
+    );
+    const failed = runs.filter((run) => run.code !== 0 || !isDeepStrictEqual(run.json, prevResult));
+    assert.deepEqual(
+      failed.map((run) => `${run.code}: ${run.stdout}${run.stderr}`),
+      [],
+      `${failed.length} of 40 ADDs failed`,
+    );
     assert.equal(await n1.currentMac(), n1.publishedMac);
   });
 

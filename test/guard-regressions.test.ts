@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 
+import { flannelDeviceLines, UNDERLAY_LINES } from './support/flannel-device';
 import { GuardProcess } from './support/guard-process';
 import { Netns } from './support/netns';
 
@@ -17,13 +18,8 @@ const PEERS = [
 /** flannel.1 as flanneld leaves it: MAC A, one permanent ARP and FDB entry per peer. */
 async function flannelDevice(ns: Netns): Promise<void> {
   await ns.ipBatch([
-    'link add veth0 type veth peer name veth1',
-    'address add 192.0.2.1/24 dev veth0',
-    'link set veth0 up',
-    'link set veth1 up',
-    `link add flannel.1 address ${MAC_A} type vxlan id 1 local 192.0.2.1 dev veth0 dstport 8472 nolearning`,
-    'address add 198.18.0.0/32 dev flannel.1',
-    'link set flannel.1 up',
+    ...UNDERLAY_LINES,
+    ...flannelDeviceLines(MAC_A),
     ...PEERS.map((p) => `neigh replace ${p.ip} lladdr ${p.mac} dev flannel.1 nud permanent`),
   ]);
   for (const p of PEERS) {

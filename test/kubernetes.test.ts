@@ -22,9 +22,8 @@
  * - HTTP/2, protobuf or CBOR encodings, API priority and fairness (429 with
  *   Retry-After), Events expiring after their TTL by themselves (a 404 on the
  *   patch of a repeat is injected instead);
- * - in-cluster configuration (service-account token, CA and namespace files,
- *   token rotation) and exec/OIDC authentication: only a kubeconfig file
- *   with a token and a CA is used;
+ * - authentication other than a kubeconfig token: tokenFile, rotation, exec
+ *   plugins are kubernetes-credentials.test.ts; OIDC is not covered;
  * - a watch that stalls without closing (the idle deadline is the server's
  *   timeout plus 30 s: too long for a test).
  */
@@ -1094,6 +1093,8 @@ describe('Kubernetes', function () {
           quietMs: 300000,
           detail: `flannel.1 rewritten 5 times (now ${MAC_B}, expected ${MAC_A})`,
         });
+        guard.emit('shared', { device: 'flannel.1', others: 1, detail: 'another guard' });
+        guard.emit('shared', { device: 'flannel.1', others: 0, detail: 'alone again' });
         stop();
         await r.flush(5000);
         const byReason = new Map(fake.events().map((e) => [e.reason as string, e]));
@@ -1115,6 +1116,9 @@ describe('Kubernetes', function () {
           ),
         );
         assert.equal(byReason.get('VtepMacContested')?.type, 'Warning');
+        // A second guard is an Event when it appears; its going is in the log and metrics.
+        assert.equal(byReason.get('VtepGuardedTwice')?.message, 'another guard');
+        assert.equal(fake.events().filter((e) => e.reason === 'VtepGuardedTwice').length, 1);
       });
     });
   });
@@ -1176,6 +1180,7 @@ describe('Kubernetes', function () {
         guard.emit('contested', { device: 'flannel.1', what: 'mac' });
         guard.emit('verdict', verdictEvent('turned-off'));
         guard.emit('overrun', { cause: 'ENOBUFS' });
+        guard.emit('shared', { device: 'flannel.1', others: 2, detail: 'two others' });
         rewrite('flannel-v6.1');
         rewrite('flannel.2'); // past maxDevices: "other"
         const ready = await get(`${base}/readyz`);
@@ -1206,6 +1211,7 @@ describe('Kubernetes', function () {
         );
         assert.equal(v('flannel_guard_offload_broken', { device: 'flannel.1' }), 1);
         assert.equal(v('flannel_guard_netlink_overruns_total'), 1);
+        assert.equal(v('flannel_guard_other_guards', { device: 'flannel.1' }), 2);
         assert.equal(v('flannel_guard_ready'), 1);
         assert.equal(v('flannel_guard_managed_devices'), 2);
         assert.equal(v('flannel_guard_restore_latency_seconds_count', { device: 'flannel.1' }), 1);
@@ -1219,6 +1225,11 @@ describe('Kubernetes', function () {
         );
         assert.equal(exposition.types.get('flannel_guard_restore_latency_seconds'), 'histogram');
         assert.ok(v('process_cpu_user_seconds_total') !== undefined, 'the process metrics');
+        // promtool check metrics' naming rule: `_total` is a counter's suffix, and a counter's only.
+        for (const [name, type] of exposition.types) {
+          assert.equal(name.endsWith('_total'), type === 'counter', `${name} is a ${type}`);
+        }
+        assert.equal(exposition.types.get('nodejs_active_handles'), 'gauge');
         const devices = new Set(
           exposition.samples
             .filter((s) => s.labels.device !== undefined)

@@ -166,6 +166,7 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
   resumed: (e) => `resumed: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`}`,
   released: (e) => `released: ${e.device} (ifindex ${e.ifindex}) ${e.reason}`,
   ignored: (e) => `ignored: ${e.detail}`,
+  shared: (e) => `shared: ${e.detail}${e.others > 1 ? ` (${e.others} others)` : ''}`,
   overrun: (e) => `overrun: netlink events lost (${e.cause}); re-reading the namespace`,
   resync: (e) =>
     e.phase === 'begin'
@@ -195,6 +196,7 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
   resumed: 'info',
   released: 'info',
   ignored: 'warn',
+  shared: 'warn',
   overrun: 'warn',
   resync: 'info',
   error: 'error',
@@ -493,6 +495,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     'resumed',
     'released',
     'ignored',
+    'shared',
     'overrun',
     'resync',
     'error',

@@ -10,8 +10,8 @@
  *   GC      holds no per-attachment state; succeeds
  *   VERSION the supported spec versions
  *
- * A time budget (plugin config `budgetMs`, counted from process start) bounds
- * every command: on ADD, when it runs out, prevResult is printed and the
+ * A time budget (plugin config `budgetMs`, counted from the moment the
+ * configuration has been read) bounds every command: on ADD, when it runs out, prevResult is printed and the
  * plugin exits 0 so pod creation is never held up by the guard; CHECK and
  * STATUS answer error 11 (try again later). Problems during ADD are reported
  * on stderr and do not fail the pod unless `failOnError` is set.
@@ -38,6 +38,11 @@ export const MAX_EXPECT_FILE_BYTES = 8 * 1024 * 1024;
  * system call hang past this much more, the plugin answers and exits anyway.
  */
 const BACKSTOP_MS = 250;
+/**
+ * A runtime writes the whole configuration at once and closes stdin; one that has not in this
+ * long never will. Bounded apart from the budget, which the configuration sets.
+ */
+export const STDIN_TIMEOUT_MS = 10_000;
 
 /** The spec's well-known error codes, and this plugin's own (100+). */
 export const CNI_ERRORS = {
@@ -542,8 +547,10 @@ function configVersion(stdin: string): string | undefined {
 }
 
 /**
- * The executable: env and stdin in, JSON on stdout, exit status out. The budget runs from
- * process start: the default one until the configuration is read, then the configured one.
+ * The executable: env and stdin in, JSON on stdout, exit status out. Reading stdin has a bound
+ * of its own (STDIN_TIMEOUT_MS); the budget is the configuration's and counts from the moment
+ * the configuration is known, so a node busy starting many plugins at once (Node's own start-up
+ * under CPU contention) never spends it before the configuration has said what it is.
  */
 export async function main(env: CniEnvironment = process.env): Promise<void> {
   let cniVersion: string = SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.length - 1] ?? '1.1.0';
@@ -570,8 +577,18 @@ export async function main(env: CniEnvironment = process.env): Promise<void> {
           );
     finish({ status: 1, stdout: errorObject(cniVersion, cniError), log: [] }, exitNow);
   };
+  /** DEL releases nothing of ours: whatever goes wrong, it must not fail the runtime's DEL. */
+  const releaseAnyway = (reason: string, exitNow: boolean): void => {
+    finish({ status: 0, log: [`flannel-guard-cni: DEL: nothing to release (${reason})`] }, exitNow);
+  };
+  const stdinOverdue = setTimeout(() => {
+    const note = `stdin did not end within ${STDIN_TIMEOUT_MS} ms`;
+    if (env.CNI_COMMAND === 'DEL') releaseAnyway(note, true);
+    // Without the configuration there is no prevResult to pass on: the runtime may retry.
+    else fail(new CniError(CNI_ERRORS.TRY_AGAIN_LATER, `flannel-guard-cni: ${note}`), true);
+  }, STDIN_TIMEOUT_MS);
   const outOfBudget = (budgetMs: number): void => {
-    const note = `flannel-guard-cni: ${command ?? env.CNI_COMMAND ?? 'command'} ran out of its ${budgetMs} ms budget`;
+    const note = `flannel-guard-cni: ${command ?? 'command'} ran out of its ${budgetMs} ms budget`;
     if (request?.command === 'ADD') {
       const device = request.plugin.device;
       finish(
@@ -582,7 +599,7 @@ export async function main(env: CniEnvironment = process.env): Promise<void> {
         },
         true,
       );
-    } else if (env.CNI_COMMAND === 'DEL' || request?.command === 'GC') {
+    } else if (command === 'DEL' || command === 'GC') {
       finish({ status: 0, log: [note] }, true);
     } else {
       fail(new CniError(CNI_ERRORS.TRY_AGAIN_LATER, note), true);
@@ -592,43 +609,39 @@ export async function main(env: CniEnvironment = process.env): Promise<void> {
   // repair; a backstop answers if even that hangs. Every other command
   // answers at the budget.
   const controller = new AbortController();
-  const arm = (budgetMs: number): NodeJS.Timeout[] => {
-    // The budget counts from process start.
-    const left = Math.max(0, budgetMs - process.uptime() * 1000);
-    return [
-      setTimeout(() => {
-        controller.abort();
-        // Only ADD has a partial result worth waiting for; the rest answer now.
-        if (request?.command !== 'ADD') outOfBudget(budgetMs);
-      }, left),
-      setTimeout(() => {
-        outOfBudget(budgetMs);
-      }, left + BACKSTOP_MS),
-    ];
-  };
-  let timers = arm(DEFAULT_BUDGET_MS);
+  let timers: NodeJS.Timeout[] = [];
   try {
     const stdin = await readStdin();
+    clearTimeout(stdinOverdue);
     cniVersion = configVersion(stdin) ?? cniVersion;
     command = checkEnvironment(env);
     request = parseRequest(command, stdin);
     cniVersion = request.cniVersion;
-    for (const timer of timers) clearTimeout(timer);
-    timers = arm(request.plugin.budgetMs);
+    const { budgetMs } = request.plugin;
+    timers = [
+      setTimeout(() => {
+        controller.abort();
+        // Only ADD has a partial result worth waiting for; the rest answer now.
+        if (request?.command !== 'ADD') outOfBudget(budgetMs);
+      }, budgetMs),
+      setTimeout(() => {
+        outOfBudget(budgetMs);
+      }, budgetMs + BACKSTOP_MS),
+    ];
     finish(await handle(request, controller.signal), false);
   } catch (error) {
-    // DEL releases nothing of ours: whatever is wrong with the request, it
-    // must not fail, or the runtime stops before the plugins before us.
     if (env.CNI_COMMAND === 'DEL') {
-      const reason =
+      releaseAnyway(
         error instanceof CniError
           ? `${error.message}${error.details === undefined ? '' : `: ${error.details}`}`
-          : String(error);
-      finish({ status: 0, log: [`flannel-guard-cni: DEL: nothing to release (${reason})`] }, false);
+          : String(error),
+        false,
+      );
     } else {
       fail(error);
     }
   } finally {
+    clearTimeout(stdinOverdue);
     for (const timer of timers) clearTimeout(timer);
   }
 }

@@ -416,6 +416,11 @@ export interface RawBinding {
    * the thread pool; what answered within `timeoutMs` (native/path_probe.h).
    */
   probePaths(options: RawProbeOptions, addresses: readonly string[]): Promise<RawPathAnswer[]>;
+  /**
+   * Claims `name` (an abstract unix socket) in the namespace (native/name_claim.h): `held`, a
+   * listening socket; else a socket connected to the holder, or -1 when its queue is full.
+   */
+  claimName(name: string, netns?: string, netnsLabel?: string): { fd: number; held: boolean };
 }
 
 export interface RawProbeOptions extends RawNetnsOptions {

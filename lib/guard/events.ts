@@ -154,6 +154,14 @@ export interface IgnoredEvent {
   detail: string;
 }
 
+/** Another guard watches the same device (others > 0), or no longer does (others 0). */
+export interface SharedEvent {
+  device: string;
+  /** Other guards of the device: those connected to this one, or 1 (the one holding it). */
+  others: number;
+  detail: string;
+}
+
 export interface ReleasedEvent {
   device: string;
   ifindex: number;
@@ -206,6 +214,7 @@ export interface FlannelGuardEvents {
   resumed: [ResumedEvent];
   released: [ReleasedEvent];
   ignored: [IgnoredEvent];
+  shared: [SharedEvent];
   overrun: [OverrunEvent];
   resync: [ResyncEvent];
   error: [SystemError];

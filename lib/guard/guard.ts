@@ -44,6 +44,7 @@ import { FightController } from './fight-control';
 import { MacCorrection } from './mac';
 import { OffloadEnforcement } from './offload';
 import { OffloadAuto } from './offload-auto';
+import { OtherGuards } from './other-guards';
 import { openGuardParts, type GuardInternals } from './parts';
 import { DeviceStateStore } from './persistence';
 import type { GuardPorts } from './ports';
@@ -61,6 +62,8 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly #offload: OffloadEnforcement;
   readonly #autoOffload: OffloadAuto | undefined;
   readonly #state: DeviceStateStore;
+  /** Other guards of the same devices (not looked for in a dry run, which writes nothing). */
+  readonly #others: OtherGuards | undefined;
   readonly #counters: GuardCounters = zeroCounters();
   #unsubscribeSource: (() => void) | undefined;
   #unwatchNetns: (() => void) | undefined;
@@ -160,6 +163,10 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       fail,
     });
     this.#stateProblem = internals.stateProblem ?? this.#state.loadProblem;
+    this.#others =
+      internals.claimName === undefined || config.dryRun
+        ? undefined
+        : new OtherGuards(internals.claimName, emit);
 
     const monitor = this.#monitor;
     monitor.on('linkAdded', (event) => {
@@ -224,6 +231,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#closed = true;
     for (const device of this.#devices.values()) this.#fight.cancelTimers(device);
     this.#autoOffload?.close();
+    this.#others?.close();
     this.#state.flush();
     this.#unsubscribeSource?.();
     this.#unwatchNetns?.();
@@ -410,6 +418,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     };
     this.#devices.add(device);
     this.#monitor.keep(link.ifindex);
+    this.#others?.watch(link.name);
     if (this.#started) {
       this.#updateFilter();
       this.#scheduleSave();

@@ -12,6 +12,7 @@ import { openControl } from '../core/oneshot';
 import type { GuardConfig } from './config';
 import type { GuardClock, GuardMonitor } from './context';
 import { openStateFile } from './persistence';
+import type { ClaimName } from './other-guards';
 import { controlPorts, type GuardPorts } from './ports';
 import type { StateFile } from './state-file';
 import { UdevView } from '../udev/view';
@@ -29,6 +30,8 @@ export interface GuardInternals {
   stateProblem?: Error;
   /** What udev does to MACs here, for naming writers; absent: writers are not proven. */
   udev?: UdevView;
+  /** Claims a name in the namespace, to learn of other guards; absent: not looked for. */
+  claimName?: ClaimName;
 }
 
 function currentInode(path: string): number | null {
@@ -105,9 +108,13 @@ export function openGuardParts(config: GuardConfig): GuardInternals {
     const watchNetns = config.netns === null ? undefined : netnsWatcher(config.netns.path);
     // Read once at start, like the configuration; unreadable parts only weaken the evidence.
     const udev = config.udevRoot === null ? undefined : UdevView.open(config.udevRoot);
+    const netns = config.netns;
+    const claimName: ClaimName = (name) =>
+      netns === null ? binding.claimName(name) : binding.claimName(name, netns.path, netns.label);
     return {
       monitor,
       ports,
+      claimName,
       ...(watchNetns ? { watchNetns } : {}),
       ...(udev ? { udev } : {}),
       ...state,

@@ -21,10 +21,17 @@
  */
 import * as http from 'node:http';
 import * as https from 'node:https';
-import { delimiter, dirname, resolve } from 'node:path';
+import { delimiter } from 'node:path';
 
 import { invalidArgument, isSystemError, type SystemError } from '../core/errors';
 import { readRegularFile } from '../core/files';
+import {
+  CredentialError,
+  credentialSource,
+  folderOf,
+  type CredentialSource,
+  type RawUser,
+} from './credentials';
 
 // --- the parts of @kubernetes/client-node used here ------------------------------
 
@@ -42,13 +49,25 @@ interface ResponseBodyLike {
   binary(): Promise<Buffer>;
 }
 
+/** A user as client-node keeps it (the fields it authenticates with). */
+interface KubeUserLike {
+  name: string;
+  token?: string | null | undefined;
+  authProvider?: { name?: string; config?: Record<string, unknown> } | null | undefined;
+  exec?: unknown;
+  certData?: string | null | undefined;
+  keyData?: string | null | undefined;
+  certFile?: string | null | undefined;
+  keyFile?: string | null | undefined;
+}
+
 interface KubeConfigLike {
   loadFromString(text: string): void;
   makePathsAbsolute(rootDirectory: string): void;
   loadFromDefault(): void;
   loadFromCluster(): void;
   getCurrentCluster(): { name: string; server: string } | null;
-  getCurrentUser(): { name: string } | null;
+  getCurrentUser(): KubeUserLike | null;
   applySecurityAuthentication(context: RequestContextLike): Promise<void>;
 }
 
@@ -107,7 +126,9 @@ interface ClientNodeModule {
   ApiException: abstract new (...args: never[]) => Error & { code: number; body: unknown };
   createConfiguration(parameters: {
     baseServer: unknown;
-    authMethods: { default: KubeConfigLike };
+    authMethods: {
+      default: { applySecurityAuthentication: KubeConfigLike['applySecurityAuthentication'] };
+    };
     httpApi: { send(context: RequestContextLike): unknown };
   }): unknown;
   setHeaderOptions(key: string, value: string): unknown;
@@ -259,8 +280,9 @@ export class KubernetesApiError extends Error {
     this.code = fields.code;
   }
 
-  /** No answer, or one saying the server cannot serve now (5xx, 429). */
+  /** No answer, or one saying the server cannot serve now (5xx, 429); not a missing credential. */
   get transient(): boolean {
+    if (this.code === 'ECREDENTIALS') return false;
     return this.statusCode === 0 || this.statusCode === 429 || this.statusCode >= 500;
   }
 }
@@ -669,11 +691,45 @@ function coreV1Body(event: KubeEvent): object {
   };
 }
 
+/** A watch the server refused with 401. */
+function isRefused(end: WatchEnd): boolean {
+  return end.kind === 'error' && isKubernetesApiError(end.error) && end.error.statusCode === 401;
+}
+
+/**
+ * How every request authenticates: client-node's KubeConfig for TLS (the CA,
+ * client certificates, basic auth, oidc), the credential source for the bearer
+ * token or an exec plugin's certificate (credentials.ts says why).
+ */
+class Authentication {
+  readonly source: CredentialSource;
+  readonly #config: KubeConfigLike;
+
+  constructor(config: KubeConfigLike, source: CredentialSource) {
+    this.#config = config;
+    this.source = source;
+  }
+
+  async applySecurityAuthentication(context: RequestContextLike): Promise<void> {
+    const credential = await this.source.current();
+    const user = this.#config.getCurrentUser();
+    if (user && credential.clientCertificate !== undefined && credential.clientKey !== undefined) {
+      // client-node builds the TLS agent from the user's certificate data (base64 of the PEM).
+      user.certData = Buffer.from(credential.clientCertificate).toString('base64');
+      user.keyData = Buffer.from(credential.clientKey).toString('base64');
+    }
+    await this.#config.applySecurityAuthentication(context);
+    if (credential.token !== undefined) {
+      context.setHeaderParam('Authorization', `Bearer ${credential.token}`);
+    }
+  }
+}
+
 class ClientNodeApi implements KubernetesApi {
   readonly server: string;
   readonly origin: KubeconfigOrigin;
   readonly #k8s: ClientNodeModule;
-  readonly #config: KubeConfigLike;
+  readonly #auth: Authentication;
   readonly #core: CoreV1ApiLike;
   readonly #eventsV1: EventApiLike;
   /** events.k8s.io/v1 until the server answers a create with 404 for the group. */
@@ -683,6 +739,7 @@ class ClientNodeApi implements KubernetesApi {
   constructor(
     k8s: ClientNodeModule,
     config: KubeConfigLike,
+    auth: Authentication,
     origin: KubeconfigOrigin,
     timeoutMs: number,
   ) {
@@ -691,7 +748,7 @@ class ClientNodeApi implements KubernetesApi {
     this.server = cluster.server.replace(/\/+$/, '');
     this.origin = origin;
     this.#k8s = k8s;
-    this.#config = config;
+    this.#auth = auth;
     this.#transport = new Transport(timeoutMs);
     const transport = this.#transport;
     const httpApi = {
@@ -708,23 +765,52 @@ class ClientNodeApi implements KubernetesApi {
     };
     const configuration = k8s.createConfiguration({
       baseServer: new k8s.ServerConfiguration(this.server, {}),
-      authMethods: { default: config },
+      authMethods: { default: auth },
       httpApi,
     });
     this.#core = new k8s.CoreV1Api(configuration);
     this.#eventsV1 = new k8s.EventsV1Api(configuration);
   }
 
+  /**
+   * One API call. A 401 re-reads the credential source at once and, if what a
+   * request carries changed (a rotated token), the call is made once more.
+   */
   async #call<T>(what: string, call: () => Promise<T>): Promise<T> {
     if (this.#transport.closed) throw new Error(`${what}: the Kubernetes client is closed`);
     try {
       return await call();
     } catch (error) {
-      if (error instanceof this.#k8s.ApiException) {
-        throw apiErrorFromStatus(error.code, error.body, what);
-      }
-      if (error instanceof KubernetesApiError) throw error;
-      throw transportError(error, what);
+      const failure = this.#failure(error, what);
+      if (failure.statusCode !== 401 || !(await this.#refreshed())) throw failure;
+    }
+    try {
+      return await call();
+    } catch (error) {
+      throw this.#failure(error, what);
+    }
+  }
+
+  #failure(error: unknown, what: string): KubernetesApiError {
+    if (error instanceof this.#k8s.ApiException) {
+      return apiErrorFromStatus(error.code, error.body, what);
+    }
+    if (error instanceof KubernetesApiError) return error;
+    if (error instanceof CredentialError) {
+      return new KubernetesApiError(`${what}: ${error.message}`, {
+        statusCode: 0,
+        code: error.code,
+      });
+    }
+    return transportError(error, what);
+  }
+
+  /** After a 401: whether the credential source, read again, gives something new to send. */
+  async #refreshed(): Promise<boolean> {
+    try {
+      return await this.#auth.source.refused();
+    } catch {
+      return false; // the source cannot be read now: the 401 stands, the next request reads again
     }
   }
 
@@ -746,37 +832,53 @@ class ClientNodeApi implements KubernetesApi {
     url.searchParams.set('resourceVersion', options.resourceVersion);
     url.searchParams.set('timeoutSeconds', String(options.timeoutSeconds));
     url.searchParams.set('watch', 'true');
-    const context = new this.#k8s.RequestContext(url.toString(), 'GET');
-    context.setHeaderParam('Accept', 'application/json');
-    // Authentication is asynchronous (token files, exec plugins): open once it is applied.
     let inner: WatchStream | undefined;
     let aborted = false;
-    const ready = this.#config.applySecurityAuthentication(context).then(() => {
-      if (aborted) throw new Error(`${what}: aborted`);
-      inner = this.#transport.stream(context, what, options.idleTimeoutMs, (line) => {
-        let event: unknown;
-        try {
-          event = JSON.parse(line);
-        } catch {
-          return; // a line cut by a dropped connection; the end of the stream reports it
-        }
-        const candidate = event as { type?: unknown; object?: unknown } | null;
-        if (
-          typeof candidate?.type === 'string' &&
-          typeof candidate.object === 'object' &&
-          candidate.object !== null
-        ) {
-          onEvent({ type: candidate.type, object: candidate.object as Record<string, unknown> });
-        }
-      });
+    // A function: `aborted` changes across the awaits below.
+    const isAborted = (): boolean => aborted;
+    const onLine = (line: string): void => {
+      let event: unknown;
+      try {
+        event = JSON.parse(line);
+      } catch {
+        return; // a line cut by a dropped connection; the end of the stream reports it
+      }
+      const candidate = event as { type?: unknown; object?: unknown } | null;
+      if (
+        typeof candidate?.type === 'string' &&
+        typeof candidate.object === 'object' &&
+        candidate.object !== null
+      ) {
+        onEvent({ type: candidate.type, object: candidate.object as Record<string, unknown> });
+      }
+    };
+    // Authentication is asynchronous (token files, exec plugins): open once it is applied.
+    // A watch the server refuses with 401 is opened once more if the credential changed.
+    const open = async (mayRetry: boolean): Promise<WatchStream> => {
+      const context = new this.#k8s.RequestContext(url.toString(), 'GET');
+      context.setHeaderParam('Accept', 'application/json');
+      await this.#auth.applySecurityAuthentication(context);
+      if (isAborted()) throw new Error(`${what}: aborted`);
+      inner = this.#transport.stream(context, what, options.idleTimeoutMs, onLine);
+      if (
+        !mayRetry ||
+        (await inner.opened.then(
+          () => true,
+          () => false,
+        ))
+      )
+        return inner;
+      const end = await inner.ended;
+      if (isRefused(end) && !isAborted() && (await this.#refreshed())) return open(false);
       return inner;
-    });
+    };
+    const ready = open(true);
     const opened = ready.then((stream) => stream.opened);
     opened.catch(() => undefined);
     const ended: Promise<WatchEnd> = ready.then(
       (stream) => stream.ended,
       (error: unknown): WatchEnd =>
-        aborted ? { kind: 'aborted' } : { kind: 'error', error: transportError(error, what) },
+        aborted ? { kind: 'aborted' } : { kind: 'error', error: this.#failure(error, what) },
     );
     return {
       opened,
@@ -878,7 +980,7 @@ const MAX_KUBECONFIG_BYTES = 1024 * 1024;
  * folder. Its errors are about the option: `option kubeconfig FILE: REASON`, with the
  * field `option` (a CLI says its flag).
  */
-function loadKubeconfig(config: KubeConfigLike, file: string): void {
+function loadKubeconfig(config: KubeConfigLike, file: string): string {
   const fields = { option: 'kubeconfig', path: file };
   const fail = (reason: string, cause?: unknown): SystemError =>
     Object.assign(invalidArgument(`option kubeconfig ${file}: ${reason}`, fields), { cause });
@@ -893,7 +995,8 @@ function loadKubeconfig(config: KubeConfigLike, file: string): void {
     );
   }
   if (!config.getCurrentCluster()) throw fail('the kubeconfig has no current cluster');
-  config.makePathsAbsolute(dirname(resolve(file)));
+  config.makePathsAbsolute(folderOf(file));
+  return text;
 }
 
 /**
@@ -930,22 +1033,105 @@ export async function createKubernetesClient(
   const k8s = await loadClientNode();
   const config = new k8s.KubeConfig();
   let origin: KubeconfigOrigin;
+  // The files the user may be spelled in (in-cluster: none, client-node's user is the truth).
+  let texts: KubeconfigText[] | null = null;
+  let where: { prefix: string; fields?: { option: string; path: string } };
   if (options.kubeconfig !== undefined && !options.inCluster) {
-    loadKubeconfig(config, options.kubeconfig);
+    const file = options.kubeconfig;
+    texts = [{ text: loadKubeconfig(config, file), folder: folderOf(file) }];
     origin = 'file';
+    where = { prefix: `option kubeconfig ${file}`, fields: { option: 'kubeconfig', path: file } };
   } else if (process.env.KUBECONFIG && !options.inCluster) {
     const files = process.env.KUBECONFIG.split(delimiter).filter((f) => f !== '');
+    const read: KubeconfigText[] = [];
     loadFrom('KUBECONFIG', config, () => {
       // client-node reads and merges these itself: each is checked first.
-      for (const file of files) readRegularFile(file, MAX_KUBECONFIG_BYTES, 'KUBECONFIG');
+      for (const file of files) {
+        read.push({
+          text: readRegularFile(file, MAX_KUBECONFIG_BYTES, 'KUBECONFIG'),
+          folder: folderOf(file),
+        });
+      }
       config.loadFromDefault();
     });
+    texts = read;
     origin = 'KUBECONFIG';
+    where = { prefix: 'KUBECONFIG' };
   } else {
     loadFrom('in-cluster', config, () => {
       config.loadFromCluster();
     });
     origin = 'in-cluster';
+    where = { prefix: 'in-cluster' };
   }
-  return new ClientNodeApi(k8s, config, origin, options.requestTimeoutMs ?? 10_000);
+  let source: CredentialSource;
+  try {
+    source = takeCredentials(k8s, config, texts);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message.replace(/^EINVAL: /, '') : String(error);
+    throw Object.assign(invalidArgument(`${where.prefix}: ${reason}`, where.fields), {
+      cause: error,
+    });
+  }
+  const auth = new Authentication(config, source);
+  return new ClientNodeApi(k8s, config, auth, origin, options.requestTimeoutMs ?? 10_000);
+}
+
+interface KubeconfigText {
+  text: string;
+  folder: string;
+}
+
+/** The current user as the first kubeconfig file naming it spells it (client-go's merge). */
+function rawUser(
+  k8s: ClientNodeModule,
+  texts: KubeconfigText[],
+  name: string,
+): { raw: RawUser; folder: string } | undefined {
+  for (const { text, folder } of texts) {
+    const [document] = k8s.loadAllYaml(text) as [{ users?: unknown } | null | undefined];
+    const users: unknown[] = Array.isArray(document?.users) ? document.users : [];
+    const entry = users.find((u) => (u as { name?: unknown } | null)?.name === name) as
+      { user?: unknown } | undefined;
+    if (entry !== undefined) {
+      const raw = typeof entry.user === 'object' && entry.user !== null ? entry.user : {};
+      return { raw, folder };
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The current user's credential source; what it takes over is cleared from
+ * client-node's user, so that one side only sends a credential (client-node
+ * keeps no `tokenFile`, and would run an exec plugin its own way).
+ */
+function takeCredentials(
+  k8s: ClientNodeModule,
+  config: KubeConfigLike,
+  texts: KubeconfigText[] | null,
+): CredentialSource {
+  const user = config.getCurrentUser();
+  const server = config.getCurrentCluster()?.server ?? '';
+  if (!user) return credentialSource('', {}, undefined, server, false);
+  const found =
+    texts === null
+      ? { raw: inClusterUser(user), folder: undefined }
+      : (rawUser(k8s, texts, user.name) ?? { raw: {}, folder: undefined });
+  const hasCertificate = Boolean(user.certData ?? user.certFile);
+  const source = credentialSource(user.name, found.raw, found.folder, server, hasCertificate);
+  if (source.kind !== 'none') {
+    user.token = null;
+    user.exec = null;
+    if (user.authProvider?.config?.tokenFile !== undefined || user.authProvider?.name === 'exec') {
+      user.authProvider = null;
+    }
+  }
+  return source;
+}
+
+/** client-node's in-cluster user: an auth-provider carrying the service account's token file. */
+function inClusterUser(user: KubeUserLike): RawUser {
+  const tokenFile = user.authProvider?.config?.tokenFile;
+  return typeof tokenFile === 'string' ? { tokenFile } : {};
 }

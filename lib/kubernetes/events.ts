@@ -19,7 +19,7 @@
  */
 import { EventEmitter } from 'node:events';
 
-import type { FlannelGuard, RewriteEvent, VerdictEvent } from '../guard';
+import type { FlannelGuard, RewriteEvent, SharedEvent, VerdictEvent } from '../guard';
 import {
   isKubernetesApiError,
   type EventApi,
@@ -40,6 +40,7 @@ export const EVENT_REASONS = {
   contestedOffload: 'VtepOffloadContested',
   offloadBroken: 'VtepOffloadBroken',
   offloadUnverified: 'VtepOffloadUnverified',
+  shared: 'VtepGuardedTwice',
 } as const;
 
 /** events.k8s.io/v1 `action` of each reason: what the guard saw or did (default: the reason). */
@@ -51,6 +52,7 @@ const EVENT_ACTIONS: Readonly<Record<string, string>> = {
   [EVENT_REASONS.contestedOffload]: 'StoppedCorrecting',
   [EVENT_REASONS.offloadBroken]: 'DisabledOffload',
   [EVENT_REASONS.offloadUnverified]: 'RestoredOffload',
+  [EVENT_REASONS.shared]: 'Detected',
 };
 
 export interface InvolvedObject {
@@ -534,8 +536,14 @@ export function recordGuardEvents(
   guard.on('restored', onRestored);
   guard.on('adopted', onAdopted);
   guard.on('contested', onContested);
+  // Said when a second guard appears; its going is in the metrics and the log.
+  const onShared = (e: SharedEvent): void => {
+    if (e.others > 0) record('Warning', EVENT_REASONS.shared, e.detail);
+  };
   guard.on('verdict', onVerdict);
+  guard.on('shared', onShared);
   return () => {
+    guard.off('shared', onShared);
     guard.off('rewrite', onRewrite);
     guard.off('restored', onRestored);
     guard.off('adopted', onAdopted);

@@ -9,13 +9,25 @@ import { createRequire } from 'node:module';
 
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
-import type { ContestedEvent, FlannelGuard, RewriteEvent, VerdictEvent } from '../guard';
+import type {
+  ContestedEvent,
+  FlannelGuard,
+  RewriteEvent,
+  SharedEvent,
+  VerdictEvent,
+} from '../guard';
 import type { EventRecorder } from './events';
 import type { KubernetesMacSource, SourceState } from './source';
 
 export const METRIC_PREFIX = 'flannel_guard_';
 
 let promClient: typeof import('prom-client') | undefined;
+
+const REDUNDANT_DEFAULT_GAUGES = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+];
 
 /** prom-client, loaded on first use: it takes longer to load than the rest of the package. */
 function prom(): typeof import('prom-client') {
@@ -56,6 +68,7 @@ export class GuardMetrics {
   readonly #errors: Counter;
   readonly #contested: Gauge<'device' | 'what'>;
   readonly #contestedTotal: Counter<'device' | 'what'>;
+  readonly #otherGuards: Gauge<'device'>;
   readonly #restoreLatency: Histogram<'device'>;
   readonly #adoptLatency: Histogram<'device'>;
   readonly #ready: Gauge;
@@ -135,6 +148,12 @@ export class GuardMetrics {
       labelNames: ['device', 'what'],
       registers,
     });
+    this.#otherGuards = new Gauge({
+      name: `${p}other_guards`,
+      help: 'Other flannel-guard processes watching the device (each one doubles the writes of every correction)',
+      labelNames: ['device'],
+      registers,
+    });
     this.#contestedTotal = new Counter({
       name: `${p}contested_total`,
       help: 'Times a device became contested',
@@ -192,7 +211,12 @@ export class GuardMetrics {
       labelNames: ['result'],
       registers,
     });
-    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    if (options.defaultMetrics ?? true) {
+      collectDefaultMetrics({ register: this.registry });
+      // prom-client's sums of the per-type gauges beside them are gauges named `_total`, which
+      // Prometheus keeps for counters (promtool check metrics warns): the per-type ones stay.
+      for (const name of REDUNDANT_DEFAULT_GAUGES) this.registry.removeSingleMetric(name);
+    }
   }
 
   /** The label value for a device name: itself, or "other" past the limit. */
@@ -236,6 +260,8 @@ export class GuardMetrics {
         this.#contested.set(labels, 1);
         this.#contestedTotal.inc(labels);
       },
+      shared: (e: SharedEvent) =>
+        this.#otherGuards.set({ device: this.device(e.device) }, e.others),
       resumed: (e: { device: string; what: 'mac' | 'offload' }) =>
         this.#contested.set({ device: this.device(e.device), what: e.what }, 0),
       released: (e: { device: string }) => {

@@ -139,7 +139,7 @@ function isOlder(candidate: string | undefined, than: string | undefined): boole
 function problemOf(error: unknown, reading: 'get' | 'watch'): SourceProblem {
   if (!isKubernetesApiError(error)) return 'api-error';
   if (error.transient) return 'api-unreachable';
-  if (error.statusCode === 401) return 'unauthorized';
+  if (error.statusCode === 401 || error.code === 'ECREDENTIALS') return 'unauthorized';
   if (error.statusCode === 403) return 'forbidden';
   if (error.statusCode === 404 && reading === 'get') return 'node-not-found';
   return 'api-error';

@@ -10,6 +10,7 @@
 #include "convert.h"
 #include "errors.h"
 #include "monitor_wrap.h"
+#include "name_claim.h"
 #include "netlink_parser.h"
 #include "netlink_socket.h"
 #include "probe_wrap.h"
@@ -28,6 +29,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
                              InstanceMethod<&FlannelGuardAddon::WriteNoWait>("writeNoWait"),
                              InstanceMethod<&FlannelGuardAddon::ProbePaths>("probePaths"),
+                             InstanceMethod<&FlannelGuardAddon::ClaimName>("claimName"),
                          });
   }
 
@@ -71,6 +73,24 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
   }
 
   Napi::Value ProbePaths(const Napi::CallbackInfo& info) { return addon::ProbePaths(info); }
+
+  // claimName(name: string, netns?: string, netnsLabel?: string) -> { fd, held }: see
+  // name_claim.h. The descriptor is the caller's to wrap (net.Server, net.Socket) and close.
+  Napi::Value ClaimName(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsString()) {
+      throw Napi::TypeError::New(env, "claimName(name: string, netns?: string, label?: string)");
+    }
+    NetnsTarget target;
+    if (info[1].IsString()) target.path = info[1].As<Napi::String>().Utf8Value();
+    const std::string label = info[2].IsString() ? info[2].As<Napi::String>().Utf8Value() : "";
+    Result<NameClaim> claim = fg::ClaimName(target, info[0].As<Napi::String>().Utf8Value());
+    if (!claim.ok()) ThrowSysError(env, claim.error(), label);
+    Napi::Object result = Napi::Object::New(env);
+    result.Set("fd", claim.value().fd);
+    result.Set("held", claim.value().held);
+    return result;
+  }
 
   // netnsInode(path?: string) -> number: the namespace's inode (own when omitted).
   Napi::Value NetnsInode(const Napi::CallbackInfo& info) {

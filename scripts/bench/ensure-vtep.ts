@@ -4,10 +4,14 @@
  *   - ensureVtep: the library call, in this process, N runs;
  *   - flannel-guard-cni ADD: the plugin as a runtime runs it (a new process per pod: env,
  *     config with prevResult on stdin, in the node's namespace), N runs;
- *   - `node -e 0` the same way, N runs: the part of ADD that is Node's start-up.
- * Prints median / p90 / max; asserts nothing.
+ *   - `node -e 0` the same way, N runs: the part of ADD that is Node's start-up;
+ *   - bursts, as a node starting many pods at once: 16 and 64 ADDs started together, on every
+ *     CPU and pinned to one (`taskset`), each ADD timed from spawn to answer, beside the same
+ *     burst of `node -e 0` (the reference: ratios are ADD / node -e 0); every ADD must answer
+ *     prevResult with exit 0.
+ * Prints median / p90 / p99 / max; asserts nothing.
  *
- * Usage (root): npx tsc -p tsconfig.json && node dist/scripts/bench/ensure-vtep.js [--runs N]
+ * Usage (root): npm run bench:ensure [-- --runs N]
  */
 import { spawn } from 'node:child_process';
 import { chmodSync } from 'node:fs';
@@ -34,7 +38,7 @@ function percentile(sorted: number[], fraction: number): number {
 function summary(label: string, values: number[]): string {
   const sorted = [...values].sort((a, b) => a - b);
   const fmt = (v: number): string => v.toFixed(2).padStart(8);
-  return `${label.padEnd(48)} n=${sorted.length}  median ${fmt(percentile(sorted, 0.5))}  p90 ${fmt(percentile(sorted, 0.9))}  max ${fmt(sorted[sorted.length - 1] ?? NaN)}  (ms)`;
+  return `${label.padEnd(48)} n=${sorted.length}  median ${fmt(percentile(sorted, 0.5))}  p90 ${fmt(percentile(sorted, 0.9))}  p99 ${fmt(percentile(sorted, 0.99))}  max ${fmt(sorted[sorted.length - 1] ?? NaN)}  (ms)`;
 }
 
 /** Runs argv with `input` on stdin; resolves with the wall time from spawn to exit. */
@@ -122,6 +126,54 @@ async function main(): Promise<void> {
     plugin.push(add.ms);
     baseline.push((await timed([...enter, process.execPath, '-e', '0'], '', env)).ms);
   }
+
+  const bursts: string[] = [];
+  for (const size of [16, 64]) {
+    for (const cpus of [undefined, '0']) {
+      const pin = cpus === undefined ? [] : ['taskset', '-c', cpus];
+      const burst = (argv: string[], input: string): Promise<Awaited<ReturnType<typeof timed>>[]> =>
+        Promise.all(
+          Array.from({ length: size }, (_, i) =>
+            timed([...pin, ...argv], input, { ...env, CNI_CONTAINERID: `burst${i}` }),
+          ),
+        );
+      const adds = await burst([...enter, PLUGIN], config);
+      const failed = adds.filter((add) => add.code !== 0).length;
+      const nodes = await burst([...enter, process.execPath, '-e', '0'], '');
+      const ratio = (q: number): string => {
+        const p = (values: number[]): number =>
+          percentile(
+            [...values].sort((a, b) => a - b),
+            q,
+          );
+        return `${(p(adds.map((a) => a.ms)) / p(nodes.map((n) => n.ms))).toFixed(2)}x`;
+      };
+      const where = cpus === undefined ? 'all CPUs' : 'one CPU';
+      bursts.push(
+        summary(
+          `${size} ADDs at once, ${where} (${failed} failed)`,
+          adds.map((a) => a.ms),
+        ),
+        summary(
+          `  ${size} x node -e 0 at once, ${where}`,
+          nodes.map((n) => n.ms),
+        ),
+        `  ratio ADD / node -e 0: p50 ${ratio(0.5)}, p99 ${ratio(0.99)}`,
+      );
+    }
+  }
+  // What loading the plugin's code costs beyond Node's start-up (the addon is loaded by ADD only).
+  const requireOnly = async (module: string): Promise<number[]> => {
+    const times: number[] = [];
+    for (let i = 0; i < 20; i += 1) {
+      times.push(
+        (await timed([process.execPath, '-e', `require(${JSON.stringify(module)})`], '', env)).ms,
+      );
+    }
+    return times;
+  };
+  const loadMain = await requireOnly(PLUGIN);
+  const loadEnsure = await requireOnly(join(__dirname, '..', '..', 'lib', 'ensure', 'ensure.js'));
   await pod.destroy();
   await bed.destroy();
 
@@ -129,6 +181,9 @@ async function main(): Promise<void> {
   console.log(summary('ensureVtep (library call, in process)', library));
   console.log(summary('flannel-guard-cni ADD (new process, as a runtime)', plugin));
   console.log(summary("  of which Node's start-up: node -e 0", baseline));
+  console.log(summary('node -e require(cni/main) (its modules, no addon)', loadMain));
+  console.log(summary('node -e require(ensure) (loads the addon)', loadEnsure));
+  for (const line of bursts) console.log(line);
 }
 
 main()

@@ -193,7 +193,8 @@ function sameIgnoring(a: JsonObject, b: JsonObject): boolean {
 }
 
 export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
-  readonly token: string;
+  /** The one bearer token accepted; `rotateToken` replaces it. */
+  token: string;
   readonly requests: RequestRecord[] = [];
   /** Answer a watch from a too old version with an HTTP 410 instead of an ERROR event. */
   goneAsHttpStatus = false;
@@ -262,8 +263,20 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     return String(this.#rv);
   }
 
-  /** A kubeconfig for this server (token user, its CA), written to `dir`. */
-  writeKubeconfig(dir: string, name = 'kubeconfig'): string {
+  /**
+   * The token is rotated: the old one is refused from now on (401) and every open watch
+   * is ended, as an API server does once the token it authenticated has expired.
+   */
+  rotateToken(token: string): void {
+    this.token = token;
+    for (const watcher of [...this.#watchers]) this.#endWatch(watcher);
+  }
+
+  /**
+   * A kubeconfig for this server (its CA), written to `dir`; its user sends the
+   * token unless `user` gives the user's fields as YAML lines.
+   */
+  writeKubeconfig(dir: string, name = 'kubeconfig', user = [`token: ${this.token}`]): string {
     const ca = Buffer.from(FAKE_APISERVER_CERT).toString('base64');
     const text = [
       'apiVersion: v1',
@@ -276,7 +289,7 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
       'users:',
       '- name: guard',
       '  user:',
-      `    token: ${this.token}`,
+      ...user.map((line) => `    ${line}`),
       'contexts:',
       '- name: fake',
       '  context:',

@@ -17,6 +17,7 @@ import { Worker } from 'node:worker_threads';
 
 import { backendDataKey } from '../../lib/kubernetes/annotation';
 import { FakeApiServer } from './fake-apiserver';
+import { flannelDeviceLines, UNDERLAY_LINES } from './flannel-device';
 import { IpLinkMonitor, type LinkEvent } from './ip-monitor';
 import { delay, execFile, Netns, tempDirPrefix } from './netns';
 import { prng } from './prng';
@@ -377,13 +378,7 @@ export class SequenceBed {
     const stateDir = mkdtempSync(join(tmpdir(), 'fg-seq-state-'));
     const bed = new SequenceBed(ns, stateDir);
     try {
-      await ns.ipBatch([
-        'link add veth0 type veth peer name veth1',
-        'address add 192.0.2.1/24 dev veth0',
-        'link set veth0 up',
-        'link set veth1 up',
-        ...createLines(DESIRED),
-      ]);
+      await ns.ipBatch([...UNDERLAY_LINES, ...flannelDeviceLines(DESIRED)]);
       bed.#links = await IpLinkMonitor.start(ns);
     } catch (error) {
       await bed.destroy();
@@ -447,7 +442,7 @@ export class SequenceBed {
     const udevd = await Udevd.start(this.#ns);
     this.#udevd = udevd;
     const offset = udevd.logOffset();
-    await this.#ns.ipBatch(['link del flannel.1', ...createLines(null)]);
+    await this.#ns.ipBatch(['link del flannel.1', ...flannelDeviceLines(null)]);
     await udevd.waitForDeviceProcessed('flannel.1', offset);
     const mac = udevd.persistentMacApplied('flannel.1', offset);
     if (mac === null) throw new Error('udevd did not rewrite flannel.1');
@@ -602,7 +597,7 @@ export class SequenceBed {
         return;
       }
       case 'recreate':
-        await this.#reAdd(model, ['link del flannel.1', ...createLines(op.mac)]);
+        await this.#reAdd(model, ['link del flannel.1', ...flannelDeviceLines(op.mac)]);
         this.#kube?.server.setAnnotation(NODE, BACKEND_DATA, backendData(op.mac));
         return;
       case 'udevStart':
@@ -611,7 +606,7 @@ export class SequenceBed {
         const udevd = this.#udevd;
         if (!udevd) throw new Error('udevRecreate without udevd');
         const offset = udevd.logOffset();
-        const lines = ['link del flannel.1', ...createLines(null)];
+        const lines = ['link del flannel.1', ...flannelDeviceLines(null)];
         // Under a writing guard the entries race udev's rewrite; without one they are
         // re-added after it (else what is left depends on who wins).
         if (active(model)) await this.#reAdd(model, lines);
@@ -685,15 +680,6 @@ export class SequenceBed {
   get guardProblem(): string | null {
     return this.#guard?.failed ?? null;
   }
-}
-
-/** flannel.1 at `mac` (the kernel's random one for null), up, with its address. */
-function createLines(mac: string | null): string[] {
-  return [
-    `link add flannel.1${mac === null ? '' : ` address ${mac}`} type vxlan id 1 local 192.0.2.1 dev veth0 dstport 8472 nolearning`,
-    'address add 198.18.0.0/32 dev flannel.1',
-    'link set flannel.1 up',
-  ];
 }
 
 function backendData(mac: string): string {
