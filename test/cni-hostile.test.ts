@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { MAX_STDIN_BYTES } from '../lib/cni/main';
+import { MAX_EXPECT_FILE_BYTES, MAX_STDIN_BYTES } from '../lib/cni/main';
 import { MAX_PEERS } from '../lib/ensure/ensure';
 import {
   CniRuntime,
@@ -237,6 +237,18 @@ describe('flannel-guard-cni: hostile input (real kernel, netns, libcni)', functi
       '1.0.0',
       5,
       /not a file/,
+    );
+    // Sizes: 2 MiB is read whole (never cut and parsed); past the cap it is "larger", not JSON.
+    const file = join(dir, 'expect.json');
+    writeFileSync(file, `{"mac": "${VTEP_MAC}"${' '.repeat(2 * 1024 * 1024)}}`);
+    const whole = await invoke(config({ expectFile: file, failOnError: true }));
+    assert.equal(whole.code, 0, whole.stdout + whole.stderr);
+    writeFileSync(file, `{"mac": "${VTEP_MAC}"${' '.repeat(MAX_EXPECT_FILE_BYTES)}}`);
+    assertError(
+      await invoke(config({ expectFile: file, failOnError: true })),
+      '1.0.0',
+      5,
+      new RegExp(`larger than ${MAX_EXPECT_FILE_BYTES} bytes`),
     );
   });
 

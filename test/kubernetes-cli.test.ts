@@ -5,11 +5,13 @@
  * first-seen meanwhile, recovery by itself), readable output.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 
 import { backendDataKey } from '../lib/kubernetes/annotation';
 import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
+import { FAKE_APISERVER_CERT } from './support/fake-apiserver-tls';
 import { httpGet } from './support/loopback-http';
 import { Netns, tempDirPrefix, waitFor } from './support/netns';
 import {
@@ -223,6 +225,68 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     assert.equal(readyz.source.state, 'synced');
     child.child.kill('SIGTERM');
     assert.equal((await child.exited).code, 0);
+  });
+
+  it('in a pod: a service account token rotated by kubelet is followed at the first 401, not on a timer', async function () {
+    const sa = join(dir, 'serviceaccount');
+    mkdirSync(sa);
+    const original = fake.token;
+    writeFileSync(join(sa, 'token'), original);
+    writeFileSync(join(sa, 'ca.crt'), FAKE_APISERVER_CERT);
+    writeFileSync(join(sa, 'namespace'), 'kube-flannel');
+    // The service account's fixed path, in a mount namespace of the guard's own: a tmpfs on
+    // /run (/var/run) with the test's folder bound there and /run/netns bound back; nothing
+    // of the machine's is written.
+    const script = [
+      'mount --rbind /run /mnt',
+      'mount -t tmpfs flannel-guard-test /run',
+      'mkdir -p /run/netns /run/secrets/kubernetes.io/serviceaccount',
+      'mount --rbind /mnt/netns /run/netns',
+      'mount --bind "$1" /run/secrets/kubernetes.io/serviceaccount',
+      'shift',
+      'exec "$@"',
+    ].join(' && ');
+    const child = startCommand(
+      [
+        ...['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script, 'sh', sa],
+        ...[process.execPath, CLI_PATH, 'watch', '--json', '--netns', ns.name],
+        ...['--udev-root', 'off', '--metrics-address', 'off'],
+      ],
+      {
+        timeoutMs: 60_000,
+        env: {
+          ...process.env,
+          KUBECONFIG: '',
+          NODE_NAME: 'node1',
+          KUBERNETES_SERVICE_HOST: '127.0.0.1',
+          KUBERNETES_SERVICE_PORT: String(fake.port),
+        },
+      },
+    );
+    children.push(child);
+    try {
+      await child.waitForJson<Line>((l) => l.event === 'source' && l.state === 'synced', 30_000);
+      await waitFor(() => fake.openWatches === 1, { timeoutMs: 10_000, what: 'the watch' });
+      const rotatedAt = Date.now();
+      writeFileSync(join(sa, 'token'), 'rotated-service-account-token');
+      fake.rotateToken('rotated-service-account-token');
+      await waitFor(
+        () =>
+          fake.openWatches === 1 &&
+          fake.requests.some((r) => r.at >= rotatedAt && r.status === 200),
+        { timeoutMs: 10_000, what: 'the watch open again with the rotated token' },
+      );
+      const after = fake.requests.filter((r) => r.at >= rotatedAt);
+      assert.equal(after.filter((r) => r.status === 401).length, 1, 'one refused request');
+      assert.ok(
+        !jsonLines<Line>(child.stdout).some((l) => l.event === 'source' && l.state === 'degraded'),
+        'never degraded',
+      );
+      child.child.kill('SIGTERM');
+      assert.equal((await child.exited).code, 0);
+    } finally {
+      fake.rotateToken(original);
+    }
   });
 
   it('readable lines without --json, the Kubernetes ones included; NODE_NAME and KUBECONFIG from the environment', async function () {
