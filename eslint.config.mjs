@@ -3,7 +3,7 @@ import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'build/', 'node_modules/', 'native/'] },
+  { ignores: ['dist/', 'dist.*/', 'build/', 'node_modules/', 'native/'] },
   eslint.configs.recommended,
   ...tseslint.configs.strict,
   {

@@ -12,6 +12,7 @@ import {
   checkLinkFiles,
   checkNetworkManager,
   checkUdevRules,
+  fixCommands,
   flannelLinkFileContent,
   kernelAffectedByRandomFully,
 } from '../lib/doctor/checks';
@@ -125,6 +126,30 @@ describe('doctor: configuration syntax', function () {
     assert.equal(kernelAffectedByRandomFully('5.7.0'), true);
     assert.equal(kernelAffectedByRandomFully('5.8.1'), false);
     assert.equal(kernelAffectedByRandomFully('6.1.0-18-amd64'), false);
+  });
+});
+
+describe('doctor: the commands fix lines quote', function () {
+  it('aim at the namespace and root examined, never the host by omission', function () {
+    const host = fixCommands(undefined);
+    assert.equal(host.ip('link set flannel.1 up'), 'ip link set flannel.1 up');
+    assert.equal(host.guard('doctor', '--fix'), 'flannel-guard doctor --fix');
+    const named = fixCommands('node1', '/srv/root');
+    assert.equal(named.ip('link set flannel.1 up'), 'ip -n node1 link set flannel.1 up');
+    assert.equal(
+      named.ethtool('-K flannel.1 tx-checksum-ip-generic off'),
+      'ip netns exec node1 ethtool -K flannel.1 tx-checksum-ip-generic off',
+    );
+    assert.equal(
+      named.guard('doctor', '--fix'),
+      'flannel-guard doctor --root /srv/root --netns node1 --fix',
+    );
+    assert.equal(named.guard('watch'), 'flannel-guard watch --netns node1');
+    const path = fixCommands('/proc/42/ns/net');
+    assert.equal(path.ip('link set x up'), 'nsenter --net=/proc/42/ns/net ip link set x up');
+    assert.equal(path.ethtool('-k x'), 'nsenter --net=/proc/42/ns/net ethtool -k x');
+    // A name a shell would split or expand is quoted.
+    assert.equal(fixCommands("a b'c").ip('x'), `ip -n 'a b'\\''c' x`);
   });
 });
 

@@ -17,7 +17,14 @@ import {
   type CheckResult,
   type DoctorReport,
 } from '../lib/doctor/index';
-import { Netns, registerSyncCleanup, tempDirPrefix, trackChild, waitFor } from './support/netns';
+import {
+  execFile,
+  Netns,
+  registerSyncCleanup,
+  tempDirPrefix,
+  trackChild,
+  waitFor,
+} from './support/netns';
 import { runDoctorCli, type DoctorRun } from './support/doctor-run';
 import { FlannelTestbed, VTEP, type TestbedNode } from './support/testbed';
 
@@ -82,7 +89,12 @@ describe('flannel-guard doctor in the test bed (real systemd-udevd)', function (
       mac.summary.includes(await n1.currentMac()) && mac.summary.includes(n1.publishedMac),
       mac.summary,
     );
-    assert.match(mac.fix ?? '', /--fix --mac flannel\.1=/);
+    assert.ok(
+      (mac.fix ?? '').includes(
+        `flannel-guard doctor --root ${root} --netns ${n1.ns.name} --fix --mac flannel.1=`,
+      ),
+      mac.fix ?? '',
+    );
     // Under the node's own udev root (its machine-id, its database) the writer is proven.
     const udevRoot = `/proc/${String(n1.udevd?.pid)}/root`;
     const proven = await doctor([
@@ -296,6 +308,12 @@ describe('flannel-guard doctor in the test bed (real systemd-udevd)', function (
     const result = check(run.report, 'offload');
     assert.equal(result.verdict, 'warn');
     assert.deepEqual(result.evidence, ['tx-checksum-ip-generic: on (policy off)']);
+    // The command in the fix line, pasted into a shell, acts on the namespace examined.
+    const pasted = /\((ip netns exec \S+ ethtool -K [^;]+);/.exec(result.fix ?? '')?.[1];
+    assert.ok(pasted !== undefined && pasted.includes(n2.ns.name), result.fix ?? '');
+    await execFile('sh', ['-c', pasted]);
+    assert.equal(await n2.feature('tx-checksum-ip-generic'), 'off');
+    await n2.setTxChecksum(true);
     const fixed = await runDoctorCli([...base(n2), '--fix']);
     assert.match(
       fixed.stdout,

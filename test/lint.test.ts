@@ -6,8 +6,18 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import {
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
+
+import { tempDirPrefix } from './support/netns';
 
 const root = join(__dirname, '..', '..');
 const bin = (name: string): string => join(root, 'node_modules', '.bin', name);
@@ -58,6 +68,50 @@ function citedCaseIds(folder: string): Map<string, string> {
   }
   return cited;
 }
+
+describe('the README and docs/ code', function () {
+  this.timeout(120_000);
+
+  it('every TypeScript block type-checks against the package as a consumer imports it', function () {
+    const blocks = ['README.md', ...readdirSync(join(root, 'docs')).map((f) => join('docs', f))]
+      .filter((file) => file.endsWith('.md'))
+      .flatMap((file) =>
+        [...readFileSync(join(root, file), 'utf8').matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map(
+          (match, index) => ({
+            name: `${file.replace(/\W/g, '-')}-${index}.mts`,
+            code: match[1] ?? '',
+          }),
+        ),
+      );
+    assert.ok(blocks.length >= 3, `found ${blocks.length} blocks`);
+    const dir = mkdtempSync(tempDirPrefix('readme'));
+    try {
+      // A consumer's project: the package under node_modules (this checkout, its dist/ types).
+      mkdirSync(join(dir, 'node_modules'));
+      symlinkSync(root, join(dir, 'node_modules', 'flannel-guard'));
+      for (const block of blocks) writeFileSync(join(dir, block.name), block.code);
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            target: 'es2022',
+            module: 'node16',
+            moduleResolution: 'node16',
+            strict: true,
+            noEmit: true,
+            skipLibCheck: true,
+            types: ['node'],
+            typeRoots: [join(root, 'node_modules', '@types')],
+          },
+          files: blocks.map((block) => block.name),
+        }),
+      );
+      check(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', dir]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe('reliability case IDs (docs/reliability.md)', function () {
   const doc = readFileSync(join(root, 'docs', 'reliability.md'), 'utf8');

@@ -44,6 +44,7 @@ import { detectCluster, type ClusterSettings } from '../kubernetes/cluster';
 import type { ListenAddress } from '../kubernetes/listen';
 import type { WatchServices } from '../kubernetes/watch';
 import { packageVersion } from '../core/package-version';
+import { followLaunchers, npmLaunchers } from './launcher';
 
 /** The metrics and health endpoint's address when running against a cluster. */
 export const DEFAULT_METRICS_ADDRESS = '127.0.0.1:9464';
@@ -471,6 +472,7 @@ async function watch(flags: WatchFlags): Promise<number> {
   }
   // Handlers first: a signal that arrives while the guard starts up still closes it cleanly.
   const signal = { received: false };
+  let unfollow = (): void => {};
   const stopped = new Promise<number>((resolve) => {
     const stop = (): void => {
       signal.received = true;
@@ -479,6 +481,8 @@ async function watch(flags: WatchFlags): Promise<number> {
     };
     process.once('SIGINT', stop);
     process.once('SIGTERM', stop);
+    // Started by npm: stop with it, as on SIGTERM (launcher.ts says why).
+    unfollow = followLaunchers(npmLaunchers(process.env, process.ppid), stop);
     // Closed by itself (its namespace was deleted): a failure.
     guard.once('close', () => {
       resolve(signal.received ? 0 : 1);
@@ -518,6 +522,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     }
   }
   const code = await stopped;
+  unfollow();
   await services?.close();
   output.release();
   return code;

@@ -82,9 +82,50 @@ export interface DoctorInput {
   probe?: Partial<SystemProbe>;
 }
 
+/**
+ * The commands a fix sentence quotes, aimed at what the doctor examined: a line pasted from a
+ * doctor run with --netns (or --root) must never act on the host's namespace (or /etc) instead.
+ */
+export interface FixCommands {
+  /** `ip ARGS` in the namespace. */
+  ip(args: string): string;
+  /** `ethtool ARGS` in the namespace. */
+  ethtool(args: string): string;
+  /** `flannel-guard doctor|watch ARGS` for the namespace. */
+  guard(command: 'doctor' | 'watch', args?: string): string;
+}
+
+/** A word as a shell reads it back: as is when plain, else single-quoted. */
+function shellWord(word: string): string {
+  return /^[\w./:@%+=-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+export function fixCommands(netns: string | undefined, root = '/'): FixCommands {
+  const rootFlag = root === '/' ? '' : ` --root ${shellWord(root)}`;
+  const guard = (command: string, netnsFlag: string, args?: string): string =>
+    `flannel-guard ${command}${command === 'doctor' ? rootFlag : ''}${netnsFlag}${args === undefined ? '' : ` ${args}`}`;
+  if (netns === undefined) {
+    return {
+      ip: (args) => `ip ${args}`,
+      ethtool: (args) => `ethtool ${args}`,
+      guard: (command, args) => guard(command, '', args),
+    };
+  }
+  const ns = shellWord(netns);
+  // `ip -n` and `ip netns exec` take a name; a path (/proc/PID/ns/net) needs nsenter.
+  const inside = netns.includes('/') ? `nsenter --net=${ns}` : `ip netns exec ${ns}`;
+  return {
+    ip: (args) => (netns.includes('/') ? `${inside} ip ${args}` : `ip -n ${ns} ${args}`),
+    ethtool: (args) => `${inside} ethtool ${args}`,
+    guard: (command, args) => guard(command, ` --netns ${ns}`, args),
+  };
+}
+
 /** A VXLAN device found in the namespace, with what the checks need. */
 export interface DeviceState {
   link: LinkInfo;
+  /** The commands its fix sentences quote (in its namespace). */
+  fix: FixCommands;
   addrAssignType: number | null;
   publishedMac: string | null;
   publishedBy: string | null;
@@ -98,6 +139,8 @@ export interface DeviceState {
 
 export interface Gathered {
   fs: FsRoot;
+  /** The commands fix sentences quote (for the namespace and root examined). */
+  fix: FixCommands;
   probe: SystemProbe;
   host: HostFacts;
   kernel: string;
@@ -181,6 +224,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
     void probe.natRules().catch(() => undefined);
     void probe.udpSockets().catch(() => undefined);
   }
+  const commands = fixCommands(input.netns, input.root);
   const devices: DeviceState[] = await Promise.all(
     managed.map(async (link): Promise<DeviceState> => {
       const explicit = input.mac?.[link.name];
@@ -200,6 +244,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
       const rewritten = publishedMac !== null && link.mac !== publishedMac;
       return {
         link,
+        fix: commands,
         addrAssignType,
         writer: rewritten
           ? attributeWriter({
@@ -229,6 +274,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
       : [...new Set(globs.map(exampleName))].map((name) => vxlanFacts(name));
   return {
     fs,
+    fix: commands,
     probe,
     host,
     kernel: probe.kernelRelease(),
@@ -263,7 +309,10 @@ export function flannelLinkFileContent(globs: readonly string[]): string {
   return `# Written by flannel-guard doctor --fix: udev must not rewrite the MAC flannel publishes.\n[Match]\nOriginalName=${names}\n\n[Link]\nMACAddressPolicy=none\n`;
 }
 
-export function checkLinkFiles(evaluation: LinkEvaluation): CheckResult {
+export function checkLinkFiles(
+  evaluation: LinkEvaluation,
+  fix: FixCommands = fixCommands(undefined),
+): CheckResult {
   const device = evaluation.device.name;
   const evidence: string[] = [];
   for (const { file, match } of evaluation.files) {
@@ -282,7 +331,7 @@ export function checkLinkFiles(evaluation: LinkEvaluation): CheckResult {
   }
   const applied = evaluation.applied;
   const risky = evaluation.possible.filter((file) => macEffect(file).rewrites);
-  const fixSentence = `Add /etc/systemd/network/10-flannel.link with [Match] OriginalName=flannel* and [Link] MACAddressPolicy=none, named to sort before ${applied ? applied.name : 'the matching files'} (flannel-guard doctor --fix writes it), then run udevadm control --reload.`;
+  const fixSentence = `Add /etc/systemd/network/10-flannel.link with [Match] OriginalName=flannel* and [Link] MACAddressPolicy=none, named to sort before ${applied ? applied.name : 'the matching files'} (${fix.guard('doctor', '--fix')} writes it), then run udevadm control --reload.`;
   if (applied && macEffect(applied).rewrites) {
     return {
       id: 'link-files',
@@ -421,7 +470,7 @@ export function checkVtep(gathered: Gathered): CheckResult[] {
       },
     ];
   }
-  return gathered.devices.map(({ link }) => {
+  return gathered.devices.map(({ link, fix }) => {
     const vx = link.vxlan;
     const evidence = [
       `kind ${link.kind || 'none'}, ${link.up ? 'up' : 'down'}, mtu ${link.mtu ?? '?'}`,
@@ -448,7 +497,7 @@ export function checkVtep(gathered: Gathered): CheckResult[] {
         verdict: 'warn',
         summary: `${link.name} is down`,
         evidence,
-        fix: `Bring it up (ip link set ${link.name} up) or restart flannel; if that fails with "Address already in use", see the vxlan-port check.`,
+        fix: `Bring it up (${fix.ip(`link set ${link.name} up`)}) or restart flannel; if that fails with "Address already in use", see the vxlan-port check.`,
       } satisfies CheckResult;
     }
     return {
@@ -486,7 +535,7 @@ export function checkMac(device: DeviceState): CheckResult {
       verdict: 'fail',
       summary: `${link.name} has MAC ${link.mac ?? 'none'}, but the other nodes were told ${device.publishedMac}: cross-node traffic is dropped`,
       evidence,
-      fix: `Set it back and restore the neighbour entries the change flushes (flannel-guard doctor --fix --mac ${link.name}=${device.publishedMac}), and keep it there with flannel-guard watch.`,
+      fix: `Set it back and restore the neighbour entries the change flushes (${device.fix.guard('doctor', `--fix --mac ${link.name}=${device.publishedMac}`)}), and keep it there with ${device.fix.guard('watch')}.`,
     };
   }
   return {
@@ -513,7 +562,7 @@ export function checkAddrAssignType(device: DeviceState): CheckResult {
       verdict: 'warn',
       summary: `${link.name} still has the kernel's random MAC (addr_assign_type 1): udev's MACAddressPolicy rewrites it on the next add event (udevadm trigger)`,
       evidence,
-      fix: 'Write the MAC it already has once (addr_assign_type becomes 3, which udev leaves alone); flannel-guard doctor --fix does that and restores the neighbour entries.',
+      fix: `Write the MAC it already has once (addr_assign_type becomes 3, which udev leaves alone); ${device.fix.guard('doctor', '--fix')} does that and restores the neighbour entries.`,
     };
   }
   if (value === null) {
@@ -611,8 +660,8 @@ export function checkNeighbours(device: DeviceState, peersGiven: boolean): Check
       summary: `${link.name}: ${problems.join('; ')}`,
       evidence: [...evidence, ...warnings],
       fix: peersGiven
-        ? 'Re-install the published entries (flannel-guard doctor --fix --peer ... does it), or restart flannel so it re-programs them.'
-        : 'Restart flannel so it re-programs its neighbour and FDB entries, or pass the published peers with --peer and run doctor --fix.',
+        ? `Re-install the published entries (${device.fix.guard('doctor', '--fix --peer ...')} does it), or restart flannel so it re-programs them.`
+        : `Restart flannel so it re-programs its neighbour and FDB entries, or pass the published peers: ${device.fix.guard('doctor', '--fix --peer ...')}.`,
     };
   }
   if (warnings.length > 0) {
@@ -622,7 +671,7 @@ export function checkNeighbours(device: DeviceState, peersGiven: boolean): Check
       verdict: 'warn',
       summary: `${link.name}: ${warnings.join('; ')}`,
       evidence,
-      fix: 'Remove entries for nodes that no longer exist (ip neigh del / bridge fdb del) or restart flannel.',
+      fix: `Remove entries for nodes that no longer exist (${device.fix.ip(`neigh del ADDRESS dev ${link.name}`)}, and its FDB entry) or restart flannel.`,
     };
   }
   return {
@@ -689,7 +738,7 @@ export function checkOffload(
       verdict: 'warn',
       summary: `${link.name}: ${off.join(', ')} not at the policy`,
       evidence,
-      fix: `Apply the policy (ethtool -K ${link.name} ${settings}; doctor --fix does it) and keep it with flannel-guard watch, since a re-created device loses it.`,
+      fix: `Apply the policy (${device.fix.ethtool(`-K ${link.name} ${settings}`)}; ${device.fix.guard('doctor', '--fix')} does it) and keep it with ${device.fix.guard('watch')}, since a re-created device loses it.`,
     };
   }
   return {
@@ -759,7 +808,7 @@ export async function checkUnderlayDriver(
         verdict: 'fail',
         summary: `${underlay} is VMXNET3 and ${link.name} uses UDP 8472 with TX checksum offload on: inner TCP/UDP checksums come out wrong (VMXNET3 v4, Red Hat BZ#1960702) - ping works, TCP and UDP do not`,
         evidence,
-        fix: `Turn TX checksum offload off on the VXLAN device (ethtool -K ${link.name} tx-checksum-ip-generic off; doctor --fix, and flannel-guard watch keeps it off).`,
+        fix: `Turn TX checksum offload off on the VXLAN device (${device.fix.ethtool(`-K ${link.name} tx-checksum-ip-generic off`)}; ${device.fix.guard('doctor', '--fix')}, and ${device.fix.guard('watch')} keeps it off).`,
       };
     }
     return {
@@ -834,7 +883,7 @@ export async function checkRandomFully(
       return result(
         'fail',
         `kernel ${kernel} with MASQUERADE --random-fully and TX checksum offload on ${link.name}: VXLAN packets leave with bad checksums (TCP/UDP across nodes fail, ping works)`,
-        `Turn TX checksum offload off on ${link.name} (ethtool -K ${link.name} tx-checksum-ip-generic off; doctor --fix) or upgrade the kernel past 5.7.`,
+        `Turn TX checksum offload off on ${link.name} (${device.fix.ethtool(`-K ${link.name} tx-checksum-ip-generic off`)}; ${device.fix.guard('doctor', '--fix')}) or upgrade the kernel past 5.7.`,
       );
     }
     return result(
@@ -972,7 +1021,7 @@ export async function checkOffloadProbe(
       evidence,
       fix:
         state === true
-          ? 'Turn tx-checksum-ip-generic off (flannel-guard doctor --fix, or watch --offload auto to measure and fix it on every node).'
+          ? `Turn tx-checksum-ip-generic off (${device.fix.guard('doctor', '--fix')}, or ${device.fix.guard('watch', '--offload auto')} to measure and fix it on every node).`
           : 'The offload is already off here: look for a filter on UDP and TCP between the nodes.',
     };
   }
@@ -991,7 +1040,9 @@ export async function checkOffloadProbe(
 export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
   for (const subject of gathered.subjects) {
-    results.push(checkLinkFiles(evaluateLinkFiles(gathered.linkFiles, subject, gathered.host)));
+    results.push(
+      checkLinkFiles(evaluateLinkFiles(gathered.linkFiles, subject, gathered.host), gathered.fix),
+    );
   }
   const findingsBySubject = new Map(
     gathered.subjects.map((subject) => [subject.name, rulesTouching(gathered.rules, subject)]),

@@ -1,0 +1,206 @@
+/**
+ * The first hour from a checkout, in a copy of it (its sources, this checkout's node_modules and
+ * addon) with an npm cache of its own: a build interrupted at any moment leaves the previous
+ * dist/ whole (the bin keeps running) and the next build cleans up; `npx` in the checkout never
+ * compiles; a guard started through npx stops with npx (SIGTERM or SIGKILL to npx alone), never
+ * outliving it as root; the lines that launcher.ts reads are parsed as the kernel writes them.
+ * (npx in a checkout installs the checkout into npm's _npx cache first; npm interrupted during
+ * that install leaves the cache folder without its package.json, and npm then fails with ENOENT
+ * until the folder is deleted. That is npm's, and why the README runs the bin from a checkout.)
+ */
+import assert from 'node:assert/strict';
+import {
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  utimesSync,
+} from 'node:fs';
+import { join } from 'node:path';
+
+import { followLaunchers, npmLaunchers, parseStat, readProcess } from '../lib/cli/launcher';
+import { delay, Netns, registerSyncCleanup, tempDirPrefix, waitFor } from './support/netns';
+import { runCommand, startCommand } from './support/node-child';
+
+const CHECKOUT = join(__dirname, '..', '..');
+
+/** A copy of the checkout without dist/ (the sources; node_modules and build/ linked). */
+function copyCheckout(): { dir: string; env: NodeJS.ProcessEnv } {
+  const dir = mkdtempSync(tempDirPrefix('checkout'));
+  registerSyncCleanup(() => rmSync(dir, { recursive: true, force: true }));
+  for (const name of ['lib', 'test', 'scripts', 'package.json', 'tsconfig.json']) {
+    cpSync(join(CHECKOUT, name), join(dir, name), { recursive: true });
+  }
+  for (const name of ['node_modules', 'build']) symlinkSync(join(CHECKOUT, name), join(dir, name));
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    npm_config_cache: join(dir, '.npm-cache'),
+    npm_config_update_notifier: 'false',
+    npm_config_fund: 'false',
+    npm_config_audit: 'false',
+  };
+  delete env.npm_command; // this process may itself run under npm
+  return { dir, env };
+}
+
+const building = (dir: string): string[] =>
+  readdirSync(dir).filter((name) => name.startsWith('dist.'));
+
+describe('the first run from a checkout', function () {
+  this.timeout(240_000);
+
+  it('a build interrupted at any moment leaves the previous dist/ whole; the next one cleans up', async function () {
+    const { dir, env } = copyCheckout();
+    const build = (...flags: string[]): ReturnType<typeof startCommand> =>
+      startCommand([process.execPath, join(dir, 'scripts', 'build-ts.mjs'), ...flags], {
+        env,
+        timeoutMs: 180_000,
+      });
+    const first = await build().exited;
+    assert.equal(first.code, 0, first.stderr);
+    const cli = join(dir, 'dist', 'lib', 'cli', 'main.js');
+    assert.equal((await runCommand([cli, '--version'], { env })).code, 0);
+    // Fresh: prepare's build costs nothing.
+    const again = await build('--if-stale').exited;
+    assert.equal(again.stderr, '', 'nothing rebuilt');
+    // Stale, and killed in the middle: the old dist/ still runs.
+    const source = join(dir, 'lib', 'cli', 'launcher.ts');
+    utimesSync(source, new Date(), new Date());
+    const interrupted = build('--if-stale');
+    await delay(1500);
+    await interrupted.kill('SIGKILL');
+    assert.equal((await runCommand([cli, '--version'], { env })).code, 0, 'dist/ whole');
+    assert.equal(building(dir).length, 1, 'the killed build left its folder');
+    const rebuilt = await build('--if-stale').exited;
+    assert.equal(rebuilt.code, 0, rebuilt.stderr);
+    assert.deepEqual(building(dir), [], 'and the next build removed it');
+    assert.equal((await runCommand([cli, '--version'], { env })).code, 0);
+  });
+
+  it("npx in the checkout never compiles (a build there is what left npm's cache wedged when interrupted)", async function () {
+    const { dir, env } = copyCheckout();
+    const built = await runCommand([process.execPath, join(dir, 'scripts', 'build-ts.mjs')], {
+      env,
+      timeoutMs: 180_000,
+    });
+    assert.equal(built.code, 0, built.stderr);
+    const npx = (): Promise<Awaited<ReturnType<typeof runCommand>>> =>
+      runCommand(['sh', '-c', `cd "${dir}" && exec npx --yes flannel-guard --version`], {
+        env,
+        timeoutMs: 120_000,
+      });
+    const fresh = await npx();
+    assert.equal(fresh.code, 0, fresh.stderr);
+    assert.match(fresh.stdout, /^0\.\d+\.\d+/m);
+    assert.doesNotMatch(fresh.stderr, /compiling/);
+    // Stale sources: npx still runs the dist/ there is, and builds nothing (npm hides what
+    // lifecycle scripts print; the build's stamp shows that none ran).
+    const stamp = readFileSync(join(dir, 'dist', '.build-stamp'), 'utf8');
+    utimesSync(join(dir, 'lib', 'index.ts'), new Date(), new Date());
+    rmSync(join(dir, '.npm-cache'), { recursive: true, force: true });
+    const stale = await npx();
+    assert.equal(stale.code, 0, stale.stderr);
+    assert.equal(readFileSync(join(dir, 'dist', '.build-stamp'), 'utf8'), stamp);
+    assert.deepEqual(building(dir), []);
+  });
+
+  describe('a guard started through npx', function () {
+    let ns: Netns;
+
+    beforeEach(async function () {
+      ns = await Netns.create('fgnpx');
+      await ns.ipBatch([
+        'link add veth0 type veth peer name veth1',
+        'address add 192.0.2.1/24 dev veth0',
+        'link set veth0 up',
+        'link add flannel.1 type vxlan id 1 local 192.0.2.1 dev veth0 dstport 8472 nolearning',
+      ]);
+    });
+
+    afterEach(async function () {
+      await ns.destroy();
+    });
+
+    for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
+      it(`${signal} to npx alone: the guard stops too, within a second or two`, async function () {
+        const cache = mkdtempSync(tempDirPrefix('npx-cache'));
+        registerSyncCleanup(() => rmSync(cache, { recursive: true, force: true }));
+        const env: NodeJS.ProcessEnv = { ...process.env, npm_config_cache: cache };
+        delete env.npm_command;
+        const npx = startCommand(
+          [
+            'sh',
+            '-c',
+            `cd "${CHECKOUT}" && exec npx --yes flannel-guard watch --json --netns ${ns.name} --state-dir off --offload none`,
+          ],
+          { env, timeoutMs: 120_000 },
+        );
+        await npx.waitForLine((line) => line.includes('"event":"ready"'), 60_000);
+        const guard = await waitFor(
+          () => (readProcess(npx.child.pid ?? 0) === null ? undefined : guardPid(ns.name)),
+          { timeoutMs: 5000, what: 'the guard process' },
+        );
+        await npx.kill(signal);
+        await waitFor(() => readProcess(guard) === null, {
+          timeoutMs: 5000,
+          what: `the guard (pid ${guard}) ending with npx`,
+        });
+      });
+    }
+  });
+
+  it('launcher: /proc stat lines, the npm chain, and following it', async function () {
+    const stat =
+      '4242 (sh (x) y) S 4241 4242 4242 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 2000 300';
+    assert.deepEqual(parseStat(stat), { ppid: 4241, start: '987654', comm: 'sh (x) y' });
+    assert.equal(parseStat('garbage'), null);
+    const table = new Map([
+      [20, { ppid: 10, start: '200', comm: 'sh' }],
+      [10, { ppid: 1, start: '100', comm: 'npm exec flanne' }],
+      [30, { ppid: 1, start: '300', comm: 'bash' }],
+    ]);
+    const read = (pid: number) => table.get(pid) ?? null;
+    assert.deepEqual(npmLaunchers({ npm_command: 'exec' }, 20, read), [
+      { pid: 20, start: '200' },
+      { pid: 10, start: '100' },
+    ]);
+    assert.deepEqual(npmLaunchers({}, 20, read), [], 'not started by npm');
+    assert.deepEqual(npmLaunchers({ npm_command: 'exec' }, 30, read), [], 'no npm above');
+    // npm gone, or its PID taken by another process: the guard is told once.
+    let gone = 0;
+    const stop = followLaunchers(
+      npmLaunchers({ npm_command: 'exec' }, 20, read),
+      () => (gone += 1),
+      read,
+      10,
+    );
+    await delay(40);
+    assert.equal(gone, 0);
+    table.set(10, { ppid: 1, start: '999', comm: 'other' });
+    await waitFor(() => gone === 1, { timeoutMs: 1000, what: 'told' });
+    await delay(40);
+    assert.equal(gone, 1);
+    stop();
+    assert.equal(existsSync('/proc/self/stat'), true);
+    assert.equal(readProcess(process.pid)?.ppid, process.ppid);
+  });
+});
+
+/** The guard process watching `netns`, by its command line. */
+function guardPid(netns: string): number | undefined {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const info = readProcess(Number(entry));
+    if (info === null || info.comm.startsWith('npm') || info.comm === 'sh') continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (cmdline.includes('watch') && cmdline.includes(netns)) return Number(entry);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return undefined;
+}
