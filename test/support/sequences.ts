@@ -514,20 +514,28 @@ export class SequenceBed {
       await handle.worker.terminate();
       return;
     }
-    // A SIGKILL at a quiet moment: once this guard has saved the entries it keeps (saves are
-    // coalesced over 100 ms; bounded, for a guard that never saves them).
+    // A SIGKILL at a quiet moment: once this guard has saved the entries it keeps for the
+    // device there is now (saves are coalesced over 100 ms; bounded, for a guard that never
+    // saves them). The same entries saved for a device since re-created do not count: state is
+    // kept by ifindex (found by the fuzzer, seed 803296: killed before the save for the
+    // re-created device, the restart had nothing for it).
     if (!handle.dryRun) {
       const wanted = lladdrs(model.intended.values());
+      const [link] = await this.#ns.ipJson<{ ifindex?: number }[]>('link show dev flannel.1');
+      const ifindex = link?.ifindex ?? 0;
       const deadline = performance.now() + 3000;
-      while (performance.now() < deadline && !this.#saved(handle.startedAt).includes(wanted)) {
+      while (
+        performance.now() < deadline &&
+        !this.#saved(handle.startedAt, ifindex).includes(wanted)
+      ) {
         await delay(10);
       }
     }
     await handle.worker.terminate();
   }
 
-  /** The entries (as sorted lladdrs) per device in state files written since `since` (epoch ms). */
-  #saved(since: number): string[] {
+  /** The entries (as sorted lladdrs) saved for `ifindex` in state files written since `since` (epoch ms). */
+  #saved(since: number, ifindex: number): string[] {
     const found: string[] = [];
     for (const name of readdirSync(this.#stateDir)) {
       // A save is a temporary file renamed over the state file: killed before the rename, it
@@ -537,9 +545,10 @@ export class SequenceBed {
       try {
         if (statSync(path).mtimeMs < since) continue;
         const state = JSON.parse(readFileSync(path, 'utf8')) as {
-          devices: { neighbours: { lladdr: string }[] }[];
+          devices: { ifindex: number; neighbours: { lladdr: string }[] }[];
         };
         for (const device of state.devices) {
+          if (device.ifindex !== ifindex) continue;
           found.push(lladdrs(device.neighbours.map((entry) => entry.lladdr)));
         }
       } catch {
