@@ -301,7 +301,7 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
         '--offload',
         'rx-gro=on',
       ]);
-      assert.equal(result.code, 0, result.stderr);
+      assert.equal(result.code, 1, `a MAC other than --mac asks for: exit 1\n${result.stderr}`);
       const report = JSON.parse(result.stdout) as StatusReport;
       assert.deepEqual(report.devices.map((d) => d.name).sort(), ['flannel.1', 'vx9']);
       const flannel = report.devices.find((d) => d.name === 'flannel.1');
@@ -318,6 +318,34 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       const none = await cli(['status', '--json', '--netns', ns.name, '--offload', 'none']);
       assert.equal(none.code, 0, none.stderr);
       assert.deepEqual((JSON.parse(none.stdout) as StatusReport).devices[0]?.offloads, {});
+      const mac = await macOf('flannel.1');
+      const matching = await cli(['status', '--netns', ns.name, '--mac', `flannel.1=${mac}`]);
+      assert.equal(matching.code, 0, matching.stderr);
+    });
+
+    it('a device the globs match that is not VXLAN is named as ignored, never listed as managed', async function () {
+      await ns.ip('link add flannel.7 type veth peer name fgpeer7');
+      try {
+        const json = await cli(['status', '--json', '--netns', ns.name]);
+        assert.equal(json.code, 0, json.stderr);
+        const report = JSON.parse(json.stdout) as StatusReport;
+        assert.deepEqual(
+          report.devices.map((d) => d.name),
+          ['flannel.1'],
+        );
+        assert.deepEqual(
+          report.ignored.map((d) => `${d.name} ${d.kind}`),
+          ['flannel.7 veth'],
+        );
+        const text = await cli(['status', '--netns', ns.name]);
+        assert.match(
+          text.stdout,
+          /^ignored: flannel\.7 \(kind veth\): not VXLAN, watch leaves it alone$/m,
+        );
+        assert.doesNotMatch(text.stdout, /^flannel\.7 /m);
+      } finally {
+        await ns.ip('link del flannel.7');
+      }
     });
 
     it('prints a table for humans, with aligned columns', async function () {
@@ -453,6 +481,32 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       });
     }
 
+    it('--dry-run says in its lines that nothing is written nor saved, and what the policy would set', async function () {
+      await ns.run(['ethtool', '-K', 'flannel.1', 'tx-checksum-ip-generic', 'on']);
+      const child = startCommand(
+        [
+          process.execPath,
+          CLI_PATH,
+          'watch',
+          '--netns',
+          ns.name,
+          '--dry-run',
+          '--state-dir',
+          'off',
+        ],
+        { timeoutMs: 30_000 },
+      );
+      await child.waitForLine((line) =>
+        line.includes('ready (dry run: nothing is written, no state is saved): flannel.1'),
+      );
+      await child.waitForLine((line) =>
+        line.includes('offload: flannel.1 tx-checksum-ip-generic=on (would be set off) [start]'),
+      );
+      child.child.kill('SIGINT');
+      assert.equal((await child.exited).code, 0);
+      assert.doesNotMatch(child.stdout, /not written/);
+    });
+
     it('--dry-run reports the rewrite but never writes: the MAC stays changed, offloads untouched', async function () {
       const original = await macOf('flannel.1');
       const monitor = await LinkMonitor.open({ netns: ns.name });
@@ -524,10 +578,27 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       assert.equal(result.code, 77, `${result.stdout}${result.stderr}`);
       assert.match(result.stderr, /CAP_NET_ADMIN/);
       assert.match(result.stderr, /EPERM/);
+      // One line, in the guard's words, and root is not told to run as root.
+      assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr);
+      assert.doesNotMatch(result.stderr, /run as root|ifindex 1/);
+      assert.match(
+        result.stderr,
+        /cannot correct devices .*; --dry-run only reads; grant CAP_NET_ADMIN/,
+      );
       // S9: the namespace is named even when it is the process's own.
       assert.match(result.stderr, /in netns net:\[\d+\]/);
       assert.equal(await macOf('flannel.1'), original);
       assert.equal(await txChecksum('flannel.1'), 'on');
+    });
+
+    it('the path probe without CAP_NET_RAW names CAP_NET_RAW, not CAP_NET_ADMIN', async function () {
+      const binding = join(__dirname, '..', 'lib', 'core', 'binding.js');
+      const script = `require(${JSON.stringify(binding)}).binding.probePaths({ device: 'flannel.1', timeoutMs: 100, udpPort: 9, tcpPort: 9, echoId: 1 }, ['192.0.2.9']).then(() => console.log('no error'), (e) => console.log(e.code, e.capability))`;
+      const result = await runCommand(
+        [...inNetns(ns.name), ...withoutCapability('net_raw'), process.execPath, '-e', script],
+        { timeoutMs: 15_000 },
+      );
+      assert.equal(result.stdout.trim(), 'EPERM CAP_NET_RAW', result.stderr);
     });
 
     it('S11: inside an unprivileged user namespace it refuses (77) unless --allow-user-namespace', async function () {

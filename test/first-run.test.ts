@@ -18,6 +18,7 @@ import {
   rmSync,
   symlinkSync,
   utimesSync,
+  writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
 
@@ -149,6 +150,35 @@ describe('the first run from a checkout', function () {
           what: `the guard (pid ${guard}) ending with npx`,
         });
       });
+    }
+  });
+
+  it('deploy/systemd: the unit passes systemd-analyze verify, hardened to the two capabilities it needs', async function () {
+    const unit = readFileSync(join(CHECKOUT, 'deploy', 'systemd', 'flannel-guard.service'), 'utf8');
+    assert.match(unit, /^CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW$/m);
+    assert.match(unit, /^ProtectSystem=strict$/m);
+    assert.match(unit, /^RuntimeDirectory=flannel-guard$/m);
+    assert.match(
+      unit,
+      /^ExecStart=\/usr\/local\/bin\/flannel-guard watch --state-dir \/run\/flannel-guard$/m,
+    );
+    // verify also checks that ExecStart's program exists: this checkout's bin stands in for the
+    // one `npm install -g` puts in /usr/local/bin.
+    const dir = mkdtempSync(tempDirPrefix('unit'));
+    try {
+      const copy = join(dir, 'flannel-guard.service');
+      writeFileSync(
+        copy,
+        unit.replace(
+          '/usr/local/bin/flannel-guard',
+          join(CHECKOUT, 'dist', 'lib', 'cli', 'main.js'),
+        ),
+      );
+      const verified = await runCommand(['systemd-analyze', 'verify', copy], { timeoutMs: 60_000 });
+      assert.equal(verified.code, 0, verified.stdout + verified.stderr);
+      assert.equal(verified.stderr.trim(), '', verified.stderr);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -108,6 +108,21 @@ describe('attributeWriter', function () {
     );
   });
 
+  it("udev's value under a .link file whose policy is not persistent: another writer, saying so", function () {
+    for (const policy of ['none', 'random'] as const) {
+      const copied = attributeWriter(
+        evidence({ policy, linkFile: '/etc/systemd/network/10-f.link' }),
+      );
+      assert.equal(copied.writer, 'another-writer', policy);
+      assert.match(
+        copied.detail,
+        new RegExp(
+          `udev's persistent value, but the \\.link file udev applies .*10-f\\.link.* says MACAddressPolicy=${policy}`,
+        ),
+      );
+    }
+  });
+
   it("names udev's MACAddress= only when no generating policy overrides it", function () {
     const fixed = '02:00:00:00:00:99';
     const base = { mac: fixed, macAddress: fixed, linkFile: '/etc/systemd/network/10-f.link' };

@@ -170,9 +170,13 @@ export function exitStatusOf(
     return EXIT_USAGE;
   }
   if (isSystemError(error) && error.code === 'EPERM') {
-    writeErr(
-      `${program}: ${message}\n${program}: run as root or grant ${error.capability ?? 'CAP_NET_ADMIN'}\n`,
-    );
+    // One line; root is told what it lacks, not to be root.
+    const capability = error.capability ?? 'CAP_NET_ADMIN';
+    const advice =
+      process.getuid?.() === 0
+        ? `grant ${capability} (this process runs as root without it: its container or setpriv dropped it)`
+        : `grant ${capability}, or run as root`;
+    writeErr(`${program}: ${message}; ${advice}\n`);
     return EXIT_NOPERM;
   }
   writeErr(`${program}: ${message}\n`);

@@ -148,7 +148,7 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
           .join(''),
     );
     const list = devices.length === 0 ? 'no managed device yet' : devices.join('; ');
-    return `ready${ready.dryRun ? ' (dry run)' : ''}: ${list}`;
+    return `ready${ready.dryRun ? ' (dry run: nothing is written, no state is saved)' : ''}: ${list}`;
   },
   rewrite: (e) =>
     `rewrite: ${e.device} ${e.previous ?? 'none'} -> ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''} writer=${e.writer}: ${e.detail}`,
@@ -157,9 +157,14 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
   restored: (e) =>
     `restored: ${e.device} mac ${e.mac} and ${e.neighbours} neighbour entries in ${e.latencyMs.toFixed(3)} ms${e.deferred ? ' (after backoff)' : ''}`,
   offload: (e) => {
-    const states = Object.entries(e.active).map(([name, active]) => `${name}=${onOff(active)}`);
+    // A dry run says what the device has and what the policy would make of it.
+    const states = Object.entries(e.active).map(([name, active]) =>
+      e.dryRun && e.requested[name] !== undefined && e.requested[name] !== active
+        ? `${name}=${onOff(active)} (would be set ${onOff(e.requested[name])})`
+        : `${name}=${onOff(active)}`,
+    );
     const side = e.sideEffects.map((s) => `${s.name} ${onOff(s.before)}->${onOff(s.after)}`);
-    return `offload: ${e.device} ${states.join(' ')}${e.written ? '' : ' (not written)'} [${e.reason}]${side.length > 0 ? `; also changed: ${side.join(', ')}` : ''}`;
+    return `offload: ${e.device} ${states.join(' ')}${e.written || e.dryRun ? '' : ' (not written)'} [${e.reason}]${side.length > 0 ? `; also changed: ${side.join(', ')}` : ''}`;
   },
   verdict: (e) =>
     `verdict: ${e.device} ${e.feature} ${e.verdict}, ${e.action} (${e.rounds} rounds, ${e.probes} probes, ${e.msSinceStart.toFixed(0)} ms): ${e.detail}`,
@@ -534,7 +539,8 @@ async function status(flags: CommonFlags): Promise<number> {
     throw new UsageError('--offload auto: only watch measures; status shows a fixed policy');
   const report = await readStatus(offload === undefined ? options : { ...options, offload });
   writeOut(flags.json ? `${JSON.stringify(report)}\n` : formatStatus(report));
-  return 0;
+  // 1 when a device's MAC is not the one --mac asks for (offloads are shown, not judged).
+  return report.devices.some((d) => d.desiredMac !== null && d.mac !== d.desiredMac) ? 1 : 0;
 }
 
 function formatStatus(report: StatusReport): string {
@@ -551,7 +557,12 @@ function formatStatus(report: StatusReport): string {
       .map(([name, state]) => `${name}=${onOff(state.active)}${state.matchesPolicy ? '' : '(!)'}`)
       .join(' ') || '-',
   ]);
-  if (rows.length === 0) return `no managed devices in ${report.netns ?? 'this namespace'}\n`;
+  const ignored = report.ignored.map(
+    (d) => `ignored: ${d.name} (kind ${d.kind || 'none'}): not VXLAN, watch leaves it alone\n`,
+  );
+  if (rows.length === 0) {
+    return `no managed devices in ${report.netns ?? 'this namespace'}\n${ignored.join('')}`;
+  }
   const widths = header.map((title, i) =>
     Math.max(title.length, ...rows.map((row) => row[i]?.length ?? 0)),
   );
@@ -563,7 +574,9 @@ function formatStatus(report: StatusReport): string {
           .join('  ')
           .trimEnd(),
       )
-      .join('\n') + '\n'
+      .join('\n') +
+    '\n' +
+    ignored.join('')
   );
 }
 
@@ -607,8 +620,9 @@ const watchCommand: CommandSpec = {
       name: 'state-dir',
       value: '<dir|off>',
       description:
-        "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace)",
-      default: DEFAULT_STATE_DIR,
+        "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace); the default is $FLANNEL_GUARD_STATE_DIR when set",
+      // Read once at start, like every flag.
+      default: process.env.FLANNEL_GUARD_STATE_DIR ?? DEFAULT_STATE_DIR,
     },
     {
       name: 'udev-root',

@@ -36,9 +36,17 @@ export interface StatusDevice {
   offloads: Record<string, OffloadStatus>;
 }
 
+/** A device the globs match that is not VXLAN: `watch` never writes to it. */
+export interface IgnoredDevice {
+  name: string;
+  ifindex: number;
+  kind: string;
+}
+
 export interface StatusReport {
   netns: string | null;
   devices: StatusDevice[];
+  ignored: IgnoredDevice[];
 }
 
 export async function readStatus(options: StatusOptions = {}): Promise<StatusReport> {
@@ -47,9 +55,14 @@ export async function readStatus(options: StatusOptions = {}): Promise<StatusRep
   const policy = options.offload === 'none' ? {} : (options.offload ?? DEFAULT_OFFLOAD);
   const control = openControl(netnsTarget(options.netns));
   try {
-    const links = (await control.dumpLinks(true))
+    const matched = (await control.dumpLinks(true))
       .map((raw) => toLinkInfo(raw))
       .filter((link) => !link.loopback && globs.some((glob) => glob.matches(link.name)));
+    // As `watch`: only VXLAN devices are managed; the others are named, never judged.
+    const links = matched.filter((link) => link.kind === 'vxlan');
+    const ignored = matched
+      .filter((link) => link.kind !== 'vxlan')
+      .map((link) => ({ name: link.name, ifindex: link.ifindex, kind: link.kind }));
     const neighbours = [
       ...(await control.dumpNeighbours(AF_UNSPEC, true)),
       ...(await control.dumpNeighbours(AF_BRIDGE, true)),
@@ -85,7 +98,7 @@ export async function readStatus(options: StatusOptions = {}): Promise<StatusRep
         offloads,
       });
     }
-    return { netns: options.netns ?? null, devices };
+    return { netns: options.netns ?? null, devices, ignored };
   } finally {
     control.close();
   }

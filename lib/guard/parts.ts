@@ -6,7 +6,7 @@ import { readFileSync, watch } from 'node:fs';
 import { dirname } from 'node:path';
 
 import { binding } from '../core/binding';
-import { systemError } from '../core/errors';
+import { isSystemError, systemError } from '../core/errors';
 import { LinkMonitor } from '../core/monitor';
 import { openControl } from '../core/oneshot';
 import type { GuardConfig } from './config';
@@ -72,6 +72,21 @@ export function userNamespaceMapping(
   return mapping === '0 0 4294967295' ? null : mapping;
 }
 
+/** Writes are allowed here (CAP_NET_ADMIN), said in the guard's words when they are not. */
+function probeWrites(ports: GuardPorts, config: GuardConfig): void {
+  try {
+    ports.probeWriteAccess();
+  } catch (error) {
+    if (!isSystemError(error) || error.code !== 'EPERM') throw error;
+    const where = error.netns ?? config.netns?.label ?? 'this namespace';
+    throw systemError(
+      'EPERM',
+      `cannot correct devices in netns ${where}: CAP_NET_ADMIN is missing there (a no-op write to lo was refused); --dry-run only reads`,
+      { syscall: error.syscall ?? 'setlink', capability: 'CAP_NET_ADMIN', netns: where },
+    );
+  }
+}
+
 /** The real sockets: a request socket (checked for write access) and a LinkMonitor. */
 export function openGuardParts(config: GuardConfig): GuardInternals {
   const mapping = config.allowUserNamespace ? null : userNamespaceMapping();
@@ -89,7 +104,7 @@ export function openGuardParts(config: GuardConfig): GuardInternals {
   const control = openControl(config.netns);
   const ports = controlPorts(control, config.netns);
   try {
-    if (!config.dryRun) ports.probeWriteAccess();
+    if (!config.dryRun) probeWrites(ports, config);
     const state = openStateFile(config, control);
     const monitor = new LinkMonitor({
       ...(config.netns === null ? {} : { netns: config.netns.label }),

@@ -58,7 +58,9 @@ function describe(writer: MacWriter, e: WriterEvidence): string {
       return `systemd-udevd MACAddress=${e.macAddress ?? ''}${file}`;
     case 'another-writer': {
       const facts = [
-        `not udev's persistent value ${e.persistentMac ?? ''}`,
+        e.mac !== null && e.mac === e.persistentMac
+          ? `udev's persistent value, but the .link file udev applies${file} says MACAddressPolicy=${e.policy ?? ''}`
+          : `not udev's persistent value ${e.persistentMac ?? ''}`,
         ...(e.msSinceCreation === null
           ? []
           : [`${e.msSinceCreation.toFixed(1)} ms after the device's creation`]),
@@ -75,8 +77,12 @@ function describe(writer: MacWriter, e: WriterEvidence): string {
 export function attributeWriter(evidence: WriterEvidence): WriterAttribution {
   const { mac } = evidence;
   let writer: MacWriter;
-  if (mac !== null && mac === evidence.persistentMac) writer = 'udev-persistent-policy';
-  else if (
+  // udev's value under a .link file whose policy is not persistent was not written by udev
+  // (another process copied it, or an older configuration did): another writer.
+  const udevMayPersist = evidence.policy === null || evidence.policy === 'persistent';
+  if (mac !== null && mac === evidence.persistentMac && udevMayPersist) {
+    writer = 'udev-persistent-policy';
+  } else if (
     mac !== null &&
     mac === evidence.macAddress &&
     // MACAddress= applies only without a generating policy (systemd.link(5)).

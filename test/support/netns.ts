@@ -6,11 +6,11 @@
  * remove whatever is left, so a crashed or interrupted run leaves no namespaces or processes.
  */
 import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { existsSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { DEFAULT_STATE_DIR, StateFile, liveNetnsInodes } from '../../lib/guard/state-file';
+import { DEFAULT_STATE_DIR } from '../../lib/guard/state-file';
 
 /** Options for running a command. */
 export interface RunOptions {
@@ -549,17 +549,58 @@ export async function reapStale(prefix = 'fgt'): Promise<ReapResult> {
   return result;
 }
 
+/** The machine's own folders that tests must never write to (each test writes under a root of its own). */
+export const MACHINE_PATHS = ['/etc/systemd/network', '/etc/NetworkManager', DEFAULT_STATE_DIR];
+
+/** Names, sizes and times of what is under `path` (bounded), as a comparable text. */
+export function snapshotTree(path: string, limit = 2000): string {
+  const lines: string[] = [];
+  const walk = (dir: string, depth: number): void => {
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch (error) {
+      lines.push(`${dir}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`);
+      return;
+    }
+    for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      if (lines.length >= limit) return;
+      const full = join(dir, entry.name);
+      try {
+        const stat = lstatSync(full);
+        lines.push(`${full} ${stat.size} ${stat.mtimeMs}`);
+      } catch {
+        lines.push(`${full} gone`);
+      }
+      if (entry.isDirectory() && depth < 4) walk(full, depth + 1);
+    }
+  };
+  walk(path, 0);
+  return lines.join('\n');
+}
+
+const machineBefore = new Map<string, string>();
+let stateRoot: string | undefined;
+
 /**
- * Mocha root-hook plugin: `mocha --require dist/test/support/netns.js` cleans up after all: our
- * namespaces, then the crash-state files the guards under test left in the default state folder
- * for them (every namespace that is gone now; a live one, the host's included, keeps its file).
+ * Mocha root-hook plugin (`mocha --require dist/test/support/netns.js`). Before all: the CLI's
+ * default state dir points at a folder of this run's own (FLANNEL_GUARD_STATE_DIR, which child
+ * processes inherit), and the machine's own folders are noted. After all: our namespaces go,
+ * that folder goes, and the run fails if any of the machine's folders changed.
  */
 export const mochaHooks = {
+  beforeAll(): void {
+    if (stateRoot !== undefined) return;
+    stateRoot = mkdtempSync(tempDirPrefix('state'));
+    process.env.FLANNEL_GUARD_STATE_DIR = stateRoot;
+    for (const path of MACHINE_PATHS) machineBefore.set(path, snapshotTree(path));
+  },
   async afterAll(): Promise<void> {
     await destroyAll();
-    new StateFile(DEFAULT_STATE_DIR, '0', 0).pruneStale(
-      liveNetnsInodes(),
-      Number.POSITIVE_INFINITY,
-    );
+    if (stateRoot !== undefined) rmSync(stateRoot, { recursive: true, force: true });
+    const changed = MACHINE_PATHS.filter((path) => snapshotTree(path) !== machineBefore.get(path));
+    if (changed.length > 0) {
+      throw new Error(`a test wrote outside its own roots: ${changed.join(', ')} changed`);
+    }
   },
 };
