@@ -38,6 +38,7 @@ export interface ChildOptions {
   /** Kill (SIGKILL) after this many ms. Default 20 000. */
   timeoutMs?: number;
   env?: NodeJS.ProcessEnv;
+  cwd?: string;
 }
 
 /** A running child with captured output. */
@@ -152,6 +153,7 @@ export function startCommand(argv: readonly string[], options: ChildOptions = {}
   const child = spawn(command, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: options.env ?? process.env,
+    ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
   });
   return new RunningChild(child, options.timeoutMs ?? 20_000);
 }
