@@ -53,7 +53,8 @@ function sourceStamp() {
       }
     }
   };
-  for (const dir of SOURCE_DIRS) walk(join(root, dir));
+  // A tree may hold only some of them (the image's build stage copies lib/ alone).
+  for (const dir of SOURCE_DIRS) if (existsSync(join(root, dir))) walk(join(root, dir));
   return hash.digest('hex');
 }
 
