@@ -504,8 +504,36 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
   if (own && own->correctionEcho && !correction && !disarmed && FoldEcho(own->link, out)) return;
   if (!own && !correction && !disarmed) return;
   if (own) Resolve(*own);
-  out->push_back(
-      LinkItem{ifindex, std::move(own), std::move(correction), disarmed, datagramArrivalNs_});
+  LinkItem item{ifindex, std::move(own), std::move(correction), disarmed, datagramArrivalNs_};
+  if (!item.correction && !disarmed) CarryCorrectionTo(item, out);
+  out->push_back(std::move(item));
+}
+
+// Rewrites queued behind the one a correction was made for predate its write (the kernel
+// reports changes in order, and the write's echo has not come yet): the write answered them
+// too. The correction travels with the last of them, so that JS hears every rewrite before
+// the answer to it, never a rewrite after its answer.
+void MonitorCore::CarryCorrectionTo(LinkItem& item, std::vector<MonitorItem>* out) {
+  const LinkChange* change = item.change ? &*item.change : nullptr;
+  if (!change || change->kind != ChangeKind::kChanged || change->fromDump || !change->previous ||
+      (change->previous->mac.state == change->link.mac.state &&
+       change->previous->mac.bytes == change->link.mac.bytes)) {
+    return;
+  }
+  for (auto earlier = out->rbegin(); earlier != out->rend(); ++earlier) {
+    auto* link = std::get_if<LinkItem>(&*earlier);
+    if (!link || link->ifindex != item.ifindex) continue;
+    if (!link->correction) {
+      if (link->disarmed || (link->change && link->change->kind != ChangeKind::kChanged)) return;
+      continue;  // a change of something else (flags, a name) before the write
+    }
+    if (link->correction->error || link->correction->echoed) return;
+    item.correction = std::move(link->correction);
+    link->correction.reset();
+    item.arrivalNs = link->arrivalNs;  // the correction is timed from its own rewrite
+    ++stats_.carriedCorrections;
+    return;
+  }
 }
 
 // The echo of a correction made in this batch is part of it: the item that

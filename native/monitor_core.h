@@ -151,9 +151,10 @@ struct MonitorStats {
   uint64_t truncatedDrops = 0;
   uint64_t malformed = 0;
   uint64_t staleReplies = 0;
-  uint64_t correctionEchoes = 0;  // neighbour notifications of a correction, not passed on
-  uint64_t foldedEchoes = 0;      // a correction's own RTM_NEWLINK, folded into its item
-  uint64_t staleRecords = 0;      // an armed drift the re-read found already put back
+  uint64_t correctionEchoes = 0;    // neighbour notifications of a correction, not passed on
+  uint64_t foldedEchoes = 0;        // a correction's own RTM_NEWLINK, folded into its item
+  uint64_t staleRecords = 0;        // an armed drift the re-read found already put back
+  uint64_t carriedCorrections = 0;  // moved to a later rewrite the write answered too
 };
 
 class MonitorCore {
@@ -279,6 +280,9 @@ class MonitorCore {
   // The mirror's changes as items (neighbour changes as neighbourEvents_ says).
   void Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out);
   bool FoldEcho(const netlink::LinkRecord& echo, std::vector<MonitorItem>* out);
+  // Moves to `item` (a MAC change of its device) the correction an earlier item carries whose
+  // write has not been echoed yet: that write came after this rewrite and answered it too.
+  void CarryCorrectionTo(LinkItem& item, std::vector<MonitorItem>* out);
   // Re-reads the devices of the corrections from out[first] on whose echo was
   // not read with them: what the device is after the writes.
   void RereadUnconfirmed(std::vector<MonitorItem>* out, size_t first);

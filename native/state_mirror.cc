@@ -98,9 +98,12 @@ void StateMirror::ApplyLink(LinkRecord link, bool fromDump, std::vector<MirrorCh
     const bool wentDown =
         previous && (previous->record.flags & IFF_UP) != 0 && (link.flags & IFF_UP) == 0;
     auto corrected = corrected_.find(ifindex);
-    const bool echo = corrected != corrected_.end() && link.mac.state == MacField::State::kValid &&
-                      link.mac.bytes == corrected->second && !wentDown;
-    if (corrected != corrected_.end()) corrected_.erase(corrected);
+    const bool showsWrite = corrected != corrected_.end() &&
+                            link.mac.state == MacField::State::kValid &&
+                            link.mac.bytes == corrected->second;
+    const bool echo = showsWrite && !wentDown;
+    // Rewrites queued before the write keep the mark: the first record with its MAC ends it.
+    if (showsWrite) corrected_.erase(corrected);
     correctionEcho =
         echo && previous && !NamedKernelEvent(link.event) && SameLinkButMac(previous->record, link);
     if (!echo && ((previous && !SameMac(previous->record.mac, link.mac)) || wentDown)) {

@@ -129,6 +129,29 @@ describe('FlannelGuard and the native fast path (scripted)', function () {
     r.guard.close();
   });
 
+  for (const macs of [
+    ['02:00:00:00:0f:01', '02:00:00:00:0f:02'],
+    ['02:00:00:00:0f:01', '02:00:00:00:0f:02', '02:00:00:00:0f:01'],
+  ]) {
+    it(`rewrites read in one batch (${macs.join(', ')}): one native write, reported after the last of them`, function () {
+      const r = rig();
+      const order: string[] = [];
+      r.guard.on('rewrite', (event) => order.push(`rewrite ${event.mac}`));
+      r.guard.on('restored', (event) => order.push(`restored ${event.neighbours}`));
+      r.clock.advance(10);
+      for (const mac of macs) r.kernel.setMac(r.ifindex, mac);
+      r.monitor.pumpTogether();
+      r.monitor.pump();
+      assert.deepEqual(order, [...macs.map((mac) => `rewrite ${mac}`), 'restored 2']);
+      assert.equal(r.monitor.corrections, 1);
+      assert.deepEqual(r.ports.macWrites(), [], 'the guard wrote nothing itself');
+      assert.equal(r.monitor.stats().carriedCorrections, macs.length - 1);
+      assert.equal(r.kernel.link(r.ifindex).mac, PINNED);
+      assert.equal(permanentIps(r), 2);
+      r.guard.close();
+    });
+  }
+
   it('keeps the armed neighbour list equal to its table', function () {
     const r = rig();
     r.kernel.replaceNeighbour(permanentArp(r.ifindex, '10.244.3.0', REMOTE_A));

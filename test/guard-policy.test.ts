@@ -1535,6 +1535,79 @@ describe('FlannelGuard policy: regressions', function () {
     assert.equal(r.ports.macWrites().length, writes, 'no MAC write while contested');
   });
 
+  /** The events from `from` on, each rewrite followed by an answer before the next rewrite or the end. */
+  function assertEveryRewriteAnswered(order: readonly string[], from: number): void {
+    const answers = ['restored', 'contested', 'resumed'];
+    const tail = order.slice(from);
+    const lastRewrite = tail.lastIndexOf('rewrite');
+    assert.ok(lastRewrite >= 0, `no rewrite in ${tail.join(', ')}`);
+    assert.ok(
+      tail.slice(lastRewrite + 1).some((name) => answers.includes(name)),
+      `the last rewrite is not answered after it: ${tail.join(', ')}`,
+    );
+  }
+
+  it('a rewrite queued when a contest ends is reported before the correction that answers it (sequence seed 75)', function () {
+    const { maxRewrites, quietMs } = DEFAULT_FIGHT_POLICY;
+    const r = rigWithDevice();
+    for (let n = 1; n <= maxRewrites; n += 1) {
+      r.clock.advance(1);
+      rewrite(r, r.ifindex, `02:00:00:00:0f:0${n}`);
+    }
+    assert.equal(r.log.contested.length, 1);
+    r.clock.advance(quietMs - 1);
+    // The writer's next rewrite is made, its notification not read yet, when the quiet ends:
+    // the resumption's timer runs first (libuv runs due timers before polling).
+    r.kernel.setMac(r.ifindex, FOREIGN_MAC);
+    const from = r.log.order.length;
+    r.clock.advance(1);
+    assert.deepEqual(r.log.order.slice(from), ['resumed']);
+    r.monitor.pump();
+    assert.deepEqual(r.log.order.slice(from), ['resumed', 'rewrite', 'restored']);
+    assertEveryRewriteAnswered(r.log.order, from);
+    assert.equal(last(r.log.restored).neighbours, 2);
+    assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
+    const arp = [...r.kernel.neighbours.values()].filter(
+      (entry) => entry.ifindex === r.ifindex && entry.family === 'inet',
+    );
+    assert.equal(arp.length, 2);
+  });
+
+  it('a rewrite queued when a deferred correction comes due is reported before its answer', function () {
+    const r = rigWithDevice();
+    rewriteUntilDeferred(r, r.ifindex);
+    const [delay] = r.clock.pending();
+    assert.ok(delay !== undefined);
+    r.clock.advance(delay - 1);
+    r.kernel.setMac(r.ifindex, '02:00:00:00:0f:0e');
+    const from = r.log.order.length;
+    r.clock.advance(1);
+    assert.deepEqual(r.log.order.slice(from), [], 'nothing written past a rewrite not yet read');
+    r.monitor.pump();
+    r.clock.advance(DAY);
+    r.monitor.pump();
+    assertEveryRewriteAnswered(r.log.order, from);
+    assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
+  });
+
+  for (const macs of [
+    ['02:00:00:00:0f:01', '02:00:00:00:0f:02'],
+    ['02:00:00:00:0f:01', '02:00:00:00:0f:02', '02:00:00:00:0f:01'],
+  ]) {
+    it(`rewrites read in one batch (${macs.length}, the last ${macs.length === 3 ? 'the first again' : 'new'}): each is reported, the answer after the last`, function () {
+      const r = rigWithDevice();
+      const from = r.log.order.length;
+      for (const mac of macs) r.kernel.setMac(r.ifindex, mac);
+      r.monitor.pumpTogether();
+      r.clock.advance(DAY); // three within the window: the third is answered after a backoff
+      r.monitor.pump();
+      assert.deepEqual(r.log.order.slice(from), [...macs.map(() => 'rewrite'), 'restored']);
+      assert.equal(r.ports.macWrites().length, 1, 'one write answers them all');
+      assert.equal(last(r.log.restored).neighbours, 2);
+      assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
+    });
+  }
+
   it('corrects a device renamed within the globs between the event and the write, under its new name', function () {
     const r = rigWithDevice();
     r.kernel.setMac(r.ifindex, FOREIGN_MAC);

@@ -201,7 +201,8 @@ describe('LinkMonitor (real kernel, netns)', function () {
     // Two rewrites in one burst (one ip -batch), armed again with the same terms: both
     // answered natively. Read in two passes, each is corrected; read in one, the correction of
     // the first comes after the second (the device is re-read before the write), and the
-    // second's record is found stale: no second write, which would flush the table again.
+    // second's record is found stale: no second write, which would flush the table again, and
+    // the correction is reported with the second (carried), after both rewrites.
     await ns.ip(`link set vx1 address ${pinned}`);
     armPinned(m, link, allowance);
     const before = m.stats().staleRecords;
@@ -217,6 +218,10 @@ describe('LinkMonitor (real kernel, netns)', function () {
       what: 'both rewrites answered natively',
     });
     corrections.stop();
+    const rewrites = corrections.events.filter(
+      (e) => e.link.mac !== pinned && e.link.mac !== e.previous.mac,
+    );
+    assert.ok(rewrites.at(-1)?.correction, 'the answer comes with the last rewrite');
     const shown = await ns.ipJson<IpLink[]>('link show vx1');
     assert.equal(shown[0]?.address, pinned);
   });

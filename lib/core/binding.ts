@@ -159,6 +159,8 @@ export interface RawMonitorStats {
   foldedEchoes: number;
   /** An armed drift the re-read before writing found put back already: nothing written. */
   staleRecords: number;
+  /** A native correction reported with a later rewrite its write answered too (queued before its echo). */
+  carriedCorrections: number;
   receiveBuffer: number;
   /** Links and neighbour/FDB entries in the native mirror. */
   links: number;

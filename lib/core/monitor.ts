@@ -403,6 +403,22 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     return linkInfo(raw);
   }
 
+  /**
+   * Whether the batch being dispatched changes the device's MAC again after the event being
+   * handled: a write made now would answer that rewrite before it is reported.
+   */
+  rewrittenLater(ifindex: number): boolean {
+    const batch = this.#batch;
+    if (batch === undefined || this.#position >= batch.length - 1) return false;
+    this.#batchChanges ??= new BatchChanges(batch);
+    return (this.#batchChanges.links.get(ifindex) ?? []).some(
+      ({ position, item }) =>
+        position > this.#position &&
+        item.change === 'changed' &&
+        item.previous?.mac !== item.record?.mac,
+    );
+  }
+
   /** The mirror's neighbour and FDB entries (of one device when `ifindex` is given), as of the event being handled. */
   neighbours(filter: { ifindex?: number } = {}): NeighbourInfo[] {
     const entries = neighbourInfos(this.#native.neighbours(filter.ifindex));

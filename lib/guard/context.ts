@@ -20,6 +20,8 @@ export interface GuardMonitor extends EventEmitter<LinkMonitorEvents> {
   readonly isReady: boolean;
   links(): LinkInfo[];
   getLink(ifindex: number): LinkInfo | undefined;
+  /** See LinkMonitor.rewrittenLater. */
+  rewrittenLater(ifindex: number): boolean;
   setFilter?(filter: LinkFilter | null): void;
   arm(
     ifindex: number,

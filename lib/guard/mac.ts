@@ -330,6 +330,16 @@ export class MacCorrection {
         this.restoreMissing(device);
         return;
       }
+      if (
+        target.mac !== devices.currentLink(device)?.mac ||
+        this.#ctx.monitor.rewrittenLater(device.ifindex)
+      ) {
+        // Rewritten again since the event being handled (or, from a timer, since the last one
+        // read): that rewrite is in this batch or queued. Answered when it is handled, the
+        // correction is reported after it, never before (the arming below lets the native
+        // layer answer it as it is read).
+        return;
+      }
       // The native reader sees this write the moment it is made: armed for another MAC (the
       // desired one has just changed), it would take the write for a rewrite.
       this.arm(device);

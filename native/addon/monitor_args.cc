@@ -138,6 +138,7 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportSta
   set("correctionEchoes", stats.correctionEchoes);
   set("foldedEchoes", stats.foldedEchoes);
   set("staleRecords", stats.staleRecords);
+  set("carriedCorrections", stats.carriedCorrections);
   set("reports", reports.reports);
   set("heldCorrections", reports.heldCorrections);
   object.Set("receiveBuffer", receiveBuffer);

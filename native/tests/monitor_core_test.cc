@@ -259,6 +259,56 @@ TEST_CASE("monitor core: a record queued before the MAC was put back is not writ
   EXPECT_EQ(bed.kernel->arp.size(), size_t{1});
 }
 
+// The items of the device's MAC changes, in order.
+std::vector<const LinkItem*> MacChanges(const std::vector<MonitorItem>& items) {
+  std::vector<const LinkItem*> changes;
+  for (const MonitorItem& item : items) {
+    const auto* link = std::get_if<LinkItem>(&item);
+    if (link && link->change && link->change->previous &&
+        link->change->previous->mac.bytes != link->change->link.mac.bytes) {
+      changes.push_back(link);
+    }
+  }
+  return changes;
+}
+
+TEST_CASE("monitor core: rewrites queued behind the one corrected are reported before the answer") {
+  // The sequence test's find: a correction reported with the first of two queued rewrites
+  // left the second reported after it, unanswered. B then C, and B, C, B (the re-read before
+  // the write sees the first record's MAC again): one write, reported with the last rewrite.
+  for (const std::vector<uint8_t>& rewrites :
+       {std::vector<uint8_t>{0xbb, 0xcc}, std::vector<uint8_t>{0xbb, 0xcc, 0xbb}}) {
+    Bed bed({{2, MacOf(0x22)}});
+    bed.Arm();
+    for (uint8_t mac : rewrites) bed.kernel->WriteMac(MacOf(mac));
+    const std::vector<MonitorItem> items = bed.Read();
+    const std::vector<const LinkItem*> changes = MacChanges(items);
+    EXPECT_EQ(changes.size(), rewrites.size());  // the write's echo folded into its item
+    EXPECT_EQ(bed.kernel->macWrites, size_t{1});
+    EXPECT_TRUE(bed.kernel->mac == kDesired);
+    EXPECT_EQ(bed.kernel->arp.size(), size_t{1});
+    const LinkItem* answered = Correcting(items);
+    EXPECT_TRUE(answered == changes.at(rewrites.size() - 1));
+    EXPECT_TRUE(answered->change->link.mac.bytes == MacOf(rewrites.back()));
+    EXPECT_EQ(answered->correction->neighbours, size_t{1});
+    EXPECT_TRUE(answered->correction->echoed && answered->correction->afterMac.bytes == kDesired);
+    EXPECT_EQ(bed.core->stats().carriedCorrections, uint64_t{rewrites.size() - 1});
+  }
+}
+
+TEST_CASE("monitor core: a rewrite after the write's echo is not the earlier correction's") {
+  Bed bed({{2, MacOf(0x22)}});
+  bed.Arm();
+  bed.kernel->WriteMac(MacOf(0xbb));
+  std::vector<MonitorItem> items = bed.Read();  // corrected, echo read
+  EXPECT_TRUE(Correcting(items) != nullptr);
+  bed.kernel->WriteMac(MacOf(0xcc));  // not armed now (one correction spent)
+  items = bed.Read();
+  EXPECT_TRUE(Correcting(items) == nullptr);
+  EXPECT_EQ(bed.core->stats().carriedCorrections, uint64_t{0});
+  EXPECT_TRUE(bed.kernel->mac == MacOf(0xcc));
+}
+
 TEST_CASE("monitor core: a write of the MAC the device has flushes; the entries stay kept") {
   Bed bed({{2, MacOf(0x22)}, {3, MacOf(0x33)}});
   bed.Arm();

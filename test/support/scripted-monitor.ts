@@ -570,6 +570,15 @@ export class ScriptedMonitor extends LinkMonitor implements GuardMonitor {
     return true;
   }
 
+  /** Delivers every queued notification in one read, as a socket holding them all does. */
+  pumpTogether(): void {
+    if (this.closed) return;
+    for (const message of this.queue.splice(0)) {
+      this.#raw.feed(messageBytes(this.kernel, message, this.#names));
+    }
+    this.#read();
+  }
+
   /**
    * Delivers queued notifications, including those the guard's reactions
    * queue, until none is left. Throws when more than `limit` are delivered: a

@@ -318,15 +318,16 @@ function step(model: Model, op: Op): boolean {
 }
 
 /**
- * A rewrite was reported and answered. In a burst the reads after the first correction are
- * stale (the correction came after every rewrite queued before it): those are answered by it.
+ * Every rewrite reported was answered after it was reported: the last one is followed by a
+ * correction, an adoption, the alert of a contest or its end (the answer to a rewrite the kernel
+ * had queued behind others comes after all of them, never before one).
  */
 function answered(events: GuardHandle['events']): boolean {
-  const first = events.findIndex((e) => e.event === 'rewrite');
+  const last = events.findLastIndex((e) => e.event === 'rewrite');
   return (
-    first >= 0 &&
+    last >= 0 &&
     events
-      .slice(first + 1)
+      .slice(last + 1)
       .some((e) => ['restored', 'adopted', 'contested', 'resumed'].includes(e.event))
   );
 }
@@ -761,7 +762,7 @@ function checkEvents(
       return `restored.latencyMs ${latency.toFixed(1)} is longer than the step so far (${(event.at - startedAt).toFixed(1)} ms)`;
     }
   }
-  // Each rewrite is answered (the last one at least, once the step has settled).
+  // Each rewrite is answered after it is reported (once the step has settled).
   if (mine.some((e) => e.event === 'rewrite') && !answered(mine)) {
     return 'a rewrite was never answered (restored, contested or deferred)';
   }
