@@ -201,24 +201,24 @@ bool MonitorCore::IsCorrectionEcho(const netlink::NeighRecord& neigh) {
   return echo;
 }
 
-void MonitorCore::FollowCorrectionEchoes(const netlink::LinkRecord& link) {
-  bool ownWrite = false;
+uint64_t MonitorCore::FollowCorrectionEchoes(const netlink::LinkRecord& link) {
+  uint64_t ownWrite = 0;
   if (auto unread = unreadWrites_.find(link.ifindex); unread != unreadWrites_.end()) {
     if (link.deleted) {
       unreadWrites_.erase(unread);
     } else if (link.mac.state == netlink::MacField::State::kValid &&
-               link.mac.bytes == unread->second.front()) {
-      ownWrite = true;
+               link.mac.bytes == unread->second.front().mac) {
+      ownWrite = unread->second.front().serial;
       unread->second.pop_front();
       if (unread->second.empty()) unreadWrites_.erase(unread);
     }
   }
   auto device = echoes_.find(link.ifindex);
-  if (device == echoes_.end()) return;
+  if (device == echoes_.end()) return ownWrite;
   CorrectionEchoes& echoes = device->second;
   // rtnetlink notifies a MAC write before the flush it causes, all under RTNL:
   // no other link message of the device comes between them.
-  if (!echoes.writeRead && ownWrite) {
+  if (!echoes.writeRead && ownWrite != 0) {
     if (echoes.writesAhead > 0) {
       --echoes.writesAhead;
     } else {
@@ -227,6 +227,7 @@ void MonitorCore::FollowCorrectionEchoes(const netlink::LinkRecord& link) {
   } else if (echoes.writeRead || link.deleted) {
     echoes_.erase(device);
   }
+  return ownWrite;
 }
 
 void MonitorCore::ForgetEchoes() {
@@ -284,9 +285,10 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   echoes_.erase(link.ifindex);
   size_t writesAhead = 0;
   if (written.ok()) {
-    std::deque<std::array<uint8_t, 6>>& unread = unreadWrites_[link.ifindex];
+    std::deque<UnreadWrite>& unread = unreadWrites_[link.ifindex];
     writesAhead = unread.size();
-    unread.push_back(mac);
+    correction.write = ++writeSerial_;
+    unread.push_back(UnreadWrite{mac, correction.write});
   }
   if (!written.ok()) {
     correction.error = written.error();
@@ -436,7 +438,7 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
       bool disarmed = false;
       std::optional<Correction> correction = CorrectIfArmed(*link, &disarmed);
-      ApplyLink(std::move(*link), true, std::move(correction), disarmed, out);
+      ApplyLink(std::move(*link), true, std::move(correction), disarmed, 0, out);
     } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
       if (Keep(*neigh)) {
         ++dumpedNeighbours_;
@@ -459,7 +461,7 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
     return;
   }
   if (auto* link = std::get_if<netlink::LinkRecord>(&message.body)) {
-    FollowCorrectionEchoes(*link);
+    const uint64_t echoOf = FollowCorrectionEchoes(*link);
     bool disarmed = false;
     std::optional<Correction> correction = CorrectIfArmed(*link, &disarmed);
     if (link->deleted) {
@@ -470,7 +472,7 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
       // within milliseconds) are kept even when JS comes to it later.
       restoreSets_.try_emplace(link->ifindex);
     }
-    ApplyLink(std::move(*link), false, std::move(correction), disarmed, out);
+    ApplyLink(std::move(*link), false, std::move(correction), disarmed, echoOf, out);
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
     if (IsCorrectionEcho(*neigh)) return;
     if (Keep(*neigh)) {
@@ -485,7 +487,7 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
 }
 
 void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
-                            std::optional<Correction> correction, bool disarmed,
+                            std::optional<Correction> correction, bool disarmed, uint64_t echoOf,
                             std::vector<MonitorItem>* out) {
   const int32_t ifindex = link.ifindex;
   const bool kept = Keep(link);
@@ -501,7 +503,9 @@ void MonitorCore::ApplyLink(netlink::LinkRecord link, bool fromDump,
     changes_.pop_back();
   }
   Emit(changes_, out);
-  if (own && own->correctionEcho && !correction && !disarmed && FoldEcho(own->link, out)) return;
+  if (own && own->correctionEcho && !correction && !disarmed && FoldEcho(echoOf, own->link, out)) {
+    return;
+  }
   if (!own && !correction && !disarmed) return;
   if (own) Resolve(*own);
   LinkItem item{ifindex, std::move(own), std::move(correction), disarmed, datagramArrivalNs_};
@@ -539,11 +543,14 @@ void MonitorCore::CarryCorrectionTo(LinkItem& item, std::vector<MonitorItem>* ou
 // The echo of a correction made in this batch is part of it: the item that
 // carries the correction says so, and listeners see one change per rewrite.
 // It is also the kernel's account of the device after the write: the re-read.
-bool MonitorCore::FoldEcho(const netlink::LinkRecord& echo, std::vector<MonitorItem>* out) {
+bool MonitorCore::FoldEcho(uint64_t echoOf, const netlink::LinkRecord& echo,
+                           std::vector<MonitorItem>* out) {
+  if (echoOf == 0) return false;
   for (auto item = out->rbegin(); item != out->rend(); ++item) {
     auto* link = std::get_if<LinkItem>(&*item);
-    if (!link || link->ifindex != echo.ifindex) continue;
-    if (!link->correction || link->correction->error || link->correction->echoed) return false;
+    if (!link || link->ifindex != echo.ifindex || !link->correction) continue;
+    if (link->correction->write != echoOf) continue;
+    if (link->correction->error || link->correction->echoed) return false;
     link->correction->echoed = true;
     link->correction->afterName = echo.name;
     link->correction->afterMac = echo.mac;

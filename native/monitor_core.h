@@ -65,6 +65,7 @@ struct Correction {
   int64_t macNs = 0;              // from reading the datagram to the MAC write's ACK
   int64_t doneNs = 0;             // ... to the last neighbour's ACK
   std::optional<SysError> error;  // the write that failed, if one did
+  uint64_t write = 0;             // the MAC write's serial (0: none made), to know its echo
   // The device after the writes (outside the timings): as the kernel's own
   // notification of the MAC write shows it when that is read in the same
   // batch (echoed), else re-read; its name, or empty when it is gone, and its MAC.
@@ -274,12 +275,15 @@ class MonitorCore {
   void SendDump(std::vector<MonitorItem>* out);
   void FinishDump(int32_t error, std::vector<MonitorItem>* out);
   void HandleMessage(netlink::Message& message, std::vector<MonitorItem>* out);
-  // Applies a link record to the mirror; `correction` was made for it.
+  // Applies a link record to the mirror; `correction` was made for it; `echoOf`: the serial
+  // of the correction's write whose notification it is (0: none).
   void ApplyLink(netlink::LinkRecord link, bool fromDump, std::optional<Correction> correction,
-                 bool disarmed, std::vector<MonitorItem>* out);
+                 bool disarmed, uint64_t echoOf, std::vector<MonitorItem>* out);
   // The mirror's changes as items (neighbour changes as neighbourEvents_ says).
   void Emit(std::vector<MirrorChange>& changes, std::vector<MonitorItem>* out);
-  bool FoldEcho(const netlink::LinkRecord& echo, std::vector<MonitorItem>* out);
+  // Folds the notification of write `echoOf` into the item of its correction, when that is
+  // still in `out` (not yet handed over).
+  bool FoldEcho(uint64_t echoOf, const netlink::LinkRecord& echo, std::vector<MonitorItem>* out);
   // Moves to `item` (a MAC change of its device) the correction an earlier item carries whose
   // write has not been echoed yet: that write came after this rewrite and answered it too.
   void CarryCorrectionTo(LinkItem& item, std::vector<MonitorItem>* out);
@@ -321,10 +325,16 @@ class MonitorCore {
   // been read, oldest first. The kernel names no writer in a link message: a
   // notification of one of these MACs is taken for the oldest write's. (So
   // another writer setting the same MAC before it is read is taken for ours.)
-  std::unordered_map<int32_t, std::deque<std::array<uint8_t, 6>>> unreadWrites_;
+  struct UnreadWrite {
+    std::array<uint8_t, 6> mac{};
+    uint64_t serial = 0;
+  };
+  std::unordered_map<int32_t, std::deque<UnreadWrite>> unreadWrites_;
+  uint64_t writeSerial_ = 0;
   // Follows the device's link messages: the read of a correction's own MAC
-  // write, and any later one, which ends its echoes.
-  void FollowCorrectionEchoes(const netlink::LinkRecord& link);
+  // write, and any later one, which ends its echoes. Returns that write's
+  // serial when `link` is its notification, else 0.
+  uint64_t FollowCorrectionEchoes(const netlink::LinkRecord& link);
   // Every notification caused so far has been read (or lost to an overrun).
   void ForgetEchoes();
   // Applies filter_ with the write socket's port id (once it is open).

@@ -100,10 +100,13 @@ void StateMirror::ApplyLink(LinkRecord link, bool fromDump, std::vector<MirrorCh
     auto corrected = corrected_.find(ifindex);
     const bool showsWrite = corrected != corrected_.end() &&
                             link.mac.state == MacField::State::kValid &&
-                            link.mac.bytes == corrected->second;
+                            link.mac.bytes == corrected->second.front();
     const bool echo = showsWrite && !wentDown;
     // Rewrites queued before the write keep the mark: the first record with its MAC ends it.
-    if (showsWrite) corrected_.erase(corrected);
+    if (showsWrite) {
+      corrected->second.pop_front();
+      if (corrected->second.empty()) corrected_.erase(corrected);
+    }
     correctionEcho =
         echo && previous && !NamedKernelEvent(link.event) && SameLinkButMac(previous->record, link);
     if (!echo && ((previous && !SameMac(previous->record.mac, link.mac)) || wentDown)) {
@@ -194,10 +197,11 @@ void StateMirror::ApplyNeigh(NeighRecord neigh, bool fromDump, uint32_t portid,
 }
 
 void StateMirror::NoteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac) {
-  corrected_[ifindex] = mac;
+  corrected_[ifindex].push_back(mac);
 }
 
 void StateMirror::BeginResync() {
+  corrected_.clear();  // notifications were lost: an echo may be among them
   ++generation_;
   resyncing_ = true;
 }

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -119,8 +120,8 @@ class StateMirror {
   std::map<std::string, Neigh> neighs_;
   // Devices whose last change flushes their neighbour entries: the DELNEIGHs that follow it.
   std::unordered_set<int32_t> flushing_;
-  // The MAC a correction wrote, whose RTM_NEWLINK has not been read yet.
-  std::unordered_map<int32_t, std::array<uint8_t, 6>> corrected_;
+  // The MACs corrections wrote whose RTM_NEWLINKs have not been read yet, oldest first.
+  std::unordered_map<int32_t, std::deque<std::array<uint8_t, 6>>> corrected_;
   uint32_t generation_ = 0;
   bool resyncing_ = false;
   bool ready_ = false;

@@ -41,6 +41,16 @@ describe('OtherGuards (real abstract sockets, own namespace)', function () {
     return made;
   }
 
+  /** Waits until `holder` counts `count` other guards on the device. */
+  async function joined(holder: OtherGuards, count: number, what: string): Promise<void> {
+    await waitFor(() => holder.others(device) === count, { timeoutMs: 2000, what });
+  }
+
+  /** Waits until a guard has said `count` things. */
+  async function told(said: readonly SharedEvent[], count: number, what: string): Promise<void> {
+    await waitFor(() => said.length === count, { timeoutMs: 2000, what });
+  }
+
   it('alone: holds the name, says nothing', async function () {
     const a = guard();
     a.others.watch(device);
@@ -56,10 +66,10 @@ describe('OtherGuards (real abstract sockets, own namespace)', function () {
     a.others.watch(device);
     b.others.watch(device);
     assert.equal(b.others.others(device), 1, 'the one that joins knows at once');
-    await waitFor(() => a.others.others(device) === 1, { timeoutMs: 2000, what: 'the holder' });
+    await joined(a.others, 1, 'the holder');
     const c = guard();
     c.others.watch(device);
-    await waitFor(() => a.others.others(device) === 2, { timeoutMs: 2000, what: 'the third' });
+    await joined(a.others, 2, 'the third');
     assert.deepEqual(
       [a.said, b.said, c.said].map((said) => said.map((e) => `${e.device} ${e.others}`)),
       [[`${device} 1`], [`${device} 1`], [`${device} 1`]],
@@ -71,14 +81,14 @@ describe('OtherGuards (real abstract sockets, own namespace)', function () {
     const b = guard();
     a.others.watch(device);
     b.others.watch(device);
-    await waitFor(() => a.others.others(device) === 1, { timeoutMs: 2000, what: 'the holder' });
+    await joined(a.others, 1, 'the holder');
     a.others.close();
-    await waitFor(() => b.said.length === 2, { timeoutMs: 2000, what: 'b alone' });
+    await told(b.said, 2, 'b alone');
     assert.equal(b.said[1]?.others, 0);
     const c = guard();
     c.others.watch(device);
     assert.equal(c.others.others(device), 1);
-    await waitFor(() => b.others.others(device) === 1, { timeoutMs: 2000, what: 'b holds' });
+    await joined(b.others, 1, 'b holds');
   });
 
   it('the one that joined goes: the holder says it is alone again', async function () {
@@ -86,9 +96,9 @@ describe('OtherGuards (real abstract sockets, own namespace)', function () {
     const b = guard();
     a.others.watch(device);
     b.others.watch(device);
-    await waitFor(() => a.others.others(device) === 1, { timeoutMs: 2000, what: 'the holder' });
+    await joined(a.others, 1, 'the holder');
     b.others.close();
-    await waitFor(() => a.said.length === 2, { timeoutMs: 2000, what: 'a alone' });
+    await told(a.said, 2, 'a alone');
     assert.deepEqual(
       a.said.map((e) => e.others),
       [1, 0],

@@ -33,7 +33,7 @@ const MAX_TOKEN_FILE_BYTES = 64 * 1024;
 /** client-go's CachedFileTokenSource re-reads a token file a minute after the last read. */
 const TOKEN_FILE_MAX_AGE_MS = 60_000;
 /** An exec plugin that has not answered in this long is killed; the request fails. */
-export const EXEC_TIMEOUT_MS = 30_000;
+const EXEC_TIMEOUT_MS = 30_000;
 /** An ExecCredential is a token or a certificate and key: a few KiB. */
 const MAX_EXEC_OUTPUT_BYTES = 1024 * 1024;
 const EXEC_API_VERSIONS = [

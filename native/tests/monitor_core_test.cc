@@ -13,9 +13,11 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rtnl_bytes.h"
@@ -25,6 +27,7 @@
 namespace {
 
 using fg::ArmedCorrection;
+using fg::CorrectionAllowance;
 using fg::LinkItem;
 using fg::MonitorCore;
 using fg::MonitorItem;
@@ -82,6 +85,9 @@ class ScriptedKernel {
   }
 
   // Anyone's MAC write: the device's notification, then the flush.
+  // Another writer's change between the core's re-read and its write (once).
+  std::function<void()> beforeWrite;
+
   void WriteMac(const Mac& value) {
     mac = value;
     source_->Feed(LinkMessage());
@@ -130,6 +136,7 @@ class ScriptedKernel {
     };
     script.setLinkAddress = [this](int32_t, const Mac& value) -> Result<Unit> {
       ++macWrites;
+      if (beforeWrite) std::exchange(beforeWrite, nullptr)();
       WriteMac(value);
       return Unit{};
     };
@@ -193,10 +200,11 @@ struct Bed {
     return items;
   }
 
-  void Arm() {
+  void Arm(int limit = 0) {
     ArmedCorrection correction;
     correction.name = "flannel.1";
     correction.mac = kDesired;
+    if (limit > 0) correction.allowance = CorrectionAllowance(limit, int64_t{60} * 1000000000, {});
     EXPECT_TRUE(core->Arm(kIfindex, std::move(correction)).ok());
   }
 };
@@ -294,6 +302,32 @@ TEST_CASE("monitor core: rewrites queued behind the one corrected are reported b
     EXPECT_TRUE(answered->correction->echoed && answered->correction->afterMac.bytes == kDesired);
     EXPECT_EQ(bed.core->stats().carriedCorrections, uint64_t{rewrites.size() - 1});
   }
+}
+
+TEST_CASE("monitor core: an echo folds into its own write's correction, not a later one's") {
+  // The sequence fuzzer's find (seed 2000009): B is read and answered (write 1), C comes between
+  // the re-read and the write, D after it; C is answered (write 2, the device is at D). Write
+  // 1's echo is not write 2's: write 2 is carried to D, and its own echo folds into it.
+  Bed bed({{2, MacOf(0x22)}});
+  bed.Arm(3);
+  bed.kernel->beforeWrite = [&bed] { bed.kernel->WriteMac(MacOf(0xcc)); };
+  bed.kernel->WriteMac(MacOf(0xbb));
+  std::vector<MonitorItem> first;
+  bed.core->ReadAvailable(1, 0, &first);  // B alone, handed over with write 1
+  EXPECT_TRUE(Correcting(first) != nullptr);
+  bed.kernel->WriteMac(MacOf(0xdd));
+  const std::vector<MonitorItem> items = bed.Read();
+  const std::vector<const LinkItem*> changes = MacChanges(items);
+  // C, write 1's echo (its correction was handed over), D with write 2, its echo folded.
+  EXPECT_EQ(changes.size(), size_t{3});
+  EXPECT_TRUE(changes.at(0)->change->link.mac.bytes == MacOf(0xcc) && !changes.at(0)->correction);
+  EXPECT_TRUE(changes.at(1)->change->link.mac.bytes == kDesired && !changes.at(1)->correction);
+  const LinkItem* answered = changes.at(2);
+  EXPECT_TRUE(answered->change->link.mac.bytes == MacOf(0xdd) && answered->correction);
+  EXPECT_TRUE(answered->correction->echoed);
+  EXPECT_EQ(bed.kernel->macWrites, size_t{2});
+  EXPECT_TRUE(bed.kernel->mac == kDesired);
+  EXPECT_EQ(bed.kernel->arp.size(), size_t{1});
 }
 
 TEST_CASE("monitor core: a rewrite after the write's echo is not the earlier correction's") {
