@@ -56,6 +56,7 @@ export type { NetnsTarget } from './core/validate';
 export type {
   AdoptedEvent,
   ContestedEvent,
+  DeferredEvent,
   DeviceStatus,
   FlannelGuardEvents,
   FlannelGuardOptions,

@@ -133,17 +133,22 @@ describe('FightController', function () {
     for (let i = 0; i < POLICY.maxRewrites; i += 1) fight.act(key, fight.record(key), actions);
     assert.equal(fight.isContested(key), true);
     assert.equal(counters.contested, 1);
+    // Past the burst one deferral is announced (the next rewrites ride on it), then the contest.
     assert.deepEqual(
       emitted.map(([name]) => name),
-      ['contested'],
+      ['deferred', 'contested'],
     );
+    assert.deepEqual(emitted[0], [
+      'deferred',
+      { device: 'flannel.4', ifindex: 4, what: 'offload', feature: 'tx-x', delayMs: 1000 },
+    ]);
     assert.equal(fight.allowance(key, 16), null, 'nothing is corrected at once');
     const before = corrections.length;
     advance(POLICY.quietMs - 1);
     assert.equal(corrections.length, before);
     advance(1);
     assert.equal(fight.isContested(key), false);
-    assert.deepEqual(emitted[1], [
+    assert.deepEqual(emitted[2], [
       'resumed',
       { device: 'flannel.4', ifindex: 4, what: 'offload', feature: 'tx-x' },
     ]);

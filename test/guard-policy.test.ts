@@ -16,6 +16,7 @@ import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight';
 import {
   FlannelGuard,
   type ContestedEvent,
+  type DeferredEvent,
   type FlannelGuardOptions,
   type GuardReadyEvent,
   type OffloadEvent,
@@ -95,6 +96,7 @@ class GuardLog {
   readonly offload: OffloadEvent[] = [];
   readonly contested: ContestedEvent[] = [];
   readonly resumed: ResumedEvent[] = [];
+  readonly deferred: DeferredEvent[] = [];
   readonly released: ReleasedEvent[] = [];
   readonly overrun: OverrunEvent[] = [];
   readonly resync: ResyncEvent[] = [];
@@ -108,6 +110,7 @@ class GuardLog {
     guard.on('offload', (e) => this.#push('offload', this.offload, e));
     guard.on('contested', (e) => this.#push('contested', this.contested, e));
     guard.on('resumed', (e) => this.#push('resumed', this.resumed, e));
+    guard.on('deferred', (e) => this.#push('deferred', this.deferred, e));
     guard.on('released', (e) => this.#push('released', this.released, e));
     guard.on('overrun', (e) => this.#push('overrun', this.overrun, e));
     guard.on('resync', (e) => this.#push('resync', this.resync, e));
@@ -971,6 +974,13 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
         }
         delays.push(delay);
         assert.equal(r.ports.macWrites().length, writes, `rewrite ${n} is not corrected at once`);
+        assert.deepEqual(last(r.log.deferred), {
+          device: 'flannel.1',
+          ifindex: r.ifindex,
+          what: 'mac',
+          delayMs: delay,
+        });
+        assert.equal(last(r.log.order), 'deferred', 'said at once, after the rewrite');
         assert.deepEqual(r.clock.pending(), [delay]);
         r.clock.advance(delay - 1);
         assert.equal(r.ports.macWrites().length, writes, `still waiting at ${delay - 1} ms`);
@@ -1601,7 +1611,12 @@ describe('FlannelGuard policy: regressions', function () {
       r.monitor.pumpTogether();
       r.clock.advance(DAY); // three within the window: the third is answered after a backoff
       r.monitor.pump();
-      assert.deepEqual(r.log.order.slice(from), [...macs.map(() => 'rewrite'), 'restored']);
+      const backoff = macs.length > DEFAULT_FIGHT_POLICY.burst ? ['deferred'] : [];
+      assert.deepEqual(r.log.order.slice(from), [
+        ...macs.map(() => 'rewrite'),
+        ...backoff,
+        'restored',
+      ]);
       assert.equal(r.ports.macWrites().length, 1, 'one write answers them all');
       assert.equal(last(r.log.restored).neighbours, 2);
       assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);

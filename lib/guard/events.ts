@@ -145,6 +145,18 @@ export interface ResumedEvent {
   feature?: string;
 }
 
+/**
+ * A rewrite past the fight policy's burst: corrected after `delayMs` (a `restored` or `offload`
+ * with `deferred` follows, unless the value is right by then or the rewrites go on to a contest).
+ */
+export interface DeferredEvent {
+  device: string;
+  ifindex: number;
+  what: 'mac' | 'offload';
+  feature?: string;
+  delayMs: number;
+}
+
 /** A device matched the globs but is not a VXLAN device: never written to. */
 export interface IgnoredEvent {
   device: string;
@@ -212,6 +224,7 @@ export interface FlannelGuardEvents {
   verdict: [VerdictEvent];
   contested: [ContestedEvent];
   resumed: [ResumedEvent];
+  deferred: [DeferredEvent];
   released: [ReleasedEvent];
   ignored: [IgnoredEvent];
   shared: [SharedEvent];

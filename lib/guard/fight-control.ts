@@ -87,7 +87,14 @@ export class FightController {
         return;
       case 'defer': {
         const timers = this.#ensureTimers(key);
-        if (timers.deferred) return;
+        if (timers.deferred) return; // the pending correction answers this rewrite too
+        this.#deps.emit('deferred', {
+          device: device.name,
+          ifindex: device.ifindex,
+          what: key.what,
+          ...(key.what === 'offload' ? { feature: key.feature } : {}),
+          delayMs: decision.delayMs,
+        });
         timers.deferred = this.#deps.clock.setTimeout(() => {
           delete timers.deferred;
           this.#deps.run((at) => {

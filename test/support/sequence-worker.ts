@@ -32,6 +32,7 @@ const EVENTS = [
   'adopted',
   'contested',
   'resumed',
+  'deferred',
   'released',
   'offload',
   'error',

@@ -319,8 +319,9 @@ function step(model: Model, op: Op): boolean {
 
 /**
  * Every rewrite reported was answered after it was reported: the last one is followed by a
- * correction, an adoption, the alert of a contest or its end (the answer to a rewrite the kernel
- * had queued behind others comes after all of them, never before one).
+ * correction, an adoption, a deferral (the MAC is checked once the step settles), the alert of a
+ * contest or its end (the answer to a rewrite the kernel had queued behind others comes after
+ * all of them, never before one).
  */
 function answered(events: GuardHandle['events']): boolean {
   const last = events.findLastIndex((e) => e.event === 'rewrite');
@@ -328,7 +329,7 @@ function answered(events: GuardHandle['events']): boolean {
     last >= 0 &&
     events
       .slice(last + 1)
-      .some((e) => ['restored', 'adopted', 'contested', 'resumed'].includes(e.event))
+      .some((e) => ['restored', 'adopted', 'deferred', 'contested', 'resumed'].includes(e.event))
   );
 }
 
