@@ -25,6 +25,7 @@ function device(ifindex: number, name: string): ManagedDevice {
     name,
     pin: null,
     pinKind: null,
+    pinFromStateFile: false,
     staleSourceMac: undefined,
     createdAt: null,
     rewrites: 0,

@@ -178,6 +178,41 @@ describe('the first run from a checkout', function () {
     assert.equal(existsSync(`/run/netns/${name}`), false, 'the block removed its namespace');
   });
 
+  it('a restart says where its MAC comes from and what it found, not "X -> X"', async function () {
+    const ns = await Netns.create();
+    try {
+      await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472');
+      await ns.ip('link set flannel.1 up');
+      const stateDir = mkdtempSync(tempDirPrefix('restart-state'));
+      registerSyncCleanup(() => rmSync(stateDir, { recursive: true, force: true }));
+      const watch = async (): Promise<string> => {
+        const cli = join(CHECKOUT, 'dist', 'lib', 'cli', 'main.js');
+        const guard = startCommand([cli, 'watch', '--netns', ns.name, '--state-dir', stateDir]);
+        await guard.waitForLine((line) => / (restored|offload): /.test(line));
+        await delay(300); // the state file is saved within 100 ms of a change
+        guard.child.kill('SIGTERM');
+        const { stdout } = await guard.exited;
+        return stdout;
+      };
+      const first = await watch();
+      const pinned = /desired (\S+) \[pinned-at-start\]/.exec(first)?.[1];
+      assert.ok(pinned !== undefined, first);
+      await ns.ip('link set flannel.1 address 0e:00:00:00:00:07'); // while it is down
+      const second = await watch();
+      assert.match(
+        second,
+        new RegExp(`desired ${pinned} \\[pinned-at-start, from the state file\\]`),
+      );
+      assert.match(
+        second,
+        new RegExp(`rewrite: flannel\\.1 found at 0e:00:00:00:00:07 \\(expected ${pinned}\\)`),
+      );
+      assert.match(second, new RegExp(`restored: flannel\\.1 mac ${pinned} `));
+    } finally {
+      await ns.destroy();
+    }
+  });
+
   it('deploy/systemd: the unit passes systemd-analyze verify, hardened to the two capabilities it needs', async function () {
     const unit = readFileSync(join(CHECKOUT, 'deploy', 'systemd', 'flannel-guard.service'), 'utf8');
     assert.match(unit, /^CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW$/m);

@@ -94,6 +94,7 @@ describe('flannel-guard watch in the test bed (real systemd-udevd)', function ()
       const guard = guards[index] as GuardProcess;
       const rewrite = await guard.waitFor((l) => l.event === 'rewrite');
       assert.equal(rewrite.found, 'start');
+      assert.equal(rewrite.previous, null, 'its MAC before the guard began: not known');
       assert.equal(rewrite.writer, 'udev-persistent-policy');
       const restored = await guard.waitFor((l) => l.event === 'restored');
       // The neighbour entries programmed after udev's rewrite were flushed by the guard's own

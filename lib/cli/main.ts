@@ -142,7 +142,9 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
     const devices = ready.devices.map(
       (d) =>
         `${d.name} (ifindex ${d.ifindex}) mac ${d.mac ?? 'none'}` +
-        (d.desiredMac ? ` desired ${d.desiredMac} [${d.macSource}]` : ' [not pinned]') +
+        (d.desiredMac
+          ? ` desired ${d.desiredMac} [${d.macSource}${d.fromStateFile ? ', from the state file' : ''}]`
+          : ' [not pinned]') +
         Object.entries(d.offloads)
           .map(([name, active]) => ` ${name}=${onOff(active)}`)
           .join(''),
@@ -151,7 +153,7 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
     return `ready${ready.dryRun ? ' (dry run: nothing is written, no state is saved)' : ''}: ${list}`;
   },
   rewrite: (e) =>
-    `rewrite: ${e.device} ${e.previous ?? 'none'} -> ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''} writer=${e.writer}: ${e.detail}`,
+    `rewrite: ${e.device} ${e.found === 'start' ? 'found at' : `${e.previous ?? 'none'} ->`} ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''} writer=${e.writer}: ${e.detail}`,
   adopted: (e) =>
     `adopted: ${e.device} keeps ${e.mac} (was published as ${e.previous}); ${e.neighbours} neighbour entries restored in ${e.latencyMs.toFixed(3)} ms`,
   restored: (e) =>

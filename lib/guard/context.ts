@@ -65,6 +65,8 @@ export interface ManagedDevice {
   /** first-seen / pinned-at-start MAC. */
   pin: string | null;
   pinKind: 'first-seen' | 'pinned-at-start' | null;
+  /** The pin was taken from the state file of an earlier run (pinned then, as pinKind says). */
+  pinFromStateFile: boolean;
   /**
    * For a device seen created: the source's answer at that moment, which
    * describes the device it replaces until the source publishes anew.

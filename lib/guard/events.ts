@@ -14,6 +14,8 @@ export interface DeviceStatus {
   macSource: MacSourceKind;
   /** Name of the external source when macSource is 'source'. */
   sourceName?: string;
+  /** The first-seen or pinned-at-start MAC was kept in the state file by an earlier run. */
+  fromStateFile?: true;
   addrAssignType: number | null;
   /** Active state of each policy feature (null when it could not be read). */
   offloads: Record<string, boolean | null>;
@@ -40,7 +42,7 @@ export interface RewriteEvent {
   expected: string;
   /** The MAC it has now. */
   mac: string | null;
-  /** The MAC it had just before this change. */
+  /** The MAC it had just before this change (null: not known, a drift found at start). */
   previous: string | null;
   /** Who wrote the MAC, proven from what udev computes (never guessed from timing). */
   writer: MacWriter;

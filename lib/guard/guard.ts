@@ -406,6 +406,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       name: link.name,
       pin: pinFirstSeen ? link.mac : null,
       pinKind: pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
+      pinFromStateFile: false,
       createdAt: firstSeen ? at : null,
       staleSourceMac: firstSeen ? source?.desiredMac(link.name) : undefined,
       rewrites: 0,
@@ -442,7 +443,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     const link = this.#devices.currentLink(device);
     const desired = this.#devices.desiredMac(device);
     if (link && desired && link.mac !== desired.mac) {
-      this.#mac.changed(device, link, link.mac, 'start', at);
+      this.#mac.changed(device, link, null, 'start', at); // its MAC before: not known
     }
   }
 
@@ -476,6 +477,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     };
     if (desired?.kind === 'source' && this.#config.source)
       status.sourceName = this.#config.source.name;
+    if (desired?.kind === device.pinKind && device.pinFromStateFile) status.fromStateFile = true;
     if (this.#autoOffload) status.offloadVerdict = this.#autoOffload.verdictOf(device);
     return status;
   }

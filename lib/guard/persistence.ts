@@ -94,6 +94,7 @@ export class DeviceStateStore {
     if (saved.pin !== null && saved.pinKind !== null && device.pinKind !== null) {
       device.pin = saved.pin;
       device.pinKind = saved.pinKind;
+      device.pinFromStateFile = true;
     }
     const { devices, monitor } = this.#deps;
     const desired = devices.desiredMac(device);
