@@ -15,7 +15,7 @@ import { getDriverInfo, getFeatures, getLink, getLinks, setLinkMac } from '../li
 import { collectEvents, nextEvent } from './support/events';
 import type { ErrorReport } from './support/lifecycle-child';
 import type { WorkerMessage, WorkerTask } from './support/lifecycle-worker';
-import { delay, Netns } from './support/netns';
+import { delay, Netns, waitFor } from './support/netns';
 import {
   LIB_INDEX,
   LIFECYCLE_CHILD,
@@ -851,6 +851,8 @@ describe('native core lifecycle (real kernel, netns)', function () {
       });
       await ns.ipBatch(names.map((name) => `link add ${name} type ifb`));
       await all;
+      // Its own reader may run behind the witness's on a busy machine.
+      await waitFor(() => added.length > 0, { timeoutMs: 5000, what: 'the first linkAdded' });
       await turns(10);
       assert.deepEqual(added, ['ifbb0']);
       assert.deepEqual(watch.late, []);
