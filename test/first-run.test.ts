@@ -25,6 +25,7 @@ import { join } from 'node:path';
 
 import { followLaunchers, npmLaunchers, parseStat, readProcess } from '../lib/cli/launcher';
 import { delay, Netns, registerSyncCleanup, tempDirPrefix, waitFor } from './support/netns';
+import { flannelDeviceLines, UNDERLAY_LINES } from './support/flannel-device';
 import { runCommand, startCommand } from './support/node-child';
 
 const CHECKOUT = join(__dirname, '..', '..');
@@ -114,12 +115,7 @@ describe('the first run from a checkout', function () {
 
     beforeEach(async function () {
       ns = await Netns.create('fgnpx');
-      await ns.ipBatch([
-        'link add veth0 type veth peer name veth1',
-        'address add 192.0.2.1/24 dev veth0',
-        'link set veth0 up',
-        'link add flannel.1 type vxlan id 1 local 192.0.2.1 dev veth0 dstport 8472 nolearning',
-      ]);
+      await ns.ipBatch([...UNDERLAY_LINES, ...flannelDeviceLines(null)]);
     });
 
     afterEach(async function () {
@@ -181,16 +177,14 @@ describe('the first run from a checkout', function () {
   it('a restart says where its MAC comes from and what it found, not "X -> X"', async function () {
     const ns = await Netns.create();
     try {
-      await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472');
-      await ns.ip('link set flannel.1 up');
+      await ns.ipBatch([...UNDERLAY_LINES, ...flannelDeviceLines(null)]);
       const stateDir = mkdtempSync(tempDirPrefix('restart-state'));
       registerSyncCleanup(() => rmSync(stateDir, { recursive: true, force: true }));
       const watch = async (): Promise<string> => {
         const cli = join(CHECKOUT, 'dist', 'lib', 'cli', 'main.js');
         const guard = startCommand([cli, 'watch', '--netns', ns.name, '--state-dir', stateDir]);
         await guard.waitForLine((line) => / (restored|offload): /.test(line));
-        await delay(300); // the state file is saved within 100 ms of a change
-        guard.child.kill('SIGTERM');
+        guard.child.kill('SIGTERM'); // its last save is made as it stops
         const { stdout } = await guard.exited;
         return stdout;
       };

@@ -197,6 +197,14 @@ function rewrite(r: Rig, ifindex: number, mac: string): void {
   r.monitor.pump();
 }
 
+/** Rewrites the MAC maxRewrites times, `stepMs` apart: the default policy's contest. */
+function contestMac(r: Rig & { ifindex: number }, stepMs: number): void {
+  for (let n = 1; n <= DEFAULT_FIGHT_POLICY.maxRewrites; n += 1) {
+    r.clock.advance(stepMs);
+    rewrite(r, r.ifindex, `02:00:00:00:0f:0${n}`);
+  }
+}
+
 /**
  * Rewrites (alternating two foreign MACs, 10 ms apart) until the guard defers
  * its correction instead of making it at once; returns how many rewrites that took.
@@ -1385,12 +1393,9 @@ describe('FlannelGuard policy: regressions', function () {
   });
 
   it('resumes after the quiet period even when the MAC was put back by someone else while contested (F2)', function () {
-    const { maxRewrites, quietMs } = DEFAULT_FIGHT_POLICY;
+    const { quietMs } = DEFAULT_FIGHT_POLICY;
     const r = rigWithDevice();
-    for (let n = 1; n <= maxRewrites; n += 1) {
-      r.clock.advance(10);
-      rewrite(r, r.ifindex, `02:00:00:00:0f:0${n}`);
-    }
+    contestMac(r, 10);
     assert.equal(r.log.contested.length, 1);
     // While contested, the operator puts the published MAC back by hand ...
     r.clock.advance(10);
@@ -1531,14 +1536,10 @@ describe('FlannelGuard policy: regressions', function () {
   });
 
   it('a source notification does not bypass the contested state of the MAC', function () {
-    const { maxRewrites } = DEFAULT_FIGHT_POLICY;
     const source = new TestSource();
     source.table.set('flannel.1', FLANNEL_MAC);
     const r = rigWithDevice({ source });
-    for (let n = 1; n <= maxRewrites; n += 1) {
-      r.clock.advance(10);
-      rewrite(r, r.ifindex, `02:00:00:00:0f:0${n}`);
-    }
+    contestMac(r, 10);
     assert.equal(only(r.log.contested).what, 'mac');
     const writes = r.ports.macWrites().length;
     source.set('flannel.1', FLANNEL_MAC); // e.g. a node-object update: the answer is unchanged
@@ -1558,12 +1559,9 @@ describe('FlannelGuard policy: regressions', function () {
   }
 
   it('a rewrite queued when a contest ends is reported before the correction that answers it (sequence seed 75)', function () {
-    const { maxRewrites, quietMs } = DEFAULT_FIGHT_POLICY;
+    const { quietMs } = DEFAULT_FIGHT_POLICY;
     const r = rigWithDevice();
-    for (let n = 1; n <= maxRewrites; n += 1) {
-      r.clock.advance(1);
-      rewrite(r, r.ifindex, `02:00:00:00:0f:0${n}`);
-    }
+    contestMac(r, 1);
     assert.equal(r.log.contested.length, 1);
     r.clock.advance(quietMs - 1);
     // The writer's next rewrite is made, its notification not read yet, when the quiet ends:
