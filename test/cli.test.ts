@@ -260,7 +260,7 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
           kind: 'vxlan',
           mac: ip?.address,
           desiredMac: null,
-          addrAssignType: null,
+          addrAssignType: 1, // random: read in the namespace's own sysfs
           up: true,
           vxlan: {
             vni: 1,

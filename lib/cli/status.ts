@@ -6,6 +6,7 @@ import { toLinkInfo, toNeighbourInfo } from '../core/records';
 import { explicitMacSource } from '../guard/sources';
 import type { VxlanInfo } from '../core/types';
 import { compileInterfaceGlob, netnsTarget } from '../core/validate';
+import type { SystemProbe } from '../doctor/system';
 
 export interface StatusOptions {
   netns?: string;
@@ -49,6 +50,15 @@ export interface StatusReport {
   ignored: IgnoredDevice[];
 }
 
+/** The doctor's probe of another namespace (loaded only then: it runs child processes). */
+async function sysfsInNetns(netns: string): Promise<Pick<SystemProbe, 'addrAssignType'>> {
+  const [{ systemProbe }, { FsRoot }] = await Promise.all([
+    import('../doctor/system.js'),
+    import('../core/fsroot.js'),
+  ]);
+  return systemProbe({ netns, fs: new FsRoot('/') });
+}
+
 export async function readStatus(options: StatusOptions = {}): Promise<StatusReport> {
   const globs = (options.interfaces ?? DEFAULT_INTERFACES).map((g) => compileInterfaceGlob(g));
   const source = options.mac ? explicitMacSource(options.mac) : undefined;
@@ -67,6 +77,11 @@ export async function readStatus(options: StatusOptions = {}): Promise<StatusRep
       ...(await control.dumpNeighbours(AF_UNSPEC, true)),
       ...(await control.dumpNeighbours(AF_BRIDGE, true)),
     ].map(toNeighbourInfo);
+    // /sys shows this process's namespace only: another's is read by a child that mounts its own.
+    const sysfsOf =
+      control.ownNetns || options.netns === undefined || links.length === 0
+        ? undefined
+        : await sysfsInNetns(options.netns);
     const devices: StatusDevice[] = [];
     for (const link of links) {
       const features = new Map(
@@ -90,7 +105,11 @@ export async function readStatus(options: StatusOptions = {}): Promise<StatusRep
         mac: link.mac,
         desiredMac: source?.desiredMac(link.name) ?? null,
         addrAssignType:
-          link.mac === null ? null : control.readAddrAssignType(link.name, link.ifindex, link.mac),
+          link.mac === null
+            ? null
+            : sysfsOf
+              ? await sysfsOf.addrAssignType(link.name, link.ifindex)
+              : control.readAddrAssignType(link.name, link.ifindex, link.mac),
         up: link.up,
         vxlan: link.vxlan,
         permanentNeighbours: own.filter((n) => n.family !== 'bridge' && n.permanent).length,
