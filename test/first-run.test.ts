@@ -9,10 +9,8 @@
  * until the folder is deleted. That is npm's, and why the README runs the bin from a checkout.)
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import {
   cpSync,
-  existsSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
@@ -148,30 +146,6 @@ describe('the first run from a checkout', function () {
         });
       });
     }
-  });
-
-  it("the README's quick start runs as it is: ready, the offload turned off, the rewrite set back", async function () {
-    const readme = readFileSync(join(CHECKOUT, 'README.md'), 'utf8');
-    const block = /<!-- quick-start[^>]*-->\n```sh\n([\s\S]*?)^```$/m.exec(readme)?.[1];
-    assert.ok(block !== undefined, 'the quick-start block');
-    // Its own namespace name, so that it never meets one of the machine's.
-    const name = `fgt-try-${process.pid}`;
-    registerSyncCleanup(() => {
-      spawnSync('ip', ['netns', 'del', name]);
-    });
-    const run = await runCommand(['sh', '-e', '-c', block.replaceAll('fg-try', name)], {
-      timeoutMs: 60_000,
-      cwd: CHECKOUT,
-    });
-    assert.equal(run.code, 0, run.stdout + run.stderr);
-    assert.match(run.stdout, /ready: flannel\.1 \(ifindex \d+\) mac /);
-    assert.match(
-      run.stdout,
-      /offload: flannel\.1 tx-checksum-ip-generic=off \[start\]; also changed: /,
-    );
-    assert.match(run.stdout, /rewrite: flannel\.1 \S+ -> 0e:00:00:00:00:01 /);
-    assert.match(run.stdout, /restored: flannel\.1 mac \S+ and 0 neighbour entries in /);
-    assert.equal(existsSync(`/run/netns/${name}`), false, 'the block removed its namespace');
   });
 
   it('a restart says where its MAC comes from and what it found, not "X -> X"', async function () {
