@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import {
   cpSync,
+  existsSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
@@ -106,6 +107,65 @@ describe('the first run from a checkout', function () {
     assert.equal(stale.code, 0, stale.stderr);
     assert.equal(readFileSync(join(dir, 'dist', '.build-stamp'), 'utf8'), stamp);
     assert.deepEqual(building(dir), []);
+  });
+
+  it('a project that link-installs the checkout: its install builds only stale sources, the bin runs throughout, and its npx killed at any moment runs next time', async function () {
+    const { dir, env } = copyCheckout();
+    const built = await runCommand([process.execPath, join(dir, 'scripts', 'build-ts.mjs')], {
+      env,
+      timeoutMs: 180_000,
+    });
+    assert.equal(built.code, 0, built.stderr);
+    const consumer = mkdtempSync(tempDirPrefix('consumer'));
+    registerSyncCleanup(() => rmSync(consumer, { recursive: true, force: true }));
+    writeFileSync(
+      join(consumer, 'package.json'),
+      JSON.stringify({
+        name: 'consumer',
+        version: '1.0.0',
+        private: true,
+        dependencies: { 'flannel-guard': `file:${dir}` },
+      }),
+    );
+    const cli = join(dir, 'dist', 'lib', 'cli', 'main.js');
+    /** npm install in the consumer, with the checkout's bin run over and over meanwhile. */
+    const installWhileRunning = async (): Promise<number> => {
+      const install = startCommand(['npm', 'install', '--offline'], {
+        cwd: consumer,
+        env,
+        timeoutMs: 180_000,
+      });
+      let runs = 0;
+      while (!install.hasExited && runs < 1000) {
+        const version = await runCommand([cli, '--version'], { env });
+        assert.equal(version.code, 0, `the bin during the install: ${version.stderr}`);
+        runs += 1;
+      }
+      const installed = await install.exited;
+      assert.equal(installed.code, 0, installed.stderr);
+      return runs;
+    };
+    const stamp = (): string => readFileSync(join(dir, 'dist', '.build-stamp'), 'utf8');
+    const fresh = stamp();
+    await installWhileRunning();
+    assert.equal(stamp(), fresh, "a fresh dist/ is not rebuilt by the consumer's install");
+    utimesSync(join(dir, 'lib', 'index.ts'), new Date(), new Date());
+    const runs = await installWhileRunning();
+    assert.notEqual(stamp(), fresh, 'stale sources are rebuilt');
+    assert.ok(runs > 1, `the bin ran ${runs} times during the rebuild`);
+    assert.deepEqual(building(dir), []);
+    // npx in the consumer runs node_modules/.bin: npm's _npx cache, which an interrupted
+    // install leaves broken, is never used.
+    const npx = ['npx', '--offline', 'flannel-guard', '--version'];
+    for (const killAfterMs of [50, 150, 250, 400, 600]) {
+      const interrupted = startCommand(npx, { cwd: consumer, env });
+      await delay(killAfterMs);
+      await interrupted.kill('SIGKILL');
+      const next = await runCommand(npx, { cwd: consumer, env, timeoutMs: 60_000 });
+      assert.equal(next.code, 0, `after a kill at ${killAfterMs} ms: ${next.stderr}`);
+      assert.match(next.stdout, /^0\.\d+\.\d+/m);
+    }
+    assert.equal(existsSync(join(dir, '.npm-cache', '_npx')), false, 'nothing installed by npx');
   });
 
   describe('a guard started through npx', function () {
