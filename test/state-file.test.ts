@@ -5,15 +5,17 @@
  * dead namespaces are pruned, live ones and our own never.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import {
   MAX_STATE_BYTES,
+  STALE_AFTER_MS,
   StateFile,
   parseState,
   type PersistedDevice,
 } from '../lib/guard/state-file';
+import { DeviceStateStore, type DeviceStateDeps } from '../lib/guard/persistence';
 import { ipVersion, parseMac } from '../lib/core/validate';
 import { prng } from './support/prng';
 import { tempDirPrefix } from './support/netns';
@@ -147,5 +149,49 @@ describe('the crash-state file (pure, fuzzed)', function () {
       readdirSync(dir).sort(),
       [own.name, 'net-3-300.json', 'net-4-400.json', 'other.json'].sort(),
     );
+  });
+
+  it('a running guard keeps its file young and prunes the gone ones every so often; closed, it stops', function () {
+    const own = new StateFile(dir, '1', 100);
+    own.save([]);
+    const old = new Date(Date.now() - 3600_000);
+    writeFileSync(join(dir, 'net-2-200.json'), '{}');
+    for (const name of [own.name, 'net-2-200.json']) utimesSync(join(dir, name), old, old);
+    const timers: { at: number; fire: () => void }[] = [];
+    let now = 0;
+    const clock: DeviceStateDeps['clock'] = {
+      now: () => now,
+      setTimeout(fire, ms) {
+        const timer = { at: now + ms, fire };
+        timers.push(timer);
+        return () => timers.splice(timers.indexOf(timer), 1);
+      },
+    };
+    const advance = (ms: number): void => {
+      now += ms;
+      for (const timer of timers.filter((t) => t.at <= now)) {
+        timers.splice(timers.indexOf(timer), 1);
+        timer.fire();
+      }
+    };
+    const store = new DeviceStateStore({
+      file: own,
+      clock,
+      dryRun: false,
+      fail: (error) => assert.fail(String(error)),
+      // The sweep reads neither (no save is made here).
+      devices: undefined as unknown as DeviceStateDeps['devices'],
+      monitor: undefined as unknown as DeviceStateDeps['monitor'],
+    });
+    advance(STALE_AFTER_MS / 4 - 1);
+    assert.ok(readdirSync(dir).includes('net-2-200.json'), 'not yet');
+    advance(1);
+    assert.deepEqual(readdirSync(dir), [own.name], "the gone namespace's file pruned");
+    assert.ok(Date.now() - statSync(own.path).mtimeMs < 60_000, 'its own file made young');
+    utimesSync(own.path, old, old);
+    store.close();
+    advance(STALE_AFTER_MS);
+    assert.equal(timers.length, 0, 'no sweep after close');
+    assert.ok(Date.now() - statSync(own.path).mtimeMs > 3000_000, 'nor a touch');
   });
 });

@@ -232,7 +232,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     for (const device of this.#devices.values()) this.#fight.cancelTimers(device);
     this.#autoOffload?.close();
     this.#others?.close();
-    this.#state.flush();
+    this.#state.close();
     this.#unsubscribeSource?.();
     this.#unwatchNetns?.();
     this.#monitor.close();

@@ -12,10 +12,12 @@ import type { LinkInfo } from '../core/types';
 import type { GuardConfig } from './config';
 import type { GuardClock, GuardMonitor, ManagedDevice } from './context';
 import type { DeviceTable } from './devices';
-import { StateFile, liveNetnsInodes, type PersistedDevice } from './state-file';
+import { STALE_AFTER_MS, StateFile, liveNetnsInodes, type PersistedDevice } from './state-file';
 
 /** Saves are coalesced over this long: a flush and its restore are one write. */
 const STATE_SAVE_DELAY_MS = 100;
+/** A running guard keeps its file young and prunes the others' this often. */
+const STATE_SWEEP_INTERVAL_MS = STALE_AFTER_MS / 4;
 
 /**
  * The namespace's state file under `config.stateDir` (made if missing, stale
@@ -66,6 +68,7 @@ export class DeviceStateStore {
   /** What the file held at start, by ifindex, until the devices present then are taken on. */
   #persisted = new Map<number, PersistedDevice>();
   #cancelSave: (() => void) | undefined;
+  #cancelSweep: (() => void) | undefined;
   /** Why the file was not read (reported once the guard is ready). */
   readonly loadProblem: Error | undefined;
 
@@ -80,6 +83,15 @@ export class DeviceStateStore {
       }
     }
     this.loadProblem = problem;
+    if (deps.file && !deps.dryRun) this.#scheduleSweep(deps.file);
+  }
+
+  #scheduleSweep(file: StateFile): void {
+    this.#cancelSweep = this.#deps.clock.setTimeout(() => {
+      file.touch();
+      file.pruneStale(liveNetnsInodes());
+      this.#scheduleSweep(file);
+    }, STATE_SWEEP_INTERVAL_MS);
   }
 
   /**
@@ -122,8 +134,9 @@ export class DeviceStateStore {
     }, STATE_SAVE_DELAY_MS);
   }
 
-  /** Writes a pending save now (on close). */
-  flush(): void {
+  /** Writes a pending save now, and sweeps no more. */
+  close(): void {
+    this.#cancelSweep?.();
     if (this.#cancelSave) this.#save();
   }
 

@@ -7,7 +7,7 @@
  * start. The file is untrusted on reading: bounded, strictly validated, and
  * ignored whole when anything in it is wrong.
  */
-import { readdirSync, statSync, unlinkSync } from 'node:fs';
+import { lutimesSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { readRegularFile, writeFileReplacing } from '../core/files';
@@ -20,8 +20,13 @@ export const MAX_STATE_BYTES = 16 * 1024 * 1024;
 export const MAX_PERSISTED_NEIGHBOURS = 20_000;
 const MAX_DEVICES = 64;
 const STATE_VERSION = 1;
-/** Files of namespaces that no longer exist are removed once this old. */
-const STALE_AFTER_MS = 10 * 60 * 1000;
+/**
+ * Files of namespaces seen held nowhere are removed once this old (a guard's
+ * start, and every so long while it runs): a namespace held where this
+ * process cannot see (another mount or PID namespace) keeps its file while its
+ * guard writes it.
+ */
+export const STALE_AFTER_MS = 10 * 60 * 1000;
 const NUD_PERMANENT = 0x80;
 
 export interface PersistedDevice {
@@ -160,6 +165,15 @@ export class StateFile {
     writeFileReplacing(this.dir, this.name, JSON.stringify(document), 0o600);
   }
 
+  /** Marks the file as its running guard's: pruning goes by age. */
+  touch(now = new Date()): void {
+    try {
+      lutimesSync(this.path, now, now);
+    } catch {
+      /* not written yet */
+    }
+  }
+
   /**
    * Removes the files of namespaces that no longer exist (their inode is not
    * a live namespace this process can see) and that were last written long
@@ -185,21 +199,56 @@ export class StateFile {
   }
 }
 
-/** Inodes of the network namespaces this process can see: /run/netns and its own. */
+/**
+ * Inodes of the network namespaces this process can see held: its own, every
+ * process's (/proc/PID/ns/net: a pod's namespace is held by its pause process),
+ * /run/netns and any other nsfs mount (a container runtime's folder). Bounded.
+ */
 export function liveNetnsInodes(): Set<number> {
   const inodes = new Set<number>();
   const add = (path: string): void => {
     try {
       inodes.add(statSync(path).ino);
     } catch {
-      /* not there */
+      /* not there, or gone meanwhile */
+    }
+  };
+  const entries = (dir: string): string[] => {
+    try {
+      return readdirSync(dir).slice(0, 100_000);
+    } catch {
+      return [];
     }
   };
   add('/proc/self/ns/net');
-  try {
-    for (const name of readdirSync('/run/netns').slice(0, 10_000)) add(join('/run/netns', name));
-  } catch {
-    /* no named namespaces */
-  }
+  for (const name of entries('/proc')) if (/^\d+$/.test(name)) add(`/proc/${name}/ns/net`);
+  for (const name of entries('/run/netns')) add(join('/run/netns', name));
+  for (const mountPoint of nsfsMountPoints()) add(mountPoint);
   return inodes;
+}
+
+/** Where nsfs is mounted in this mount namespace (namespaces bound to a file). */
+function nsfsMountPoints(): string[] {
+  let text: string;
+  try {
+    text = readFileSync('/proc/self/mountinfo', 'utf8');
+  } catch {
+    return [];
+  }
+  const points: string[] = [];
+  for (const line of text.split('\n').slice(0, 100_000)) {
+    // ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER-OPTIONS
+    const [before, after] = line.split(' - ');
+    if (after?.startsWith('nsfs ') !== true) continue;
+    const mountPoint = before?.split(' ')[4];
+    // Octal escapes (\040 for a space) as the kernel writes them.
+    if (mountPoint !== undefined) {
+      points.push(
+        mountPoint.replace(/\\([0-7]{3})/g, (_, octal: string) =>
+          String.fromCharCode(parseInt(octal, 8)),
+        ),
+      );
+    }
+  }
+  return points;
 }
