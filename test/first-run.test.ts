@@ -180,14 +180,23 @@ describe('the first run from a checkout', function () {
       await ns.destroy();
     });
 
-    for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
-      it(`${signal} to npx alone: the guard stops too, within a second or two`, async function () {
+    // SIGINT to npx alone reaches no one (npm hands it to the shell, which waits for the guard);
+    // Ctrl-C in a terminal signals the whole process group, which is what SIGINT is sent to here.
+    for (const [signal, toGroup] of [
+      ['SIGTERM', false],
+      ['SIGKILL', false],
+      ['SIGINT', true],
+    ] as const) {
+      const whom = toGroup ? "npx's process group (Ctrl-C)" : 'npx alone';
+      it(`${signal} to ${whom}: the guard stops too, within a second or two, and so does npx`, async function () {
         const cache = mkdtempSync(tempDirPrefix('npx-cache'));
         registerSyncCleanup(() => rmSync(cache, { recursive: true, force: true }));
         const env: NodeJS.ProcessEnv = { ...process.env, npm_config_cache: cache };
         delete env.npm_command;
         const npx = startCommand(
           [
+            // A process group of its own, led by npx (setsid execs, and sh execs npx).
+            'setsid',
             'sh',
             '-c',
             `cd "${CHECKOUT}" && exec npx --yes flannel-guard watch --json --netns ${ns.name} --state-dir off --offload none`,
@@ -199,11 +208,13 @@ describe('the first run from a checkout', function () {
           () => (readProcess(npx.child.pid ?? 0) === null ? undefined : guardPid(ns.name)),
           { timeoutMs: 5000, what: 'the guard process' },
         );
-        await npx.kill(signal);
+        const npxPid = npx.child.pid ?? 0;
+        process.kill(toGroup ? -npxPid : npxPid, signal);
         await waitFor(() => readProcess(guard) === null, {
           timeoutMs: 5000,
           what: `the guard (pid ${guard}) ending with npx`,
         });
+        await waitFor(() => npx.hasExited, { timeoutMs: 5000, what: 'npx ending' });
       });
     }
   });
