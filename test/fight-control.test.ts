@@ -30,6 +30,7 @@ function device(ifindex: number, name: string): ManagedDevice {
     createdAt: null,
     rewrites: 0,
     driftSince: null,
+    answerDue: null,
     vanishing: false,
     sourceNewer: false,
     adoptions: { inFlight: [], stored: null },

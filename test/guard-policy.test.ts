@@ -1581,6 +1581,31 @@ describe('FlannelGuard policy: regressions', function () {
     assert.equal(arp.length, 2);
   });
 
+  for (const together of [false, true]) {
+    it(`another writer's rewrite landing between the guard's re-read and its write is reported, then answered (read ${together ? "with its write's echo" : 'alone'}; sequence seed 3001276)`, function () {
+      const r = rigWithDevice();
+      const from = r.log.order.length;
+      // udev's write on a re-created device, made while the guard waits for RTNL to write its own.
+      r.ports.before('setLinkMac', () => r.kernel.setMac(r.ifindex, '02:00:00:00:0f:0d'));
+      r.kernel.setMac(r.ifindex, FOREIGN_MAC);
+      if (together) {
+        r.monitor.pumpTogether(); // the first rewrite: corrected from JS, the race made
+        r.monitor.pumpTogether(); // the second rewrite and the write's echo, in one batch
+      }
+      r.monitor.pump();
+      assert.deepEqual(r.log.order.slice(from), ['rewrite', 'restored', 'rewrite', 'restored']);
+      assertEveryRewriteAnswered(r.log.order, from);
+      assert.equal(r.ports.macWrites().length, 1, 'the one write set back both');
+      // As of the second rewrite its flush has taken the entries: they are written again.
+      assert.equal(last(r.log.restored).neighbours, 2);
+      assert.equal(r.kernel.link(r.ifindex).mac, FLANNEL_MAC);
+      const arp = [...r.kernel.neighbours.values()].filter(
+        (entry) => entry.ifindex === r.ifindex && entry.family === 'inet',
+      );
+      assert.equal(arp.length, 2);
+    });
+  }
+
   it('a rewrite queued when a deferred correction comes due is reported before its answer', function () {
     const r = rigWithDevice();
     rewriteUntilDeferred(r, r.ifindex);

@@ -77,6 +77,11 @@ export interface ManagedDevice {
   rewrites: number;
   /** When the MAC left the desired value (start of the correction latency); null when at it. */
   driftSince: number | null;
+  /**
+   * A drift found put back when its correction came, but with a later change to the MAC in
+   * the batch being handled: reported when that change is (its answer comes after it).
+   */
+  answerDue: { since: number; neighbours: number } | null;
   /** Set on ENODEV: the device is going away; nothing is written until its DELLINK. */
   vanishing: boolean;
   /**

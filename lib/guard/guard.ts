@@ -411,6 +411,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       staleSourceMac: firstSeen ? source?.desiredMac(link.name) : undefined,
       rewrites: 0,
       driftSince: null,
+      answerDue: null,
       vanishing: false,
       sourceNewer: false,
       adoptions: { inFlight: [], stored: null },

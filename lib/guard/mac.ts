@@ -86,10 +86,13 @@ export class MacCorrection {
     if (!desired) return;
     if (link.mac === desired.mac) {
       // Back at the desired value: our own write's echo, or someone else's fix.
+      const due = device.answerDue;
       this.#backAtDesired(device);
+      if (due) this.#restored(device, desired.mac, due.neighbours, at - due.since, false);
       return;
     }
     device.driftSince ??= at;
+    device.answerDue = null; // this rewrite's answer comes after both
     device.sourceNewer = false; // the device's MAC is the newer answer again
     counters.rewrites += 1;
     device.rewrites += 1;
@@ -185,14 +188,17 @@ export class MacCorrection {
     this.arm(device); // the desired MAC itself may have changed
   }
 
-  /** After a re-dump or with the MAC right at start: puts back kept entries the kernel lacks. */
-  restoreMissing(device: ManagedDevice): void {
+  /**
+   * After a re-dump or with the MAC right at start: puts back kept entries the kernel lacks.
+   * Returns how many entries it wrote.
+   */
+  restoreMissing(device: ManagedDevice): number {
     const { config, monitor } = this.#ctx;
-    if (config.dryRun) return;
+    if (config.dryRun) return 0;
     const present = new Set(monitor.neighbours({ ifindex: device.ifindex }).map(neighbourKey));
     const kept = monitor.restoreSet(device.ifindex);
-    if (kept.every((entry) => present.has(neighbourKey(entry)))) return;
-    this.#restoreOnTarget(device);
+    if (kept.every((entry) => present.has(neighbourKey(entry)))) return 0;
+    return this.#restoreOnTarget(device);
   }
 
   /**
@@ -225,11 +231,13 @@ export class MacCorrection {
     this.#restoreOnTarget(device);
   }
 
-  #restoreOnTarget(device: ManagedDevice): void {
+  #restoreOnTarget(device: ManagedDevice): number {
     const { devices } = this.#ctx;
+    let restored = 0;
     devices.attempt(device, () => {
-      if (devices.writeTarget(device)) this.#restoreNeighbours(device);
+      if (devices.writeTarget(device)) restored = this.#restoreNeighbours(device);
     });
+    return restored;
   }
 
   #backAtDesired(device: ManagedDevice): void {
@@ -287,6 +295,7 @@ export class MacCorrection {
     const { counters } = this.#ctx;
     // The drift ends with its correction: the next one is timed from its own first notification.
     device.driftSince = null;
+    device.answerDue = null;
     counters.corrections += 1;
     if (deferred) counters.deferredCorrections += 1;
     this.#ctx.emit('restored', {
@@ -326,8 +335,20 @@ export class MacCorrection {
         // Put back already (an earlier correction answered this drift too, or another writer):
         // the entries its MAC changes flushed may not be (a contest held the correction back
         // while they were flushed, and no write of ours will flush them again).
+        const since = device.driftSince;
         this.#backAtDesired(device);
-        this.restoreMissing(device);
+        const neighbours = this.restoreMissing(device);
+        // A rewrite reported and not answered: set back by a write of ours that landed after it
+        // (it came between the guard's re-read and its write: udev's, while the guard waited for
+        // RTNL) or by the native correction of a later rewrite in this batch. Answered now, or
+        // when the batch's later change is handled (never before a rewrite it set back).
+        if (since !== null) {
+          if (this.#ctx.monitor.rewrittenLater(device.ifindex)) {
+            device.answerDue = { since, neighbours };
+          } else {
+            this.#restored(device, desired.mac, neighbours, clock.now() - since, deferred);
+          }
+        }
         return;
       }
       if (

@@ -318,19 +318,17 @@ function step(model: Model, op: Op): boolean {
 }
 
 /**
- * The step's first rewrite was answered after it was reported: by a correction, an adoption, a
- * deferral (the MAC is checked once the step settles), the alert of a contest or its end.
- * (Not yet every rewrite: a write the guard makes from JS can land after another writer's
- * rewrite that came between its re-read and its write - udev's, on a re-created device, while
- * the guard waits for RTNL - and that rewrite is then reported after the correction that set it
- * back. The native corrections report such rewrites first; see the README.)
+ * Every rewrite reported was answered after it was reported: the last one is followed by a
+ * correction, an adoption, a deferral (the MAC is checked once the step settles), the alert of a
+ * contest or its end (the answer to a rewrite the kernel had queued behind others, or that landed
+ * between the guard's re-read and its write, comes after it, never before).
  */
 function answered(events: GuardHandle['events']): boolean {
-  const first = events.findIndex((e) => e.event === 'rewrite');
+  const last = events.findLastIndex((e) => e.event === 'rewrite');
   return (
-    first >= 0 &&
+    last >= 0 &&
     events
-      .slice(first + 1)
+      .slice(last + 1)
       .some((e) => ['restored', 'adopted', 'deferred', 'contested', 'resumed'].includes(e.event))
   );
 }
