@@ -30,7 +30,8 @@ function target(arch) {
 function place(from, arch) {
   mkdirSync(dirname(target(arch)), { recursive: true });
   copyFileSync(from, target(arch));
-  console.log(`prebuild: ${target(arch)}`);
+  // stderr: `npm pack --json` prints its JSON on stdout, with what prepack prints.
+  console.error(`prebuild: ${target(arch)}`);
 }
 
 function fail(message) {

@@ -287,13 +287,15 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     mkdirSync(consumer);
     // The prebuilt addon for this machine, from the build the tests use (prepack does this);
     // --ignore-scripts: `prepare` would rebuild dist/ under running tests.
-    ok(
+    const prebuilt = ok(
       run(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--all'], {
         cwd: root,
         timeoutMs: 300_000,
       }),
       'prebuild',
     );
+    // As prepack, it prints on stderr only: `npm pack --json` writes its JSON to stdout.
+    assert.equal(prebuilt, '', 'nothing on stdout');
     const packed = JSON.parse(
       ok(
         run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], {
