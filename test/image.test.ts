@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -19,6 +19,7 @@ const RUN_TIMEOUT_MS = 20 * 60_000;
 
 interface ImageReport {
   image: string;
+  nodeVersion: string;
   imageBytes: number;
   basesMs: number;
   buildMs: number;
@@ -73,6 +74,14 @@ describe('the DaemonSet image (buildah build, podman run in a netns)', function 
     assert.match(report.image, /^localhost\/flannel-guard:\d+\.\d+\.\d+/);
     // Node.js alone is ~95 MB, a Debian minbase ~80 MB; a toolchain left in would be ~600 MB.
     assert.ok(report.imageBytes > 150e6 && report.imageBytes < 300e6, `${report.imageBytes} bytes`);
+  });
+
+  it('runs the Node.js LTS the Dockerfile names (an end-of-life one is refused here)', function () {
+    const dockerfile = readFileSync(join(ROOT, 'deploy', 'Dockerfile'), 'utf8');
+    const major = /^ARG BASE_IMAGE=\S*\/node:(\d+)-bookworm-slim$/m.exec(dockerfile)?.[1];
+    assert.match(report.nodeVersion, new RegExp(`^v${major ?? '-'}\\.`));
+    // Supported LTS lines as of this release: 24 (maintenance) and 26 (active).
+    assert.ok(['24', '26'].includes(major ?? ''), `node:${major ?? '?'}`);
   });
 
   it('starts with the DaemonSet settings, prints ready and answers both probes', function () {
