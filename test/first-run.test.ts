@@ -48,6 +48,17 @@ function copyCheckout(): { dir: string; env: NodeJS.ProcessEnv } {
   return { dir, env };
 }
 
+/** copyCheckout(), with dist/ built in the copy. */
+async function builtCheckout(): Promise<ReturnType<typeof copyCheckout>> {
+  const checkout = copyCheckout();
+  const built = await runCommand(
+    [process.execPath, join(checkout.dir, 'scripts', 'build-ts.mjs')],
+    { env: checkout.env, timeoutMs: 180_000 },
+  );
+  assert.equal(built.code, 0, built.stderr);
+  return checkout;
+}
+
 const building = (dir: string): string[] =>
   readdirSync(dir).filter((name) => name.startsWith('dist.'));
 
@@ -83,12 +94,7 @@ describe('the first run from a checkout', function () {
   });
 
   it("npx in the checkout never compiles (a build there is what left npm's cache wedged when interrupted)", async function () {
-    const { dir, env } = copyCheckout();
-    const built = await runCommand([process.execPath, join(dir, 'scripts', 'build-ts.mjs')], {
-      env,
-      timeoutMs: 180_000,
-    });
-    assert.equal(built.code, 0, built.stderr);
+    const { dir, env } = await builtCheckout();
     const npx = (): Promise<Awaited<ReturnType<typeof runCommand>>> =>
       runCommand(['sh', '-c', `cd "${dir}" && exec npx --yes flannel-guard --version`], {
         env,
@@ -110,12 +116,7 @@ describe('the first run from a checkout', function () {
   });
 
   it('a project that link-installs the checkout: its install builds only stale sources, the bin runs throughout, and its npx killed at any moment runs next time', async function () {
-    const { dir, env } = copyCheckout();
-    const built = await runCommand([process.execPath, join(dir, 'scripts', 'build-ts.mjs')], {
-      env,
-      timeoutMs: 180_000,
-    });
-    assert.equal(built.code, 0, built.stderr);
+    const { dir, env } = await builtCheckout();
     const consumer = mkdtempSync(tempDirPrefix('consumer'));
     registerSyncCleanup(() => rmSync(consumer, { recursive: true, force: true }));
     writeFileSync(

@@ -26,6 +26,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 
+import { readProcess } from '../lib/cli/launcher';
 import { EVENT_COMPONENT } from '../lib/kubernetes/events';
 import { loadClientNode } from '../lib/kubernetes/client';
 import { packageVersion } from '../lib/core/package-version';
@@ -68,34 +69,6 @@ const commandsOf = (code: string): string[] =>
     .split('\n')
     .map((line) => line.replace(/\s+#.*$/, '').trim())
     .filter((line) => line !== '' && !line.startsWith('#'));
-
-/** Every process under `pid` (children first listed by the kernel), bounded. */
-function descendants(pid: number): number[] {
-  const found: number[] = [];
-  const queue = [pid];
-  while (queue.length > 0 && found.length < 100) {
-    const next = queue.shift() ?? 0;
-    let children: string;
-    try {
-      children = readFileSync(`/proc/${next}/task/${next}/children`, 'utf8');
-    } catch {
-      continue; // gone
-    }
-    for (const child of children.trim().split(/\s+/).filter(Boolean).map(Number)) {
-      found.push(child);
-      queue.push(child);
-    }
-  }
-  return found;
-}
-
-const commandLine = (pid: number): string[] => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-  } catch {
-    return [];
-  }
-};
 
 /** A folder of stand-ins for `names`: each appends its name, cwd and arguments to `log`. */
 function standIns(names: readonly string[], script: (name: string) => string): string {
@@ -172,11 +145,8 @@ describe("the README's shell blocks, run", function () {
         await ns.ip('link set flannel.1 address 0e:00:00:00:00:02');
         await job.waitForLine((l) => l.includes('restored: flannel.1 mac '));
         const guard = await waitFor(
-          () =>
-            descendants(job.child.pid ?? 0).find((pid) =>
-              commandLine(pid).some((arg) => arg.endsWith(join('dist', 'lib', 'cli', 'main.js'))),
-            ),
-          { timeoutMs: 5_000, what: "the guard among the block's processes" },
+          async () => (await ns.pids()).find((pid) => readProcess(pid)?.comm === 'node'),
+          { timeoutMs: 5_000, what: "the guard among the namespace's processes" },
         );
         process.kill(guard, 'SIGTERM');
         const ended = await job.exited;

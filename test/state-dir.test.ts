@@ -12,14 +12,6 @@ import { liveNetnsInodes } from '../lib/guard/state-file';
 import { Netns, tempDirPrefix, waitFor, waitForExit } from './support/netns';
 
 describe('the state dir: live network namespaces', function () {
-  let dir: string;
-  beforeEach(function () {
-    dir = mkdtempSync(tempDirPrefix('live-netns'));
-  });
-  afterEach(function () {
-    rmSync(dir, { recursive: true, force: true });
-  });
-
   it("live namespaces: a process's own, /run/netns, and one bound to a file elsewhere; a gone one is not", async function () {
     this.timeout(30_000);
     const held = spawn('unshare', ['--net', 'sleep', '30'], { stdio: 'ignore' });
@@ -39,6 +31,7 @@ describe('the state dir: live network namespaces', function () {
       held.kill('SIGKILL');
     }
     const ns = await Netns.create('fgt-live');
+    const dir = mkdtempSync(tempDirPrefix('live-netns'));
     try {
       const inode = statSync(ns.path).ino;
       assert.ok(liveNetnsInodes().has(inode), 'in /run/netns');
@@ -63,6 +56,7 @@ describe('the state dir: live network namespaces', function () {
       assert.equal(child.stdout, 'true', child.stderr);
     } finally {
       await ns.destroy();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
