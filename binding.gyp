@@ -3,6 +3,7 @@
     {
       "target_name": "flannel_guard",
       "sources": [
+        "native/errno_name.cc",
         "native/netlink_parser.cc",
         "native/netlink_builder.cc",
         "native/netlink_socket.cc",
@@ -38,6 +39,7 @@
         "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"
       ],
       "cflags!": ["-fno-exceptions"],
+      "cflags": ["-fvisibility=hidden"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": [
         "-isystem",

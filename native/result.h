@@ -3,7 +3,6 @@
 // and fuzzers as well as from the addon.
 #pragma once
 
-#include <cstring>
 #include <string>
 #include <utility>
 #include <variant>
@@ -25,11 +24,9 @@ struct SysError {
   std::string extack;     // the kernel's extended-ACK message, when it sent one
 };
 
-// The errno's symbolic name ("EPERM"), as Node reports it in `error.code`.
-inline std::string ErrnoName(int errnum) {
-  const char* name = strerrorname_np(errnum);
-  return name ? name : "E" + std::to_string(errnum);
-}
+// The errno's symbolic name ("EPERM"), as Node reports it in `error.code`;
+// "E<number>" for a number Linux does not name (errno_name.cc).
+std::string ErrnoName(int errnum);
 
 // Either a value or the SysError that prevented it.
 template <typename T>

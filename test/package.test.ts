@@ -30,6 +30,15 @@ import ts from 'typescript';
 
 import { Netns } from './support/netns';
 import { nodeFromNpm, OTHER_NODE_MAJORS, unpackFromNpm } from './support/npm-runtime';
+import {
+  definedSymbols,
+  elfImports,
+  fromNode,
+  glibcVersion,
+  writeLoaderProbe,
+  zig,
+  zigEnv,
+} from './support/prebuild-linkage';
 
 const root = join(__dirname, '..', '..');
 const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
@@ -106,24 +115,16 @@ function writeConsumerProject(dir: string, tarballName: string, registry: string
   );
 }
 const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-/** Where the tarball carries this machine's prebuilt addon, and the others. */
-const prebuildOf = (arch: string): string => `prebuilds/linux-${arch}/node.napi.glibc.node`;
+/** Where the tarball carries the prebuilt addon for an architecture and C library. */
+const prebuildOf = (arch: string, libc: 'glibc' | 'musl' = 'glibc'): string =>
+  `prebuilds/linux-${arch}/node.napi.${libc}.node`;
 const PREBUILD = prebuildOf(process.arch);
-/** The lowest glibc the prebuilt addons need, as the README states it (read off their symbols). */
-const GLIBC_FLOOR = '2.33';
-
-/** The highest GLIBC_x.y symbol version a shared object imports. */
-function glibcNeeded(file: string, objdump: string): string {
-  const symbols = ok(run(objdump, ['-T', file], { cwd: root }), objdump);
-  const versions = [...symbols.matchAll(/\(GLIBC_(\d+)\.(\d+)(?:\.\d+)?\)/g)].map((m) => [
-    Number(m[1]),
-    Number(m[2]),
-  ]);
-  versions.sort((a, b) => (a[0] ?? 0) - (b[0] ?? 0) || (a[1] ?? 0) - (b[1] ?? 0));
-  const top = versions.at(-1);
-  assert.ok(top, `no GLIBC symbol versions in ${file}`);
-  return `${top[0]}.${top[1]}`;
-}
+/** The lowest glibc the glibc prebuilds need at most, as the README states it. */
+const GLIBC_FLOOR = '2.28';
+/** glibc's own libraries: a prebuild names no other (no libstdc++, no libgcc_s). */
+const GLIBC_LIBRARIES = ['libc.so.6', 'libdl.so.2', 'libm.so.6', 'libpthread.so.0'];
+/** Debian's musl (package musl), the C library of Alpine-like systems, here. */
+const MUSL_LIBC = '/lib/x86_64-linux-musl/libc.so';
 
 const ARM64_PROBE = `
 const { execFileSync } = require('node:child_process');
@@ -344,6 +345,8 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       'native/addon/addon.cc',
       prebuildOf('x64'),
       prebuildOf('arm64'),
+      prebuildOf('x64', 'musl'),
+      prebuildOf('arm64', 'musl'),
     ]) {
       assert.ok(files.includes(needed), `${needed} is in the tarball`);
     }
@@ -375,14 +378,184 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     assert.equal(version.trim(), manifest.version);
   });
 
-  it(`the prebuilt addons need glibc ${GLIBC_FLOOR} at most, as the README says`, function () {
+  it(`the glibc prebuilds need glibc ${GLIBC_FLOOR} at most and no libstdc++, as the README says`, function () {
     const installed = join(consumer, 'node_modules', 'flannel-guard');
-    assert.equal(glibcNeeded(join(installed, prebuildOf('x64')), 'objdump'), GLIBC_FLOOR);
-    assert.equal(
-      glibcNeeded(join(installed, prebuildOf('arm64')), 'aarch64-linux-gnu-objdump'),
-      GLIBC_FLOOR,
-    );
+    const [floorMajor, floorMinor] = glibcVersion(`GLIBC_${GLIBC_FLOOR}`) ?? [0, 0];
+    for (const arch of ['x64', 'arm64']) {
+      const imports = elfImports(join(installed, prebuildOf(arch)));
+      assert.deepEqual(
+        imports.needed.filter((library) => !GLIBC_LIBRARIES.includes(library)),
+        [],
+        `${arch}: glibc's own libraries only`,
+      );
+      assert.ok(imports.versions.length > 0, `${arch}: symbol versions are read`);
+      for (const version of imports.versions) {
+        const [major, minor] = glibcVersion(version) ?? [Infinity, Infinity];
+        assert.ok(
+          major < floorMajor || (major === floorMajor && minor <= floorMinor),
+          `${arch} needs ${version}: above glibc ${GLIBC_FLOOR}, or not glibc's`,
+        );
+      }
+      // An unversioned libc symbol binds to whatever the node's glibc has, or fails at first call.
+      assert.deepEqual(
+        imports.undefinedSymbols.filter((s) => !s.version && !fromNode(s.name)).map((s) => s.name),
+        [],
+        `${arch}: every libc symbol is bound to a version`,
+      );
+    }
     assert.match(readFileSync(join(root, 'README.md'), 'utf8'), new RegExp(`glibc ${GLIBC_FLOOR}`));
+  });
+
+  it("the musl prebuilds need musl's libc alone, and only symbols that musl exports", function () {
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    const musl = definedSymbols(MUSL_LIBC);
+    assert.ok(musl.has('pthread_create') && musl.has('setns'), `${MUSL_LIBC} is read`);
+    for (const arch of ['x64', 'arm64']) {
+      const imports = elfImports(join(installed, prebuildOf(arch, 'musl')));
+      assert.deepEqual(imports.needed, ['libc.so'], `${arch}: musl's libc alone`);
+      assert.deepEqual(imports.versions, [], `${arch}: no glibc symbol versions`);
+      assert.deepEqual(
+        imports.undefinedSymbols.filter((s) => !fromNode(s.name) && !musl.has(s.name)),
+        [],
+        `${arch}: imports that ${MUSL_LIBC} lacks`,
+      );
+    }
+  });
+
+  it("the x64 glibc prebuild loads under glibc 2.17's own dynamic linker; a Debian 12 build does not", function () {
+    this.timeout(600_000);
+    // The glibc 2.17 runtime of the napi-rs cross toolchain (CentOS 7's), run with its own loader:
+    // every symbol the prebuild imports is bound (RTLD_NOW) against a glibc older than the floor.
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    const toolchain = unpackFromNpm(
+      '@napi-rs/cross-toolchain-x64-target-x86_64@1.0.0',
+      workDir(),
+      'napi-rs-toolchain',
+    );
+    ok(
+      run(
+        'tar',
+        [
+          '-xJf',
+          join(toolchain, 'x86_64-unknown-linux-gnu.tar.xz'),
+          './x86_64-unknown-linux-gnu/sysroot/lib',
+        ],
+        { cwd: workDir(), timeoutMs: 120_000 },
+      ),
+      'tar',
+    );
+    const lib = join(workDir(), 'x86_64-unknown-linux-gnu', 'sysroot', 'lib');
+    assert.ok(existsSync(join(lib, 'libc-2.17.so')), 'the runtime is glibc 2.17');
+    const prebuild = join(installed, prebuildOf('x64'));
+    // This checkout's addon, built by Debian 12's g++ (npm ci): the probe's counterexample.
+    const debianBuild = join(root, 'build', 'Release', 'flannel_guard.node');
+    const probe = join(workDir(), 'probe-glibc');
+    ok(
+      run(
+        zig,
+        [
+          'cc',
+          '-target',
+          'x86_64-linux-gnu.2.17',
+          '-rdynamic',
+          writeLoaderProbe(workDir(), [prebuild, debianBuild]),
+          '-ldl',
+          '-o',
+          probe,
+        ],
+        { cwd: workDir(), env: zigEnv, timeoutMs: 240_000 },
+      ),
+      'zig cc',
+    );
+    const load = (addon: string) =>
+      run(join(lib, 'ld-linux-x86-64.so.2'), ['--library-path', lib, probe, addon], {
+        cwd: workDir(),
+      });
+    assert.equal(ok(load(prebuild), 'the prebuild under glibc 2.17'), 'loaded\n');
+    const refused = load(debianBuild);
+    assert.notEqual(refused.status, 0);
+    assert.match(refused.stderr, /version `GLIBC_2\.3\d' not found/);
+  });
+
+  it("the x64 musl prebuild loads under musl's own dynamic linker, and node-gyp-build picks it on musl", function () {
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    const prebuild = join(installed, prebuildOf('x64', 'musl'));
+    const glibcPrebuild = join(installed, prebuildOf('x64'));
+    // Debian's musl-gcc links the probe against musl and names musl's loader as its interpreter.
+    const probe = join(workDir(), 'probe-musl');
+    ok(
+      run(
+        'musl-gcc',
+        ['-rdynamic', writeLoaderProbe(workDir(), [prebuild, glibcPrebuild]), '-o', probe],
+        { cwd: workDir() },
+      ),
+      'musl-gcc',
+    );
+    assert.equal(ok(run(probe, [prebuild], { cwd: workDir() }), 'the musl prebuild'), 'loaded\n');
+    const refused = run(probe, [glibcPrebuild], { cwd: workDir() });
+    assert.notEqual(refused.status, 0, 'the glibc prebuild does not load in musl');
+    // node-gyp-build tells musl by /etc/alpine-release, or by LIBC where it is set.
+    const resolved = ok(
+      run(
+        process.execPath,
+        ['-p', `require('node-gyp-build').resolve(${JSON.stringify(installed)})`],
+        { cwd: consumer, env: { ...process.env, LIBC: 'musl' } },
+      ),
+      'node-gyp-build',
+    );
+    assert.equal(resolved.trim(), join(installed, prebuildOf(process.arch, 'musl')));
+  });
+
+  it('the native core built for musl passes its C++ unit tests: x64 here, arm64 under qemu-user', function () {
+    this.timeout(1_200_000);
+    for (const [zigTarget, runner] of [
+      ['x86_64-linux-musl', []],
+      ['aarch64-linux-musl', ['qemu-aarch64-static']],
+    ] as const) {
+      const build = join(workDir(), `native-${zigTarget}`);
+      const env = {
+        ...zigEnv,
+        CC: `${zig} cc -target ${zigTarget}`,
+        CXX: `${zig} c++ -target ${zigTarget}`,
+      };
+      ok(
+        run(
+          'cmake',
+          [
+            '-S',
+            join(root, 'native'),
+            '-B',
+            build,
+            '-DCMAKE_BUILD_TYPE=Release',
+            '-DCMAKE_SYSTEM_NAME=Linux',
+            '-DCMAKE_AR=/usr/bin/llvm-ar',
+            '-DCMAKE_RANLIB=/usr/bin/llvm-ranlib',
+          ],
+          { cwd: workDir(), env, timeoutMs: 120_000 },
+        ),
+        `cmake ${zigTarget}`,
+      );
+      ok(
+        run('cmake', ['--build', build, '-j', '2'], { cwd: workDir(), env, timeoutMs: 480_000 }),
+        `build ${zigTarget}`,
+      );
+      const binary = join(build, 'native_tests');
+      assert.deepEqual(elfImports(binary).needed, [], `${zigTarget}: linked statically`);
+      const [command = binary, ...args] = [...runner, binary];
+      const tested = run(command, args, { cwd: workDir(), timeoutMs: 120_000 });
+      const lines = tested.stdout.split('\n').filter((line) => line !== '');
+      assert.ok(
+        lines.filter((line) => line.startsWith('ok ')).length > 150,
+        `${zigTarget}: ${tested.stdout}${tested.stderr}`,
+      );
+      const failed = lines.filter((line) => line.startsWith('not ok '));
+      if (runner.length === 0) {
+        assert.deepEqual(failed, [], zigTarget);
+      } else {
+        // qemu-user does not translate SIOCETHTOOL: ENOSYS (38) there, the one thing allowed to fail.
+        for (const line of failed) assert.match(line, /^not ok ethtool: .*\(got -?38 vs -?\d+\)$/);
+      }
+    }
   });
 
   it('the arm64 prebuild runs in an arm64 Node under qemu-user: links, a monitor event, features', function () {

@@ -1,8 +1,11 @@
 // Module entry: a context-aware addon (one instance per Node environment, so
 // it loads in worker_threads) exposing the Monitor and Control classes, and
 // the pure parser and state mirror for tests.
+#include <linux/fs.h>
 #include <napi.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -58,6 +61,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
   // EAGAIN where it would wait). stdout is shared with the process that gave
   // it, so its flags are not ours to change. -EOPNOTSUPP where the kernel
   // cannot (pipes on older kernels, some file systems): the caller falls back.
+  // The system call itself: glibc has pwritev2 from 2.26, musl only from 1.2.5.
   Napi::Value WriteNoWait(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsNumber() || !info[1].IsBuffer()) {
@@ -67,7 +71,9 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
     iovec chunk{bytes.Data(), bytes.Length()};
     ssize_t written;
     do {
-      written = pwritev2(info[0].As<Napi::Number>().Int32Value(), &chunk, 1, -1, RWF_NOWAIT);
+      // Offset -1 (the file's own position) as the kernel's low and high halves.
+      written = syscall(SYS_pwritev2, info[0].As<Napi::Number>().Int32Value(), &chunk, 1, -1L, -1L,
+                        RWF_NOWAIT);
     } while (written < 0 && errno == EINTR);
     return Napi::Number::New(env, written < 0 ? -errno : static_cast<double>(written));
   }
