@@ -310,7 +310,7 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
     assert.equal((await child.exited).code, 0);
   });
 
-  it('--node-condition: FlannelVtepHealthy True once the device is back, with a line for the transition', async function () {
+  it('--node-condition: flannel-guard.io/VtepHealthy (and FlannelVtepHealthy) True once the device is back, with a line for the transition', async function () {
     await ns.ip(['link', 'set', 'flannel.1', 'address', DEVICE_MAC]);
     const child = watch(['--metrics-address', 'off', '--node-condition'], {
       ...process.env,
@@ -318,11 +318,13 @@ describe('flannel-guard watch: Kubernetes flags (the bin, netns, API server stan
       KUBECONFIG: kubeconfig,
     });
     await child.waitForLine((line) =>
-      / condition: FlannelVtepHealthy=True VtepHealthy: /.test(line),
+      / condition: flannel-guard\.io\/VtepHealthy=True VtepHealthy: /.test(line),
     );
     const conditions = (fake.node('node1').status as JsonObject).conditions as JsonObject[];
-    const healthy = conditions.find((c) => c.type === 'FlannelVtepHealthy');
-    assert.equal(healthy?.status, 'True', JSON.stringify(conditions));
+    for (const type of ['flannel-guard.io/VtepHealthy', 'FlannelVtepHealthy']) {
+      const healthy = conditions.find((c) => c.type === type);
+      assert.equal(healthy?.status, 'True', `${type}: ${JSON.stringify(conditions)}`);
+    }
     assert.ok(conditions.some((c) => c.type === 'Ready'));
     assert.ok(
       fake.requests.some((q) => q.method === 'PATCH' && q.path === '/api/v1/nodes/node1/status'),

@@ -21,6 +21,7 @@
  * podman), admission (Pod Security), real kubelet probes.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -149,10 +150,11 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
   const container = (): JsonObject => (podSpec().containers as JsonObject[])[0] as JsonObject;
 
   before(async function () {
+    // What `kubectl apply -k deploy/` applies: the kustomization rendered by kubectl itself.
     const k8s = await loadClientNode();
-    manifests = ['rbac.yaml', 'daemonset.yaml'].flatMap(
-      (file) => k8s.loadAllYaml(readFileSync(join(DEPLOY, file), 'utf8')) as Manifest[],
-    );
+    const kustomized = spawnSync('kubectl', ['kustomize', DEPLOY], { encoding: 'utf8' });
+    assert.equal(kustomized.status, 0, kustomized.stderr);
+    manifests = k8s.loadAllYaml(kustomized.stdout) as Manifest[];
   });
 
   it('RBAC for --node-condition: exactly patch nodes/status, granted only by its own file', async function () {

@@ -19,6 +19,7 @@
  * build/kubernetes-e2e/ (samples for the documentation).
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -215,6 +216,7 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
       1,
     );
     assert.equal(v('flannel_guard_corrections_total', { device: 'flannel.1' }), 1);
+    assert.equal(v('flannel_guard_drift', { device: 'flannel.1' }), 0);
     assert.equal(v('flannel_guard_neighbour_restores_total', { device: 'flannel.1' }), 1);
     assert.equal(v('flannel_guard_restore_latency_seconds_count', { device: 'flannel.1' }), 1);
     const latency = v('flannel_guard_restore_latency_seconds_sum', { device: 'flannel.1' });
@@ -225,6 +227,10 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
     assert.equal(v('flannel_guard_ready'), 1);
     assert.equal(v('flannel_guard_managed_devices'), 1);
     assert.equal(v('flannel_guard_contested', { device: 'flannel.1', what: 'mac' }), undefined);
+    // promtool's lint of the live exposition (names, types, help, units): nothing to say.
+    const linted = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    assert.equal(linted.status, 0, `${linted.stdout}${linted.stderr}`);
+    assert.equal(`${linted.stdout}${linted.stderr}`.trim(), '');
     const health = await probe(guard, '/healthz');
     assert.equal(health.httpStatus, 200);
     assert.equal(health.status, 'ok');

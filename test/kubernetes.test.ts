@@ -36,7 +36,10 @@ import { join } from 'node:path';
 import { isSystemError } from '../lib/core/errors';
 import type { DeviceStatus, FlannelGuard, RewriteEvent, VerdictEvent } from '../lib/guard';
 import {
+  LEGACY_NODE_CONDITION_TYPE,
+  NODE_CONDITION_TYPE,
   NodeConditionReporter,
+  VtepHealth,
   vtepCondition,
   type NodeConditionValue,
 } from '../lib/kubernetes/condition';
@@ -47,7 +50,11 @@ import {
   withVtepMac,
   DEFAULT_ANNOTATION_PREFIX,
 } from '../lib/kubernetes/annotation';
-import { createKubernetesClient, type KubernetesApi } from '../lib/kubernetes/client';
+import {
+  createKubernetesClient,
+  loadClientNode,
+  type KubernetesApi,
+} from '../lib/kubernetes/client';
 import { detectCluster, SERVICE_ACCOUNT_TOKEN } from '../lib/kubernetes/cluster';
 import {
   EVENT_REASONS,
@@ -715,18 +722,31 @@ describe('Kubernetes', function () {
         neighbours: 2,
         contested,
       });
-      const condition = (): JsonObject | undefined =>
-        (((fake.node('node1').status as JsonObject).conditions ?? []) as JsonObject[]).find(
-          (c) => c.type === 'FlannelVtepHealthy',
+      const conditionOf = (node: string, type: string): JsonObject | undefined =>
+        (((fake.node(node).status as JsonObject).conditions ?? []) as JsonObject[]).find(
+          (c) => c.type === type,
         );
+      /** The condition, after checking that the type written before says the same. */
+      const condition = (): JsonObject | undefined => {
+        const written = conditionOf('node1', NODE_CONDITION_TYPE);
+        const legacy = conditionOf('node1', LEGACY_NODE_CONDITION_TYPE);
+        assert.deepEqual(
+          legacy && { ...legacy, type: NODE_CONDITION_TYPE },
+          written,
+          `${LEGACY_NODE_CONDITION_TYPE} is written beside it, the same`,
+        );
+        return written;
+      };
 
       it('True while healthy; False only for a drift that lasts or a contest; kubelet conditions kept', async function () {
         const { guard, devices, emit } = fakeGuard();
         devices.push(device(MAC_A));
-        const reporter = new NodeConditionReporter({ api, nodeName: 'node1', driftGraceMs: 100 });
+        const health = new VtepHealth({ driftGraceMs: 100 });
+        const reporter = new NodeConditionReporter({ api, nodeName: 'node1', health });
         const written: NodeConditionValue[] = [];
         reporter.on('written', (e) => written.push(e.condition));
-        reporter.attach(guard);
+        health.attach(guard);
+        reporter.start();
         await reporter.settled();
         assert.deepEqual([condition()?.status, condition()?.reason], ['True', 'VtepHealthy']);
         const conditions = (fake.node('node1').status as JsonObject).conditions as JsonObject[];
@@ -770,16 +790,19 @@ describe('Kubernetes', function () {
           ['VtepHealthy', 'VtepMacDrifted', 'VtepContested', 'VtepHealthy'],
         );
         reporter.close();
+        health.close();
       });
 
       it('a failed write is written again with the next change', async function () {
         const { guard, devices, emit } = fakeGuard();
         devices.push(device(MAC_A));
-        const reporter = new NodeConditionReporter({ api, nodeName: 'node1', driftGraceMs: 0 });
+        const health = new VtepHealth({ driftGraceMs: 0 });
+        const reporter = new NodeConditionReporter({ api, nodeName: 'node1', health });
         const failed: string[] = [];
         reporter.on('failed', (e) => failed.push(e.error));
         fake.fail({ method: 'PATCH', path: /\/status$/ }, 403, 1);
-        reporter.attach(guard);
+        health.attach(guard);
+        reporter.start();
         await reporter.settled();
         assert.equal(failed.length, 1);
         assert.match(failed[0] ?? '', /403/);
@@ -788,6 +811,104 @@ describe('Kubernetes', function () {
         await reporter.settled();
         assert.equal(condition()?.status, 'True', JSON.stringify(condition()));
         reporter.close();
+        health.close();
+      });
+
+      it('deploy/readiness: the NodeReadinessRule gates on the condition the guard writes; a node without it is not tainted', async function () {
+        const k8s = await loadClientNode();
+        const [rule] = k8s.loadAllYaml(
+          readFileSync(
+            join(__dirname, '..', '..', 'deploy', 'readiness', 'node-readiness-rule.yaml'),
+            'utf8',
+          ),
+        ) as {
+          apiVersion: string;
+          kind: string;
+          spec: {
+            conditions: { type: string; requiredStatus: string; defaultStatus?: string }[];
+            taint: { key: string; effect: string };
+            enforcementMode: string;
+          };
+        }[];
+        assert.ok(rule);
+        assert.equal(rule.apiVersion, 'readiness.node.x-k8s.io/v1alpha1');
+        assert.equal(rule.kind, 'NodeReadinessRule');
+        assert.equal(rule.spec.enforcementMode, 'continuous');
+        assert.deepEqual(rule.spec.taint, {
+          key: 'flannel-guard.io/vtep-unhealthy',
+          effect: 'NoSchedule',
+        });
+        const [gate] = rule.spec.conditions;
+        assert.ok(gate && rule.spec.conditions.length === 1);
+        assert.equal(gate.type, NODE_CONDITION_TYPE);
+        // node-readiness-controller's rule: a missing condition takes defaultStatus; the taint
+        // stays off while the status is the required one.
+        const tainted = (node: string): boolean =>
+          (conditionOf(node, gate.type)?.status ?? gate.defaultStatus) !== gate.requiredStatus;
+        assert.equal(tainted('node2'), false, 'a node the guard never reported on (problem gate)');
+
+        const { guard, devices, emit } = fakeGuard();
+        devices.push(device(MAC_A));
+        const health = new VtepHealth({ driftGraceMs: 0 });
+        const reporter = new NodeConditionReporter({ api, nodeName: 'node1', health });
+        health.attach(guard);
+        reporter.start();
+        await reporter.settled();
+        assert.equal(tainted('node1'), false, 'healthy');
+        devices[0] = device(MAC_B, true);
+        emit('contested');
+        await reporter.settled();
+        assert.equal(tainted('node1'), true, 'contested');
+        devices[0] = device(MAC_A);
+        emit('resumed');
+        await reporter.settled();
+        assert.equal(tainted('node1'), false, 'healthy again');
+        reporter.close();
+        health.close();
+      });
+
+      it("/vtep: 200 only while the guard is ready and its VTEPs healthy (a readiness reporter's endpoint)", async function () {
+        const { guard, devices, emit } = fakeGuard();
+        devices.push(device(MAC_A));
+        const health = new GuardHealth();
+        health.attachGuard(guard);
+        const server = await startMetricsServer({
+          address: { host: '127.0.0.1', port: 0 },
+          metrics: () => Promise.resolve(''),
+          contentType: 'text/plain',
+          health,
+        });
+        const vtep = async (): Promise<{ status: number; body: JsonObject }> => {
+          health.vtep.settle();
+          const answer = await get(`http://${server.endpoint}/vtep`);
+          return { status: answer.status, body: JSON.parse(answer.body) as JsonObject };
+        };
+        try {
+          const starting = await vtep();
+          assert.equal(starting.status, 503, 'not before the guard has taken on its devices');
+          assert.equal(starting.body.guard, 'starting');
+          emit('ready');
+          const healthy = await vtep();
+          assert.equal(healthy.status, 200);
+          assert.deepEqual(healthy.body.condition, {
+            status: 'True',
+            reason: 'VtepHealthy',
+            message: 'flannel.1 at the published MAC, not contested',
+          });
+          devices[0] = device(MAC_B, true);
+          emit('contested');
+          const contested = await vtep();
+          assert.equal(contested.status, 503);
+          assert.equal((contested.body.condition as JsonObject).reason, 'VtepContested');
+          devices[0] = device(MAC_A);
+          emit('resumed');
+          assert.equal((await vtep()).status, 200);
+          emit('close');
+          assert.equal((await vtep()).status, 503, 'stopped');
+        } finally {
+          await server.close();
+          health.close();
+        }
       });
 
       it('vtepCondition: contested wins over drifted; no device is healthy', function () {
@@ -1198,6 +1319,9 @@ describe('Kubernetes', function () {
         );
         assert.equal(v('flannel_guard_rewrites_total', { device: 'other' }), 1);
         assert.equal(v('flannel_guard_corrections_total', { device: 'flannel.1' }), 1);
+        // Drift: set back (0), rewritten and not yet answered (1).
+        assert.equal(v('flannel_guard_drift', { device: 'flannel.1' }), 0);
+        assert.equal(v('flannel_guard_drift', { device: 'flannel-v6.1' }), 1);
         assert.equal(v('flannel_guard_neighbour_restores_total', { device: 'flannel.1' }), 2);
         assert.equal(v('flannel_guard_offload_applications_total', { device: 'flannel.1' }), 1);
         assert.equal(v('flannel_guard_contested', { device: 'flannel.1', what: 'mac' }), 1);

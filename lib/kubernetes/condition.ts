@@ -1,6 +1,7 @@
 /**
  * An opt-in Node condition for what persists, node-problem-detector's convention (Events say
- * what happened; a condition says what is still true): `FlannelVtepHealthy` is False while a
+ * what happened; a condition says what is still true): `flannel-guard.io/VtepHealthy` (and
+ * `FlannelVtepHealthy`, its name before, for one release) is False while a
  * managed device stays drifted (its MAC off the desired one for longer than a correction takes)
  * or is contested (another agent keeps rewriting its MAC or offload), or its TX checksum offload
  * was measured broken (`--offload auto`) and is still on; True otherwise. Never
@@ -13,7 +14,13 @@ import { EventEmitter } from 'node:events';
 import type { DeviceStatus, FlannelGuard } from '../guard';
 import type { KubernetesApi } from './client';
 
-export const NODE_CONDITION_TYPE = 'FlannelVtepHealthy';
+/**
+ * The condition's type: domain-prefixed, as node-readiness-controller's rules name the
+ * conditions they gate on (deploy/readiness). A name, not a domain anyone resolves.
+ */
+export const NODE_CONDITION_TYPE = 'flannel-guard.io/VtepHealthy';
+/** The type written before it: written beside it, with the same value, until the next release. */
+export const LEGACY_NODE_CONDITION_TYPE = 'FlannelVtepHealthy';
 
 /** How long a device may be off its desired MAC before that is a state, not a correction. */
 export const DEFAULT_DRIFT_GRACE_MS = 5_000;
@@ -75,49 +82,41 @@ export function vtepCondition(
   };
 }
 
-export interface NodeConditionOptions {
-  api: Pick<KubernetesApi, 'patchNodeStatus'>;
-  nodeName: string;
+export interface VtepHealthOptions {
   driftGraceMs?: number;
-  heartbeatMs?: number;
   /** Wall clock in ms (tests). */
   now?: () => number;
 }
 
-export interface NodeConditionEvents {
-  /** The condition was written (a change, or a heartbeat). */
-  written: [{ condition: NodeConditionValue; transition: boolean }];
-  /** A write failed; it is tried again with the next change or heartbeat. */
-  failed: [{ condition: NodeConditionValue; error: string }];
+export interface VtepHealthEvents {
+  /** The guard's status was judged (after its events, and once a drift's grace is over). */
+  judged: [{ condition: NodeConditionValue; changed: boolean }];
 }
 
-function rfc3339(ms: number): string {
-  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
-}
-
-export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
-  readonly #api: Pick<KubernetesApi, 'patchNodeStatus'>;
-  readonly #nodeName: string;
+/**
+ * Judges this node's VTEPs from the guard's status, for the Node condition and for the
+ * endpoint a readiness reporter polls: a drift counts once it has outlasted the grace (a
+ * correction's few milliseconds never show).
+ */
+export class VtepHealth extends EventEmitter<VtepHealthEvents> {
   readonly #graceMs: number;
-  readonly #heartbeatMs: number;
   readonly #now: () => number;
   readonly #driftSince = new Map<string, number>();
-  #written: NodeConditionValue | undefined;
-  #transitionAt = 0;
-  #writing: Promise<void> = Promise.resolve();
-  #heartbeat: NodeJS.Timeout | undefined;
+  #value: NodeConditionValue | undefined;
   #graceTimer: NodeJS.Timeout | undefined;
   #evaluateTimer: NodeJS.Timeout | undefined;
   #guard: FlannelGuard | undefined;
   #closed = false;
 
-  constructor(options: NodeConditionOptions) {
+  constructor(options: VtepHealthOptions = {}) {
     super();
-    this.#api = options.api;
-    this.#nodeName = options.nodeName;
     this.#graceMs = options.driftGraceMs ?? DEFAULT_DRIFT_GRACE_MS;
-    this.#heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
     this.#now = options.now ?? Date.now;
+  }
+
+  /** The last judgement; undefined until a guard is attached. */
+  get value(): NodeConditionValue | undefined {
+    return this.#value;
   }
 
   /** Follows the guard's events; returns a function that stops following. */
@@ -125,10 +124,10 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
     this.#guard = guard;
     // A correction's events come in the turn that corrects: the status is read a little later,
     // once for all of them, not by each event's listener.
-    const update = (): void => {
+    const judgeSoon = (): void => {
       this.#evaluateTimer ??= setTimeout(() => {
         this.#evaluateTimer = undefined;
-        this.update();
+        this.judge();
       }, EVALUATE_AFTER_MS).unref();
     };
     const names = [
@@ -142,18 +141,15 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
       'verdict',
       'offload',
     ] as const;
-    for (const name of names) guard.on(name, update);
-    this.#heartbeat = setInterval(() => {
-      this.update(true);
-    }, this.#heartbeatMs).unref();
-    this.update();
+    for (const name of names) guard.on(name, judgeSoon);
+    this.judge();
     return () => {
-      for (const name of names) guard.off(name, update);
+      for (const name of names) guard.off(name, judgeSoon);
     };
   }
 
-  /** Re-evaluates the condition and writes it if it changed (or always, for a heartbeat). */
-  update(heartbeat = false): void {
+  /** Judges the guard's status now. */
+  judge(): void {
     const guard = this.#guard;
     if (this.#closed || !guard) return;
     const now = this.#now();
@@ -174,28 +170,115 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
     if (this.#driftSince.size > 0 && this.#graceTimer === undefined) {
       this.#graceTimer = setTimeout(() => {
         this.#graceTimer = undefined;
-        this.update();
+        this.judge();
       }, this.#graceMs).unref();
     }
+    const previous = this.#value;
+    const changed =
+      previous?.status !== condition.status ||
+      previous.reason !== condition.reason ||
+      previous.message !== condition.message;
+    if (changed) this.#value = condition;
+    this.emit('judged', { condition: this.#value ?? condition, changed });
+  }
+
+  /** Judges at once what is waiting for the short timer that gathers a turn's events. */
+  settle(): void {
+    if (this.#evaluateTimer === undefined) return;
+    clearTimeout(this.#evaluateTimer);
+    this.#evaluateTimer = undefined;
+    this.judge();
+  }
+
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#graceTimer);
+    clearTimeout(this.#evaluateTimer);
+  }
+}
+
+export interface NodeConditionOptions {
+  api: Pick<KubernetesApi, 'patchNodeStatus'>;
+  nodeName: string;
+  /** What the condition says, judged from the guard it follows. */
+  health: VtepHealth;
+  heartbeatMs?: number;
+  /** Wall clock in ms (tests). */
+  now?: () => number;
+}
+
+export interface NodeConditionEvents {
+  /** The condition was written (a change, or a heartbeat). */
+  written: [{ condition: NodeConditionValue; transition: boolean }];
+  /** A write failed; it is tried again with the next judgement or heartbeat. */
+  failed: [{ condition: NodeConditionValue; error: string }];
+}
+
+function rfc3339(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** Writes VtepHealth's judgement to the Node, under both condition types, as it changes. */
+export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
+  readonly #api: Pick<KubernetesApi, 'patchNodeStatus'>;
+  readonly #nodeName: string;
+  readonly #health: VtepHealth;
+  readonly #heartbeatMs: number;
+  readonly #now: () => number;
+  #written: NodeConditionValue | undefined;
+  #transitionAt = 0;
+  #writing: Promise<void> = Promise.resolve();
+  #heartbeat: NodeJS.Timeout | undefined;
+  #closed = false;
+  readonly #onJudged = (e: { condition: NodeConditionValue }): void => {
+    this.#write(e.condition, false);
+  };
+
+  constructor(options: NodeConditionOptions) {
+    super();
+    this.#api = options.api;
+    this.#nodeName = options.nodeName;
+    this.#health = options.health;
+    this.#heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** Writes the judgement there is, then every change and a heartbeat. */
+  start(): void {
+    this.#health.on('judged', this.#onJudged);
+    this.#heartbeat = setInterval(() => {
+      const value = this.#health.value;
+      if (value) this.#write(value, true);
+    }, this.#heartbeatMs).unref();
+    const value = this.#health.value;
+    if (value) this.#write(value, false);
+  }
+
+  /** Writes CONDITION if it is not what was written last (always, for a heartbeat). */
+  #write(condition: NodeConditionValue, heartbeat: boolean): void {
+    if (this.#closed) return;
     const previous = this.#written;
     const changed =
       previous?.status !== condition.status ||
       previous.reason !== condition.reason ||
       previous.message !== condition.message;
     if (!changed && !heartbeat) return;
+    const now = this.#now();
     const transition = previous?.status !== condition.status;
     if (transition) this.#transitionAt = now;
     this.#written = condition;
+    const times = {
+      lastHeartbeatTime: rfc3339(now),
+      lastTransitionTime: rfc3339(this.#transitionAt),
+    };
+    // Conditions merge by type: kubelet's and others' stay.
     const patch = {
       status: {
-        conditions: [
-          {
-            type: NODE_CONDITION_TYPE,
-            ...condition,
-            lastHeartbeatTime: rfc3339(now),
-            lastTransitionTime: rfc3339(this.#transitionAt),
-          },
-        ],
+        conditions: [NODE_CONDITION_TYPE, LEGACY_NODE_CONDITION_TYPE].map((type) => ({
+          type,
+          ...condition,
+          ...times,
+        })),
       },
     };
     this.#writing = this.#writing.then(async () => {
@@ -204,7 +287,7 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
         await this.#api.patchNodeStatus(this.#nodeName, patch);
         this.emit('written', { condition, transition });
       } catch (error) {
-        // Not written: the next change or heartbeat writes whatever is true then.
+        // Not written: the next judgement or heartbeat writes whatever is true then.
         if (this.#written === condition) this.#written = undefined;
         this.emit('failed', {
           condition,
@@ -216,18 +299,13 @@ export class NodeConditionReporter extends EventEmitter<NodeConditionEvents> {
 
   /** Judges what is pending now and resolves once the writes queued so far are done. */
   settled(): Promise<void> {
-    if (this.#evaluateTimer !== undefined) {
-      clearTimeout(this.#evaluateTimer);
-      this.#evaluateTimer = undefined;
-      this.update();
-    }
+    this.#health.settle();
     return this.#writing;
   }
 
   close(): void {
     this.#closed = true;
+    this.#health.off('judged', this.#onJudged);
     clearInterval(this.#heartbeat);
-    clearTimeout(this.#graceTimer);
-    clearTimeout(this.#evaluateTimer);
   }
 }

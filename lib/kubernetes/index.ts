@@ -30,7 +30,12 @@ export type {
   WatchStream,
 } from './client';
 export { SERVICE_ACCOUNT_TOKEN, detectCluster, validateNodeName } from './cluster';
-export { NODE_CONDITION_TYPE, NodeConditionReporter } from './condition';
+export {
+  LEGACY_NODE_CONDITION_TYPE,
+  NODE_CONDITION_TYPE,
+  NodeConditionReporter,
+  VtepHealth,
+} from './condition';
 export type { NodeConditionEvents, NodeConditionOptions, NodeConditionValue } from './condition';
 export type { ClusterOptions, ClusterSettings } from './cluster';
 export {

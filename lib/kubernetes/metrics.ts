@@ -63,6 +63,7 @@ export class GuardMetrics {
   readonly #offloadApplications: Counter<'device'>;
   readonly #offloadVerdicts: Counter<'device' | 'verdict' | 'action'>;
   readonly #offloadBroken: Gauge<'device'>;
+  readonly #drift: Gauge<'device'>;
   readonly #overruns: Counter;
   readonly #resyncs: Counter;
   readonly #errors: Counter;
@@ -119,6 +120,12 @@ export class GuardMetrics {
       name: `${p}offload_verdicts_total`,
       help: '--offload auto verdicts on TX checksum offload (healthy, broken, inconclusive) and what was done',
       labelNames: ['device', 'verdict', 'action'],
+      registers,
+    });
+    this.#drift = new Gauge({
+      name: `${p}drift`,
+      help: "1 from a rewrite of the device's MAC until it is set back or adopted (stays 1 while a correction is deferred or the device contested)",
+      labelNames: ['device'],
       registers,
     });
     this.#offloadBroken = new Gauge({
@@ -232,16 +239,21 @@ export class GuardMetrics {
     this.#guard = guard;
     const on = {
       ready: () => this.#ready.set(1),
-      rewrite: (e: RewriteEvent) =>
-        this.#rewrites.inc({ device: this.device(e.device), cause: e.writer }),
+      rewrite: (e: RewriteEvent) => {
+        const device = this.device(e.device);
+        this.#rewrites.inc({ device, cause: e.writer });
+        this.#drift.set({ device }, 1);
+      },
       restored: (e: { device: string; neighbours: number; latencyMs: number }) => {
         const device = this.device(e.device);
+        this.#drift.set({ device }, 0);
         this.#corrections.inc({ device });
         this.#neighbourRestores.inc({ device }, e.neighbours);
         this.#restoreLatency.observe({ device }, e.latencyMs / 1000);
       },
       adopted: (e: { device: string; neighbours: number; latencyMs: number }) => {
         const device = this.device(e.device);
+        this.#drift.set({ device }, 0);
         this.#adoptions.inc({ device });
         this.#neighbourRestores.inc({ device }, e.neighbours);
         this.#adoptLatency.observe({ device }, e.latencyMs / 1000);
@@ -269,6 +281,7 @@ export class GuardMetrics {
         this.#contested.set({ device, what: 'mac' }, 0);
         this.#contested.set({ device, what: 'offload' }, 0);
         this.#offloadBroken.set({ device }, 0);
+        this.#drift.set({ device }, 0);
       },
       overrun: () => this.#overruns.inc(),
       resync: (e: { phase: string }) => {

@@ -11,10 +11,16 @@
  *   read of the Node neither answered nor timed out - is not ready. A later
  *   API outage keeps the guard ready: it keeps guarding, and says so in the
  *   body, the metrics and the log.
+ * - vtep (`/vtep`): this node's VTEPs are healthy - the guard is ready and the Node
+ *   condition's judgement is True (no lasting drift, nothing contested, no offload measured
+ *   broken and on). For node-readiness-controller's readiness-condition-reporter, which writes
+ *   a condition from a 2xx or not; the guard can also write the condition itself
+ *   (--node-condition).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 
 import type { FlannelGuard } from '../guard';
+import { VtepHealth } from './condition';
 import type { ListenAddress } from './listen';
 import type { KubernetesMacSource, SourceStatus } from './source';
 
@@ -25,6 +31,8 @@ export interface HealthReport {
 
 /** Liveness and readiness of a running `watch`. */
 export class GuardHealth {
+  /** The VTEPs' judgement, for `/vtep` and the Node condition. */
+  readonly vtep = new VtepHealth();
   #guardReady = false;
   #guardClosed = false;
   #source: KubernetesMacSource | undefined;
@@ -37,6 +45,7 @@ export class GuardHealth {
     guard.once('close', () => {
       this.#guardClosed = true;
     });
+    this.vtep.attach(guard);
   }
 
   attachSource(source: KubernetesMacSource): void {
@@ -56,6 +65,21 @@ export class GuardHealth {
     };
     if (source) report.source = sourceSummary(source);
     return report;
+  }
+
+  /** 200 for a reporter only once the guard is ready and the judgement is True. */
+  vtepReport(): HealthReport {
+    const condition = this.vtep.value;
+    const ready = this.#guardReady && !this.#guardClosed;
+    return {
+      ok: ready && condition?.status === 'True',
+      guard: this.#guardState(),
+      ...(condition === undefined ? {} : { condition }),
+    };
+  }
+
+  close(): void {
+    this.vtep.close();
   }
 
   #guardState(): 'starting' | 'ready' | 'stopped' {
@@ -123,8 +147,14 @@ export async function startMetricsServer(options: MetricsServerOptions): Promise
         return;
       case '/healthz':
       case '/livez':
-      case '/readyz': {
-        const report = path === '/readyz' ? options.health.ready() : options.health.live();
+      case '/readyz':
+      case '/vtep': {
+        const report =
+          path === '/readyz'
+            ? options.health.ready()
+            : path === '/vtep'
+              ? options.health.vtepReport()
+              : options.health.live();
         const body = JSON.stringify({ status: report.ok ? 'ok' : 'unavailable', ...report });
         send(response, report.ok ? 200 : 503, 'application/json', `${body}\n`, head);
         return;

@@ -33,7 +33,7 @@ export interface WatchServicesOptions {
   sourceTimeoutMs: number;
   /** Dry run: no Events are written (the guard writes nothing either). */
   dryRun: boolean;
-  /** Keep the Node condition FlannelVtepHealthy (needs `patch nodes/status`). */
+  /** Keep the Node condition flannel-guard.io/VtepHealthy (needs `patch nodes/status`). */
   nodeCondition: boolean;
   log: LogLine;
   /** Resolves when the user asks to stop (a signal) while the services start. */
@@ -165,7 +165,7 @@ export class WatchServices {
         annotation: backendDataKey('ipv4', source.annotationPrefix),
       });
     }
-    this.#condition?.attach(guard);
+    this.#condition?.start();
   }
 
   /** Stops everything; the Events of the last moments get up to 2 s to be sent. Idempotent. */
@@ -173,6 +173,7 @@ export class WatchServices {
     this.#closing ??= (async () => {
       this.#source?.close();
       this.#condition?.close();
+      this.health.close();
       if (this.#recorder) {
         await this.#recorder.flush(2000);
         this.#recorder.close();
@@ -235,7 +236,11 @@ export class WatchServices {
         options.log('kubernetes-event', 'warn', e, `event: ${e.eventReason} not recorded (${why})`);
       });
       if (options.nodeCondition) {
-        const condition = new NodeConditionReporter({ api, nodeName: cluster.nodeName });
+        const condition = new NodeConditionReporter({
+          api,
+          nodeName: cluster.nodeName,
+          health: this.health.vtep,
+        });
         this.#condition = condition;
         condition.on('written', (e) => {
           if (!e.transition) return;
