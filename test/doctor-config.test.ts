@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import {
   checkLinkFiles,
   checkNetworkManager,
+  networkManagerDropIn,
   checkUdevRules,
   fixCommands,
   flannelLinkFileContent,
@@ -331,7 +332,120 @@ describe('doctor: NetworkManager', function () {
       '/etc/NetworkManager/NetworkManager.conf': '[main]\nplugins=ifupdown,keyfile\n',
     });
     assert.equal(result.verdict, 'warn');
-    assert.match(result.fix ?? '', /unmanaged-devices=interface-name:flannel\*/);
+    assert.match(
+      result.fix ?? '',
+      /99-flannel-guard\.conf with \[keyfile\] unmanaged-devices\+=interface-name:flannel\.\*;interface-name:flannel-v6\.\*/,
+    );
+  });
+
+  describe('connection profiles (keyfiles)', function () {
+    const CLONED = '02:42:ac:11:00:02';
+    const conf = '/etc/NetworkManager/NetworkManager.conf';
+    const layouts = {
+      // As nmcli writes one for an existing device: interface-name and a cloned MAC, in /etc.
+      etc: {
+        [conf]: '[main]\nplugins=keyfile\n',
+        '/etc/NetworkManager/system-connections/flannel.1.nmconnection': `[connection]\nid=flannel.1\nuuid=4e2f8c1a-6b0f-4d57-9b2c-3d1f8a6e7c10\ntype=vxlan\ninterface-name=flannel.1\n\n[ethernet]\ncloned-mac-address=${CLONED}\n\n[vxlan]\nid=1\nremote=192.0.2.1\n\n[ipv4]\nmethod=disabled\n`,
+      },
+      // A cloud image's in-memory profile in /run, legacy 802-3-ethernet, bound by [match] globs.
+      run: {
+        [conf]: '[main]\nplugins=keyfile\n',
+        '/run/NetworkManager/system-connections/cloud-init-any.nmconnection':
+          '[connection]\nid=cloud-init any\ntype=ethernet\n\n[match]\ninterface-name=flannel*;eth*;!cni0\n\n[802-3-ethernet]\ncloned-mac-address=preserve\n',
+      },
+      // A vendor profile in /usr/lib that sets the MAC, on a node that marks flannel unmanaged.
+      usrUnmanaged: {
+        [conf]: '[keyfile]\nunmanaged-devices=interface-name:flannel*\n',
+        '/usr/lib/NetworkManager/system-connections/vendor-flannel':
+          '[connection]\nid=vendor\ntype=vxlan\ninterface-name=flannel.1\nautoconnect=false\n\n[ethernet]\ncloned-mac-address=stable\n',
+      },
+    };
+
+    it('/etc: a profile for flannel.1 with a cloned MAC fails, naming the file, line and key', function () {
+      const result = verdict(layouts.etc);
+      assert.equal(result.verdict, 'fail');
+      const path = '/etc/NetworkManager/system-connections/flannel.1.nmconnection';
+      assert.equal(
+        result.summary,
+        `NetworkManager manages flannel.1 and a profile sets its MAC (${path}:8 [ethernet] cloned-mac-address=${CLONED})`,
+      );
+      assert.ok(
+        result.evidence.includes(
+          `profile flannel.1 (${path}) is for flannel.1: ${path}:5 [connection] interface-name=flannel.1; sets its MAC: ${path}:8 [ethernet] cloned-mac-address=${CLONED}`,
+        ),
+        JSON.stringify(result.evidence),
+      );
+      assert.match(result.fix ?? '', new RegExp(`or delete ${path.replaceAll('.', '\\.')}\\.$`));
+    });
+
+    it('/run: a [match] glob binds the profile (a warning: preserve keeps the MAC); ! excludes', function () {
+      const result = verdict(layouts.run);
+      assert.equal(result.verdict, 'warn');
+      assert.match(
+        result.summary,
+        /has a profile for it \(\/run\/NetworkManager\/system-connections\/cloud-init-any\.nmconnection\)/,
+      );
+      const other = checkNetworkManager(
+        loadNetworkManager(
+          makeRoot({
+            '/usr/sbin/NetworkManager': '',
+            '/run/NetworkManager/system-connections/x.nmconnection':
+              '[connection]\ntype=ethernet\n[match]\ninterface-name=*;!flannel*\n[ethernet]\ncloned-mac-address=random\n',
+          }),
+        ),
+        FLANNEL,
+        [],
+      );
+      assert.equal(other.verdict, 'warn');
+      assert.match(
+        other.summary,
+        /does not mark flannel\.1 unmanaged/,
+        'not bound: excluded by !flannel*',
+      );
+    });
+
+    it('/usr/lib: a profile on an unmanaged device is never activated (ok, and said)', function () {
+      const result = verdict(layouts.usrUnmanaged);
+      assert.equal(result.verdict, 'ok');
+      assert.equal(
+        result.summary,
+        'NetworkManager leaves flannel.1 unmanaged: its profiles for it are never activated',
+      );
+      assert.ok(result.evidence.some((line) => line.endsWith('; autoconnect=false')));
+    });
+
+    it('profiles for other devices, unbound ones, backups and links out of the root are not read as its', function () {
+      const root = mkdtempSync(tempDirPrefix('croot-outside'));
+      registerSyncCleanup(() => rmSync(root, { recursive: true, force: true }));
+      writeFileSync(
+        join(root, 'evil.nmconnection'),
+        `[connection]\ninterface-name=flannel.1\n[ethernet]\ncloned-mac-address=${CLONED}\n`,
+      );
+      const dir = '/etc/NetworkManager/system-connections';
+      const result = verdict({
+        [conf]: '[main]\n',
+        [`${dir}/eth0.nmconnection`]: `[connection]\ninterface-name=eth0\n[ethernet]\ncloned-mac-address=${CLONED}\n`,
+        [`${dir}/vxlan-new.nmconnection`]: `[connection]\ntype=vxlan\n[ethernet]\ncloned-mac-address=${CLONED}\n`,
+        [`${dir}/flannel.1.nmconnection~`]: `[connection]\ninterface-name=flannel.1\n[ethernet]\ncloned-mac-address=${CLONED}\n`,
+        [`${dir}/escape.nmconnection`]: {
+          symlink: `../../../../../../../../..${root}/evil.nmconnection`,
+        },
+      });
+      assert.equal(result.verdict, 'warn');
+      assert.match(result.summary, /does not mark flannel\.1 unmanaged$/);
+      assert.ok(
+        !result.evidence.some((line) => line.includes('profile')),
+        JSON.stringify(result.evidence),
+      );
+    });
+
+    it('the drop-in --fix writes makes each layout ok', function () {
+      const { path, content } = networkManagerDropIn(['flannel.*', 'flannel-v6.*']);
+      assert.equal(path, '/etc/NetworkManager/conf.d/99-flannel-guard.conf');
+      for (const [name, files] of Object.entries(layouts)) {
+        assert.equal(verdict({ ...files, [path]: content }).verdict, 'ok', name);
+      }
+    });
   });
 
   it('[keyfile] unmanaged-devices with globs, except:, += across files, and /etc shadowing /usr/lib', function () {

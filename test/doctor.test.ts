@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
 import {
@@ -562,6 +562,40 @@ describe('flannel-guard doctor on a single namespace', function () {
 
   afterEach(async function () {
     await ns.destroy();
+  });
+
+  it('--fix with NetworkManager: writes the unmanaged-devices drop-in only, and the profile that sets the MAC is left', async function () {
+    await ns.ip('link add flannel.1 type vxlan id 1 dstport 8472 nolearning');
+    const profile = join(root, 'etc/NetworkManager/system-connections/flannel.1.nmconnection');
+    const profileText =
+      '[connection]\nid=flannel.1\ntype=vxlan\ninterface-name=flannel.1\n\n[ethernet]\ncloned-mac-address=02:42:ac:11:00:02\n';
+    mkdirSync(dirname(profile), { recursive: true });
+    writeFileSync(profile, profileText);
+    writeFileSync(
+      join(root, 'etc/NetworkManager/NetworkManager.conf'),
+      '[main]\nplugins=keyfile\n',
+    );
+    const args = ['--root', root, '--netns', ns.name];
+    const before = check((await doctor(args)).report, 'networkmanager');
+    assert.equal(before.verdict, 'fail');
+    assert.match(before.summary, /a profile sets its MAC .*flannel\.1\.nmconnection:7 /);
+    const fixed = await doctor([...args, '--fix']);
+    const dropIn = join(root, 'etc/NetworkManager/conf.d/99-flannel-guard.conf');
+    const written = fixed.report.changes.filter((c) => c.kind === 'write-file');
+    assert.ok(
+      written.some((c) => c.kind === 'write-file' && c.path === dropIn),
+      JSON.stringify(fixed.report.changes),
+    );
+    assert.match(
+      readFileSync(dropIn, 'utf8'),
+      /^\[keyfile\]\nunmanaged-devices\+=interface-name:flannel\.\*;interface-name:flannel-v6\.\*$/m,
+    );
+    assert.equal(check(fixed.report, 'networkmanager').verdict, 'ok');
+    assert.equal(readFileSync(profile, 'utf8'), profileText, "the user's profile is untouched");
+    assert.ok(
+      !fixed.report.changes.some((c) => c.kind === 'command' && c.argv[0] === 'nmcli'),
+      "no reload of the machine's NetworkManager for a --root",
+    );
   });
 
   it('vtep: no flannel device warns (exit 0); a veth called flannel.1 fails', async function () {

