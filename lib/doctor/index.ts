@@ -134,26 +134,17 @@ async function fixLinkFiles(
     });
     return;
   }
-  const path = `/etc/systemd/network/${name}`;
-  const content = flannelLinkFileContent(gathered.globs);
-  let real: string;
-  try {
-    real = gathered.fs.writeFile(path, content);
-  } catch (error) {
-    changes.push({
-      kind: 'not-fixed',
-      check: 'link-files',
-      device: null,
-      reason: `cannot write ${path}: ${error instanceof Error ? error.message : String(error)}`,
-    });
-    return;
-  }
-  changes.push({ kind: 'write-file', path: real, content });
-  if (reload) {
-    const argv = ['udevadm', 'control', '--reload'];
-    const result = await run(argv);
-    changes.push({ kind: 'command', argv, ...result });
-  }
+  const file = {
+    path: `/etc/systemd/network/${name}`,
+    content: flannelLinkFileContent(gathered.globs),
+  };
+  await writeConfigFile(
+    gathered,
+    'link-files',
+    file,
+    reload ? ['udevadm', 'control', '--reload'] : null,
+    changes,
+  );
 }
 
 /** NetworkManager: the unmanaged-devices drop-in only (never a profile of the user's). */
@@ -164,25 +155,38 @@ async function fixNetworkManager(
   reload: boolean,
 ): Promise<void> {
   if (!checks.some((c) => c.id === 'networkmanager' && c.verdict !== 'ok')) return;
-  const { path, content } = networkManagerDropIn(gathered.globs);
+  const reloadArgv = reload ? ['nmcli', 'general', 'reload', 'conf'] : null;
+  await writeConfigFile(
+    gathered,
+    'networkmanager',
+    networkManagerDropIn(gathered.globs),
+    reloadArgv,
+    changes,
+  );
+}
+
+/** Writes FILE under the root for CHECK's fix and, when given, runs the command that re-reads it. */
+async function writeConfigFile(
+  gathered: Gathered,
+  check: CheckId,
+  file: { path: string; content: string },
+  reloadArgv: string[] | null,
+  changes: DoctorChange[],
+): Promise<void> {
   let real: string;
   try {
-    real = gathered.fs.writeFile(path, content);
+    real = gathered.fs.writeFile(file.path, file.content);
   } catch (error) {
     changes.push({
       kind: 'not-fixed',
-      check: 'networkmanager',
+      check,
       device: null,
-      reason: `cannot write ${path}: ${error instanceof Error ? error.message : String(error)}`,
+      reason: `cannot write ${file.path}: ${error instanceof Error ? error.message : String(error)}`,
     });
     return;
   }
-  changes.push({ kind: 'write-file', path: real, content });
-  if (reload) {
-    const argv = ['nmcli', 'general', 'reload', 'conf'];
-    const result = await run(argv);
-    changes.push({ kind: 'command', argv, ...result });
-  }
+  changes.push({ kind: 'write-file', path: real, content: file.content });
+  if (reloadArgv) changes.push({ kind: 'command', argv: reloadArgv, ...(await run(reloadArgv)) });
 }
 
 async function fixDevices(

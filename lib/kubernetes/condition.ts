@@ -90,7 +90,7 @@ export interface VtepHealthOptions {
 
 export interface VtepHealthEvents {
   /** The guard's status was judged (after its events, and once a drift's grace is over). */
-  judged: [{ condition: NodeConditionValue; changed: boolean }];
+  judged: [{ condition: NodeConditionValue }];
 }
 
 /**
@@ -173,13 +173,8 @@ export class VtepHealth extends EventEmitter<VtepHealthEvents> {
         this.judge();
       }, this.#graceMs).unref();
     }
-    const previous = this.#value;
-    const changed =
-      previous?.status !== condition.status ||
-      previous.reason !== condition.reason ||
-      previous.message !== condition.message;
-    if (changed) this.#value = condition;
-    this.emit('judged', { condition: this.#value ?? condition, changed });
+    this.#value = condition;
+    this.emit('judged', { condition });
   }
 
   /** Judges at once what is waiting for the short timer that gathers a turn's events. */

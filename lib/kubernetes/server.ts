@@ -141,24 +141,24 @@ export async function startMetricsServer(options: MetricsServerOptions): Promise
       send(response, 405, 'text/plain; charset=utf-8', 'method not allowed\n', false);
       return;
     }
+    const sendReport = (report: HealthReport): void => {
+      const body = JSON.stringify({ status: report.ok ? 'ok' : 'unavailable', ...report });
+      send(response, report.ok ? 200 : 503, 'application/json', `${body}\n`, head);
+    };
     switch (path) {
       case '/metrics':
         send(response, 200, options.contentType, await options.metrics(), head);
         return;
       case '/healthz':
       case '/livez':
-      case '/readyz':
-      case '/vtep': {
-        const report =
-          path === '/readyz'
-            ? options.health.ready()
-            : path === '/vtep'
-              ? options.health.vtepReport()
-              : options.health.live();
-        const body = JSON.stringify({ status: report.ok ? 'ok' : 'unavailable', ...report });
-        send(response, report.ok ? 200 : 503, 'application/json', `${body}\n`, head);
+        sendReport(options.health.live());
         return;
-      }
+      case '/readyz':
+        sendReport(options.health.ready());
+        return;
+      case '/vtep':
+        sendReport(options.health.vtepReport());
+        return;
       default:
         send(response, 404, 'text/plain; charset=utf-8', 'not found\n', head);
     }
