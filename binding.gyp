@@ -21,6 +21,7 @@
         "native/ethtool.cc",
         "native/path_probe.cc",
         "native/name_claim.cc",
+        "native/snmp_counters.cc",
         "native/addon/addon.cc",
         "native/addon/control_wrap.cc",
         "native/addon/convert.cc",

@@ -26,6 +26,7 @@ export type {
   ResyncEvent,
 } from './core/monitor';
 export {
+  getChecksumErrors,
   getDriverInfo,
   getFeatures,
   getLink,
@@ -36,6 +37,7 @@ export {
 } from './core/oneshot';
 export type { FeatureTable, NeighbourQuery, NetnsOptions, SetLinkMacResult } from './core/oneshot';
 export type {
+  ChecksumErrorCounters,
   DriverInfo,
   FeatureSetResult,
   FeatureState,
@@ -55,6 +57,7 @@ export type { GuardConfig } from './guard/config';
 export type { NetnsTarget } from './core/validate';
 export type {
   AdoptedEvent,
+  ChecksumErrorsEvent,
   ContestedEvent,
   DeferredEvent,
   DeviceStatus,

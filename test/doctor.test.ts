@@ -343,6 +343,23 @@ describe('flannel-guard doctor in the test bed (real systemd-udevd)', function (
     assert.equal(failed.verdict, 'fail');
     assert.match(failed.summary, /VMXNET3 .* UDP 8472 with TX checksum offload on/);
     assert.match(failed.fix ?? '', /tx-checksum-ip-generic off/);
+    // The parent's tunnel offloads (a veth has them on): a recommendation, never a change.
+    assert.ok(
+      failed.evidence.includes('eth0: tx-udp_tnl-segmentation, tx-udp_tnl-csum-segmentation on'),
+      failed.evidence.join('\n'),
+    );
+    assert.match(
+      failed.fix ?? '',
+      /The parent NIC is left as it is: .*ethtool -K eth0 tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off/,
+    );
+    const parentBefore = (await n1.ns.run(['ethtool', '-k', 'eth0'])).stdout;
+    await runDoctor({ root, netns: n1.ns.name, probe: vmxnet3, fix: true });
+    assert.equal((await n1.ns.run(['ethtool', '-k', 'eth0'])).stdout, parentBefore);
+    assert.equal(
+      await n1.feature('tx-checksum-ip-generic'),
+      'off',
+      '--fix turned it off on flannel.1',
+    );
     await n1.setTxChecksum(false);
     const good = await runDoctor({ root, netns: n1.ns.name, probe: vmxnet3 });
     assert.equal(check(good, 'underlay-driver').verdict, 'ok');

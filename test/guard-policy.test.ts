@@ -153,7 +153,15 @@ function rig(
   const clock = new FakeClock();
   const monitor = new ScriptedMonitor(kernel, { clock });
   const ports = new FakePorts(kernel);
-  const guard = new FlannelGuard(guardConfig(options), { monitor, ports, clock, random, udev });
+  // The corrections' timers are what these tests count: the counters' poll would be among them
+  // (it has its own tests in offload-auto.test.ts).
+  const guard = new FlannelGuard(guardConfig({ checksumErrorsPollMs: 0, ...options }), {
+    monitor,
+    ports,
+    clock,
+    random,
+    udev,
+  });
   open.push(guard);
   const log = new GuardLog(guard);
   monitor.start();
@@ -1705,6 +1713,7 @@ describe('guardConfig: the options parsed once, frozen', function () {
     assert.equal(guardConfig().interfaces.length, DEFAULT_INTERFACES.length);
     assert.equal(guardConfig().pinFirstSeen, true);
     assert.equal(guardConfig().onNetnsDeleted, 'close');
+    assert.equal(guardConfig().checksumErrorsPollMs, 2000);
   });
 
   it('refuses a bad option before anything opens: EINVAL, naming what it refused', function () {
@@ -1724,6 +1733,11 @@ describe('guardConfig: the options parsed once, frozen', function () {
     refused({ mac: { 'flannel.1': 'ff:ff:ff:ff:ff:ff' } }, /broadcast/);
     refused({ fight: { windowMs: -1 } }, /fight\.windowMs/);
     refused({ fight: { jitter: 1 } }, /fight\.jitter/);
+    refused(
+      { checksumErrorsPollMs: -1 },
+      /checksumErrorsPollMs -1: expected a whole number from 0/,
+    );
+    refused({ checksumErrorsPollMs: 1.5 }, /checksumErrorsPollMs 1\.5/);
     refused({ strategy: 'adopt' }, /strategy 'adopt' needs a source/, 'strategy');
   });
 });

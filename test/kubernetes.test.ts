@@ -34,7 +34,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { isSystemError } from '../lib/core/errors';
-import type { DeviceStatus, FlannelGuard, RewriteEvent, VerdictEvent } from '../lib/guard';
+import type {
+  ChecksumErrorsEvent,
+  DeviceStatus,
+  FlannelGuard,
+  RewriteEvent,
+  VerdictEvent,
+} from '../lib/guard';
+import type { ChecksumErrorCounters } from '../lib/core/types';
 import {
   LEGACY_NODE_CONDITION_TYPE,
   NODE_CONDITION_TYPE,
@@ -1006,6 +1013,34 @@ describe('Kubernetes', function () {
         r.close();
       });
 
+      it('records checksum errors when they start rising (ChecksumErrorsReceived), not every rise', async function () {
+        const r = new EventRecorder({ api, host: 'node1', retryInitialMs: 20 });
+        const guard = new EventEmitter() as unknown as FlannelGuard;
+        const stop = recordGuardEvents(guard, r, { involvedObject: node });
+        const rise = (onset: boolean, udp: number): ChecksumErrorsEvent => ({
+          netns: null,
+          rise: { udp, tcp: 0, udp6: 0 },
+          totals: { udp: 10 + udp, tcp: 0, udp6: 0 },
+          intervalMs: 2000,
+          onset,
+          recheck: onset ? ['flannel.1'] : [],
+        });
+        guard.emit('checksumErrors', rise(true, 3));
+        guard.emit('checksumErrors', rise(false, 5));
+        assert.equal(await r.flush(5000), true);
+        stop();
+        const events = fake.eventsV1();
+        assert.deepEqual(
+          events.map((e) => [e.reason, e.type, e.action]),
+          [['ChecksumErrorsReceived', 'Warning', 'Detected']],
+        );
+        assert.match(
+          String(events[0]?.note),
+          /^3 UDP packets with bad checksums received in 2\.0 s and dropped: .*; the offload of flannel\.1 is measured again now$/,
+        );
+        r.close();
+      });
+
       it('cuts a note to the 1 kB the group allows, on a character boundary', async function () {
         const r = new EventRecorder({ api, host: 'node1', retryInitialMs: 20 });
         const dropped: DroppedEvent[] = [];
@@ -1247,7 +1282,10 @@ describe('Kubernetes', function () {
   describe('metrics and health', function () {
     function fakeGuard(): FlannelGuard & EventEmitter {
       const guard = new EventEmitter() as unknown as FlannelGuard & EventEmitter;
-      (guard as unknown as { status: () => unknown[] }).status = () => [{}, {}];
+      Object.assign(guard, {
+        status: () => [{}, {}],
+        checksumErrors: (): ChecksumErrorCounters => ({ udp: 4, tcp: 2, udp6: null }),
+      });
       return guard;
     }
 
@@ -1335,6 +1373,13 @@ describe('Kubernetes', function () {
         );
         assert.equal(v('flannel_guard_offload_broken', { device: 'flannel.1' }), 1);
         assert.equal(v('flannel_guard_netlink_overruns_total'), 1);
+        // The kernel's counters as the guard last read them; one it does not keep is absent.
+        assert.equal(v('flannel_guard_received_checksum_errors_total', { protocol: 'udp' }), 4);
+        assert.equal(v('flannel_guard_received_checksum_errors_total', { protocol: 'tcp' }), 2);
+        assert.equal(
+          v('flannel_guard_received_checksum_errors_total', { protocol: 'udp6' }),
+          undefined,
+        );
         assert.equal(v('flannel_guard_other_guards', { device: 'flannel.1' }), 2);
         assert.equal(v('flannel_guard_ready'), 1);
         assert.equal(v('flannel_guard_managed_devices'), 2);

@@ -9,9 +9,11 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 
 import { binding } from '../lib/core/binding';
+import { getChecksumErrors } from '../lib/core/oneshot';
+import type { ChecksumErrorCounters } from '../lib/core/types';
 import { runDoctorCli } from './support/doctor-run';
 import { GuardProcess, type GuardLine } from './support/guard-process';
-import { tempDirPrefix } from './support/netns';
+import { delay, tempDirPrefix } from './support/netns';
 import { FlannelTestbed, type TestbedNode } from './support/testbed';
 
 const QUICK = { timeoutMs: 1500 };
@@ -29,6 +31,44 @@ async function traffic(bed: FlannelTestbed): Promise<Traffic> {
     ping: (await bed.ping(n1, n2, QUICK)) && (await bed.ping(n2, n1, QUICK)),
     tcp: (await bed.tcp(n1, n2, { ...QUICK, bytes: 20_000 })) && (await bed.tcp(n2, n1, QUICK)),
     udp: (await bed.udp(n1, n2, QUICK)) && (await bed.udp(n2, n1, QUICK)),
+  };
+}
+
+/**
+ * One round of the guard's probes (ICMP echo, a UDP datagram, a TCP SYN) from `from` to `to`'s
+ * VTEP address: traffic that ends in `to`'s own namespace, whose counters see its checksums.
+ */
+function sendRound(from: TestbedNode, to: TestbedNode, echoId: number): Promise<unknown> {
+  return binding.probePaths(
+    {
+      netns: from.ns.path,
+      device: 'flannel.1',
+      timeoutMs: 300,
+      udpPort: 33_501,
+      tcpPort: 33_501,
+      echoId,
+    },
+    [to.vtepIp],
+  );
+}
+
+/** Sends rounds from `from` to `to` every `everyMs` (at most `rounds`) until the returned stop(). */
+function keepSending(
+  from: TestbedNode,
+  to: TestbedNode,
+  everyMs: number,
+  rounds: number,
+): () => Promise<void> {
+  let sending = true;
+  const sender = (async () => {
+    for (let round = 0; sending && round < rounds; round += 1) {
+      await sendRound(from, to, 300 + round);
+      await delay(everyMs);
+    }
+  })();
+  return async () => {
+    sending = false;
+    await sender;
   };
 }
 
@@ -165,8 +205,110 @@ describe('offload auto on the relay bed (a wire that finishes no checksum)', fun
       await runDoctorCli(['--root', root, '--netns', n1.ns.name, '--fix']);
       assert.equal(await n1.feature(CSUM), 'off');
       assert.equal((await probeCheck([])).verdict, 'ok');
+
+      // The passive evidence on the receiving side: n2 counts what n2's peer sends broken.
+      const n2 = bed.node(2);
+      await offloadOn([n1]);
+      const countedCheck = async (): Promise<{ verdict: string; summary: string }> => {
+        const run = await runDoctorCli(['--root', root, '--netns', n2.ns.name, '--json']);
+        const report = run.report as { checks: { id: string; verdict: string; summary: string }[] };
+        const found = report.checks.find((c) => c.id === 'checksum-errors');
+        assert.ok(found, run.stdout);
+        return found;
+      };
+      const stopSending = keepSending(n1, n2, 150, 200);
+      let during: { verdict: string; summary: string };
+      try {
+        during = await countedCheck();
+      } finally {
+        await stopSending();
+      }
+      assert.equal(during.verdict, 'fail', during.summary);
+      assert.match(
+        during.summary,
+        /^\d+ UDP, \d+ TCP packets with bad checksums received in [\d.]+ s and dropped: a peer sends with broken TX checksum offload now$/,
+      );
+      const after = await countedCheck();
+      assert.equal(after.verdict, 'warn', after.summary);
+      assert.match(after.summary, /received since the namespace began, none during this run/);
     } finally {
       rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it('passive evidence: the peer counts broken checksums while the offload is on, none once it is off; a guard reports them and measures its own offload early', async function () {
+    await offloadOn(bed.nodes);
+    const [n1, n2] = [bed.node(1), bed.node(2)];
+    const probeRound = (echoId: number) => sendRound(n1, n2, echoId);
+    const received = () => getChecksumErrors({ netns: n2.ns.name });
+    const rise = (
+      after: ChecksumErrorCounters,
+      before: ChecksumErrorCounters,
+    ): ChecksumErrorCounters => ({
+      udp: (after.udp ?? 0) - (before.udp ?? 0),
+      tcp: (after.tcp ?? 0) - (before.tcp ?? 0),
+      udp6: (after.udp6 ?? 0) - (before.udp6 ?? 0),
+    });
+
+    // n1's offload on: each round's UDP datagram and TCP SYN arrive at n2 with unfinished
+    // checksums, and n2's namespace counts them.
+    let before = await received();
+    for (let round = 0; round < 3; round += 1) await probeRound(100 + round);
+    const counted = await received();
+    assert.deepEqual(rise(counted, before), { udp: 3, tcp: 3, udp6: 0 });
+    // As iproute2's nstat reads them (-s: its history is left alone).
+    const nstat = JSON.parse((await n2.ns.run(['nstat', '-asz', '--json'])).stdout) as {
+      kernel: Record<string, number>;
+    };
+    assert.deepEqual(counted, {
+      udp: nstat.kernel.UdpInCsumErrors,
+      tcp: nstat.kernel.TcpInCsumErrors,
+      udp6: nstat.kernel.Udp6InCsumErrors,
+    });
+    // Off: the same rounds arrive whole; the counters stay where they were.
+    await n1.ns.run(['ethtool', '-K', 'flannel.1', CSUM, 'off']);
+    before = await received();
+    for (let round = 0; round < 3; round += 1) await probeRound(200 + round);
+    assert.deepEqual(rise(await received(), before), { udp: 0, tcp: 0, udp6: 0 });
+
+    // A guard on n2 settles with n2's offload off (healthy, nothing to do); then the offload
+    // comes back on both nodes (a re-install, a tuning script): the common cause, on every node.
+    await n2.ns.run(['ethtool', '-K', 'flannel.1', CSUM, 'off']);
+    const guard = await GuardProcess.start([
+      '--netns',
+      n2.ns.name,
+      '--offload',
+      'auto',
+      '--state-dir',
+      'off',
+    ]);
+    guards.push(guard);
+    const settled = await guard.waitFor((l) => l.event === 'verdict', 30_000);
+    assert.deepEqual([settled.verdict, settled.action], ['healthy', 'kept-off']);
+    const from = guard.lines.length;
+    await offloadOn(bed.nodes);
+    const brokenAt = performance.now();
+    // n1 keeps sending (once a second, bounded) until n2's guard has said what it found.
+    const stopSending = keepSending(n1, n2, 1000, 40);
+    try {
+      const reported = await guard.waitFor((l) => l.event === 'checksumErrors', 15_000, from);
+      const reportedMs = performance.now() - brokenAt;
+      assert.deepEqual(reported.recheck, ['flannel.1']);
+      assert.equal(reported.onset, true);
+      const found = await guard.waitFor((l) => l.event === 'verdict', 30_000, from);
+      const foundMs = performance.now() - brokenAt;
+      assert.deepEqual(
+        [found.verdict, found.action],
+        ['broken', 'turned-off'],
+        JSON.stringify(found),
+      );
+      assert.equal(await n2.feature(CSUM), 'off');
+      // The figures for the closing note.
+      console.log(
+        `      passive signal: reported ${reportedMs.toFixed(0)} ms after the offload broke (${JSON.stringify(reported.rise)}), n2's own offload measured broken and turned off after ${foundMs.toFixed(0)} ms (the slow re-check would have come after 600 s)`,
+      );
+    } finally {
+      await stopSending();
     }
   });
 

@@ -7,7 +7,13 @@
  */
 import assert from 'node:assert/strict';
 
-import { FlannelGuard, type OffloadEvent, type VerdictEvent } from '../lib/guard';
+import {
+  FlannelGuard,
+  describeChecksumErrors,
+  type ChecksumErrorsEvent,
+  type OffloadEvent,
+  type VerdictEvent,
+} from '../lib/guard';
 import { guardConfig } from '../lib/guard/config';
 import { judgePaths } from '../lib/guard/offload-auto';
 import { prng } from './support/prng';
@@ -47,7 +53,12 @@ afterEach(function () {
 });
 
 /** flannel.1 with `peers` permanent ARP entries, TX checksum offload on, under `--offload auto`. */
-function rig(peers: number, options: FlannelGuardOptions = {}, random = (): number => 0.25): Rig {
+function rig(
+  peers: number,
+  options: FlannelGuardOptions = {},
+  random = (): number => 0.25,
+  before: (ports: FakePorts, guard: FlannelGuard) => void = () => undefined,
+): Rig {
   const kernel = new FakeKernel();
   kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
   const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: '5e:89:db:49:c6:a4' });
@@ -74,6 +85,7 @@ function rig(peers: number, options: FlannelGuardOptions = {}, random = (): numb
   const offloads: OffloadEvent[] = [];
   guard.on('verdict', (e) => verdicts.push(e));
   guard.on('offload', (e) => offloads.push(e));
+  before(ports, guard);
   monitor.start();
   monitor.pump();
   return { kernel, monitor, ports, clock, guard, ifindex, verdicts, offloads };
@@ -279,5 +291,116 @@ describe('offload auto: the guard measures, then decides', function () {
     const dry = rig(1, { dryRun: true });
     await run(dry, 5_000);
     assert.equal(probeCalls(dry).length, 0);
+  });
+});
+
+describe('offload auto: the passive signal (checksum-error counters)', function () {
+  function watch(r: Rig): ChecksumErrorsEvent[] {
+    const seen: ChecksumErrorsEvent[] = [];
+    r.guard.on('checksumErrors', (e) => seen.push(e));
+    return seen;
+  }
+
+  it('a rise is reported with its size and interval; what rose before the guard started is history', async function () {
+    // Counted before the guard started: not news.
+    const r = rig(1, { offload: 'none' }, undefined, (ports) => {
+      ports.checksumErrorCounters.udp = 40;
+    });
+    const seen = watch(r);
+    await run(r, 5_000);
+    assert.equal(seen.length, 0);
+    assert.deepEqual(r.guard.checksumErrors(), { udp: 40, tcp: 0, udp6: 0 });
+    r.ports.checksumErrorCounters.udp += 3;
+    r.ports.checksumErrorCounters.tcp = 2;
+    await run(r, 2_000);
+    r.ports.checksumErrorCounters.udp += 1;
+    await run(r, 2_000);
+    await run(r, 2_000); // quiet
+    r.ports.checksumErrorCounters.udp6 = 5;
+    await run(r, 2_000);
+    assert.deepEqual(
+      seen.map((e) => [e.rise, e.onset, e.intervalMs, e.recheck]),
+      [
+        [{ udp: 3, tcp: 2, udp6: 0 }, true, 2_000, []],
+        [{ udp: 1, tcp: 0, udp6: 0 }, false, 2_000, []],
+        [{ udp: 0, tcp: 0, udp6: 5 }, true, 2_000, []],
+      ],
+    );
+    assert.deepEqual(seen.at(-1)?.totals, { udp: 44, tcp: 2, udp6: 5 });
+    assert.match(
+      describeChecksumErrors(seen[0] as ChecksumErrorsEvent),
+      /^3 UDP, 2 TCP packets with bad checksums received in 2\.0 s and dropped: a peer sends with broken TX checksum offload/,
+    );
+    assert.deepEqual(probeCalls(r), [], 'no probes without --offload auto');
+  });
+
+  it('brings a settled verdict’s next round forward: broken offload found in seconds, not at the slow re-check', async function () {
+    const r = rig(3);
+    const seen = watch(r);
+    await run(r, 6_000);
+    assert.deepEqual(
+      r.verdicts.map((v) => [v.verdict, v.action]),
+      [['healthy', 'kept-on']],
+    );
+    // The path breaks later (a kernel update, a new iptables rule): without a sign, nothing
+    // measures it before slowMs (10 min).
+    brokenOffload(r);
+    const rounds = probeCalls(r).length;
+    await run(r, 30_000);
+    assert.equal(probeCalls(r).length, rounds);
+    // The peers' packets arrive broken too (the same cause on every node): the counters rise.
+    r.ports.checksumErrorCounters.tcp = 9;
+    const risenAt = r.clock.now();
+    await run(r, 10_000);
+    assert.deepEqual(
+      seen.map((e) => e.recheck),
+      [['flannel.1']],
+    );
+    const found = r.verdicts[1];
+    assert.ok(found, 'a verdict after the rise');
+    assert.deepEqual([found.verdict, found.action], ['broken', 'turned-off']);
+    assert.ok(r.clock.now() - risenAt <= 10_000);
+    assert.equal(r.kernel.feature(r.ifindex, CSUM), false);
+  });
+
+  it('a peer that keeps sending bad checksums brings rounds forward at most once a minute', async function () {
+    const r = rig(2);
+    const seen = watch(r);
+    await run(r, 6_000);
+    const settled = probeCalls(r).length;
+    for (let i = 0; i < 45; i += 1) {
+      r.ports.checksumErrorCounters.udp += 1;
+      await run(r, 2_000);
+    }
+    assert.equal(seen.length, 45);
+    assert.equal(seen.filter((e) => e.onset).length, 1);
+    assert.deepEqual(
+      seen.flatMap((e, i) => (e.recheck.length > 0 ? [i] : [])),
+      [0, 30],
+    );
+    // The first early re-check confirms healthy in two rounds, the second agrees in one (a
+    // streak that agrees with the verdict changes nothing); nothing new is reported.
+    assert.equal(probeCalls(r).length, settled + 3);
+    assert.equal(r.verdicts.length, 1);
+  });
+
+  it('checksumErrorsPollMs 0: never read', async function () {
+    const r = rig(1, { offload: 'none', checksumErrorsPollMs: 0 });
+    r.ports.checksumErrorCounters.udp = 7;
+    await run(r, 10_000);
+    assert.equal(r.ports.calls.filter((c) => c.method === 'checksumErrors').length, 0);
+    assert.equal(r.guard.checksumErrors(), null);
+  });
+
+  it('counters that cannot be read: one error, no more reads', async function () {
+    const errors: Error[] = [];
+    const r = rig(1, { offload: 'none' }, undefined, (ports, guard) => {
+      ports.fail('checksumErrors', Object.assign(new Error('EBADMSG'), { code: 'EBADMSG' }));
+      guard.on('error', (e) => errors.push(e));
+    });
+    await run(r, 10_000);
+    assert.equal(errors.length, 1);
+    assert.equal(r.ports.calls.filter((c) => c.method === 'checksumErrors').length, 1);
+    assert.equal(r.guard.checksumErrors(), null);
   });
 });

@@ -17,7 +17,12 @@ import { existsSync, fstatSync, write, writeSync } from 'node:fs';
 import { constants } from 'node:os';
 
 import { binding } from '../core/binding';
-import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from '../guard';
+import {
+  FlannelGuard,
+  describeChecksumErrors,
+  type FlannelGuardEvents,
+  type FlannelGuardOptions,
+} from '../guard';
 import { guardConfig } from '../guard/config';
 import { doctorCommand } from '../doctor/command';
 import { DEFAULT_FIGHT_POLICY } from '../guard/fight';
@@ -170,6 +175,7 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
   },
   verdict: (e) =>
     `verdict: ${e.device} ${e.feature} ${e.verdict}, ${e.action} (${e.rounds} rounds, ${e.probes} probes, ${e.msSinceStart.toFixed(0)} ms): ${e.detail}`,
+  checksumErrors: (e) => `checksum errors: ${describeChecksumErrors(e)}`,
   contested: (e) => `contested: ${e.detail}`,
   resumed: (e) => `resumed: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`}`,
   deferred: (e) =>
@@ -202,6 +208,7 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
   adopted: 'info',
   offload: 'info',
   verdict: 'info',
+  checksumErrors: 'warn',
   contested: 'warn',
   resumed: 'info',
   deferred: 'info',
@@ -505,6 +512,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     'adopted',
     'offload',
     'verdict',
+    'checksumErrors',
     'contested',
     'resumed',
     'deferred',

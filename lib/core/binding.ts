@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import nodeGypBuild from 'node-gyp-build';
 
 import type { SystemError } from './errors';
+import type { ChecksumErrorCounters } from './types';
 
 export interface RawVxlan {
   vni?: number;
@@ -332,6 +333,8 @@ export interface RawControl {
   getDriverInfo(name: string, async?: false): RawDriverInfo;
   getDriverInfo(name: string, async: true): Promise<RawDriverInfo>;
   readAddrAssignType(name: string, ifindex: number, mac: string): number | null;
+  /** The namespace's checksum-error counters (native/snmp_counters.h); its files open on first use. */
+  readChecksumErrors(): ChecksumErrorCounters;
   close(): void;
 }
 

@@ -10,3 +10,6 @@ export const DEFAULT_INTERFACES = ['flannel.*', 'flannel-v6.*'] as const;
 export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = Object.freeze({
   'tx-checksum-ip-generic': false,
 });
+
+/** How often the guard reads its namespace's checksum-error counters (/proc/net/snmp). */
+export const DEFAULT_CHECKSUM_ERRORS_POLL_MS = 2_000;

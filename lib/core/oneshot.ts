@@ -5,7 +5,14 @@
 import { binding, type RawControl } from './binding';
 import { AF_BRIDGE, AF_UNSPEC } from './constants';
 import { toLinkInfo, toNeighbourInfo } from './records';
-import type { DriverInfo, FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from './types';
+import type {
+  ChecksumErrorCounters,
+  DriverInfo,
+  FeatureSetResult,
+  FeatureState,
+  LinkInfo,
+  NeighbourInfo,
+} from './types';
 import {
   macBytes,
   netnsTarget,
@@ -59,6 +66,16 @@ export async function getLink(name: string, options: NetnsOptions = {}): Promise
     link.addrAssignType = addrAssignTypeOf(control, link);
     return link;
   });
+}
+
+/**
+ * The namespace's receive checksum-error counters (/proc/net/snmp, snmp6): packets that arrived
+ * with bad checksums and were dropped, since the namespace began.
+ */
+export async function getChecksumErrors(
+  options: NetnsOptions = {},
+): Promise<ChecksumErrorCounters> {
+  return withControl(options, (control) => Promise.resolve(control.readChecksumErrors()));
 }
 
 export interface NeighbourQuery extends NetnsOptions {

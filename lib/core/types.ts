@@ -92,3 +92,16 @@ export interface DriverInfo {
   firmwareVersion: string;
   busInfo: string;
 }
+
+/**
+ * A namespace's receive checksum-error counters (/proc/net/snmp, snmp6), since the namespace
+ * began; null where the kernel keeps no such counter (before Linux 3.10; no IPv6).
+ */
+export interface ChecksumErrorCounters {
+  /** `Udp: InCsumErrors`: IPv4 UDP, VXLAN's outer datagrams included. */
+  udp: number | null;
+  /** `Tcp: InCsumErrors`: TCP over IPv4 and IPv6. */
+  tcp: number | null;
+  /** `Udp6InCsumErrors`. */
+  udp6: number | null;
+}

@@ -9,11 +9,13 @@ import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
 import { getFeatures, getLinks, getNeighbours } from '../core/oneshot';
 import type { PeerExpectation } from '../ensure/ensure';
 import type { DesiredMacSource } from '../guard/sources';
-import type { FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
+import { monotonicMs } from '../core/clock';
+import type { ChecksumErrorCounters, FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
 import { compileInterfaceGlob } from '../core/validate';
 import { FsRoot } from '../core/fsroot';
 import { UdevView } from '../udev/view';
 import type { PathAnswer } from '../guard/events';
+import { checksumErrorRise, describeChecksumCounts } from '../guard/checksum-errors';
 import { judgePaths } from '../guard/offload-auto';
 import { attributeWriter, type WriterAttribution } from '../udev/writer';
 import {
@@ -52,6 +54,7 @@ export const CHECK_IDS = [
   'underlay-driver',
   'random-fully',
   'vxlan-port',
+  'checksum-errors',
 ] as const;
 export type CheckId = (typeof CHECK_IDS)[number];
 
@@ -161,6 +164,8 @@ export interface Gathered {
   nm: NmConfig;
   offload: Readonly<Record<string, boolean>>;
   peersGiven: boolean;
+  /** The checksum-error counters when the doctor began (read again at the end), or why not. */
+  checksumErrorsAtStart: { counters: ChecksumErrorCounters; at: number } | Error;
 }
 
 function vxlanFacts(name: string, link?: LinkInfo): DeviceFacts {
@@ -219,6 +224,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
   const udev = new UdevView(fs, host, linkFiles);
   const globs = [...(input.interfaces ?? DEFAULT_INTERFACES)];
   const compiled = globs.map((glob) => compileInterfaceGlob(glob));
+  const checksumErrorsAtStart = await readChecksumErrors(probe);
   const links = await getLinks(netnsOption);
   const managed = links.filter(
     (link) => !link.loopback && compiled.some((glob) => glob.matches(link.name)),
@@ -294,7 +300,18 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
     nm: loadNetworkManager(fs),
     offload,
     peersGiven: peerList.length > 0,
+    checksumErrorsAtStart,
   };
+}
+
+async function readChecksumErrors(
+  probe: SystemProbe,
+): Promise<{ counters: ChecksumErrorCounters; at: number } | Error> {
+  try {
+    return { counters: await probe.checksumErrors(), at: monotonicMs() };
+  } catch (error) {
+    return error instanceof Error ? error : new Error(String(error));
+  }
 }
 
 // --- configuration ------------------------------------------------------------------------
@@ -811,6 +828,12 @@ function txChecksumOn(device: DeviceState): boolean | null {
   return featureState(device, 'tx-checksum-ip-generic')?.active ?? null;
 }
 
+/** A VMXNET3 parent's offloads of UDP-tunnelled packets (the BZ#1960702 workaround's). */
+const PARENT_TUNNEL_OFFLOADS: readonly string[] = [
+  'tx-udp_tnl-segmentation',
+  'tx-udp_tnl-csum-segmentation',
+];
+
 export async function checkUnderlayDriver(
   gathered: Gathered,
   device: DeviceState,
@@ -857,14 +880,29 @@ export async function checkUnderlayDriver(
     `VXLAN port ${port ?? '?'}, tx-checksum-ip-generic ${offloadOn === null ? '?' : offloadOn ? 'on' : 'off'} on ${link.name}`,
   );
   if (driver === 'vmxnet3' && port === 8472) {
+    // The parent NIC's own tunnel offloads: reported, never changed (the node's NIC is not ours).
+    const tunnel = await gathered.probe.features(underlay).then(
+      (features) =>
+        features
+          .filter((f) => PARENT_TUNNEL_OFFLOADS.includes(f.name) && f.active)
+          .map((f) => f.name),
+      () => [],
+    );
+    evidence.push(
+      `${underlay}: ${tunnel.length === 0 ? 'no tunnel offload on' : `${tunnel.join(', ')} on`}`,
+    );
     if (offloadOn !== false) {
+      const parent =
+        tunnel.length === 0
+          ? ''
+          : ` The parent NIC is left as it is: Red Hat's workaround for BZ#1960702 also turns its tunnel offloads off (${device.fix.ethtool(`-K ${underlay} ${tunnel.map((f) => `${f} off`).join(' ')}`)}), as does a VMXNET3 without the bug (an ESXi or VM hardware update).`;
       return {
         id: 'underlay-driver',
         device: link.name,
         verdict: 'fail',
         summary: `${underlay} is VMXNET3 and ${link.name} uses UDP 8472 with TX checksum offload on: inner TCP/UDP checksums come out wrong (VMXNET3 v4, Red Hat BZ#1960702) - ping works, TCP and UDP do not`,
         evidence,
-        fix: `Turn TX checksum offload off on the VXLAN device (${device.fix.ethtool(`-K ${link.name} tx-checksum-ip-generic off`)}; ${device.fix.guard('doctor', '--fix')}, and ${device.fix.guard('watch')} keeps it off).`,
+        fix: `Turn TX checksum offload off on the VXLAN device (${device.fix.ethtool(`-K ${link.name} tx-checksum-ip-generic off`)}; ${device.fix.guard('doctor', '--fix')}, and ${device.fix.guard('watch')} keeps it off).${parent}`,
       };
     }
     return {
@@ -1093,6 +1131,59 @@ export async function checkOffloadProbe(
   };
 }
 
+/**
+ * The passive evidence: packets this namespace received with bad checksums (/proc/net/snmp),
+ * read when the doctor began and again now, after the probes. Rising during the run: a peer
+ * sends with broken TX checksum offload now (fail); counted before only: it did once (warn).
+ */
+export async function checkChecksumErrors(gathered: Gathered): Promise<CheckResult> {
+  const base = { id: 'checksum-errors' as const, device: null };
+  const unreadable = (error: Error): CheckResult => ({
+    ...base,
+    verdict: 'warn',
+    summary: `the checksum-error counters could not be read (${error.message})`,
+    evidence: [],
+    fix: 'Run the doctor where /proc/net/snmp of the namespace can be read.',
+  });
+  const start = gathered.checksumErrorsAtStart;
+  if (start instanceof Error) return unreadable(start);
+  const end = await readChecksumErrors(gathered.probe);
+  if (end instanceof Error) return unreadable(end);
+  const seconds = ((end.at - start.at) / 1000).toFixed(1);
+  const rose = describeChecksumCounts(checksumErrorRise(end.counters, start.counters));
+  const counted = describeChecksumCounts(end.counters);
+  const evidence = [
+    `/proc/net/snmp InCsumErrors: udp ${end.counters.udp ?? 'not kept'}, tcp ${end.counters.tcp ?? 'not kept'}; snmp6 Udp6InCsumErrors ${end.counters.udp6 ?? 'not kept'}`,
+    `rise during the doctor's ${seconds} s: ${rose || 'none'}`,
+  ];
+  const peersFix = `Run ${gathered.fix.guard('doctor')} on the other nodes (its offload-probe check finds the sender), or ${gathered.fix.guard('watch', '--offload auto')} on every node.`;
+  if (rose !== '') {
+    return {
+      ...base,
+      verdict: 'fail',
+      summary: `${rose} packets with bad checksums received in ${seconds} s and dropped: a peer sends with broken TX checksum offload now`,
+      evidence,
+      fix: peersFix,
+    };
+  }
+  if (counted !== '') {
+    return {
+      ...base,
+      verdict: 'warn',
+      summary: `${counted} packets with bad checksums received since the namespace began, none during this run: a peer sent with broken TX checksum offload before`,
+      evidence,
+      fix: `If it comes back: ${peersFix}`,
+    };
+  }
+  return {
+    ...base,
+    verdict: 'ok',
+    summary: 'no packet with a bad checksum received in this namespace',
+    evidence,
+    fix: null,
+  };
+}
+
 export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
   for (const subject of gathered.subjects) {
@@ -1128,5 +1219,7 @@ export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
     results.push(await checkRandomFully(gathered, device));
     results.push(await checkVxlanPort(gathered, device));
   }
+  // Last: the longest window over the counters, the probes' answers included.
+  results.push(await checkChecksumErrors(gathered));
   return results;
 }

@@ -9,9 +9,9 @@ import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { release } from 'node:os';
 
 import { binding } from '../core/binding';
-import { getDriverInfo } from '../core/oneshot';
+import { getChecksumErrors, getDriverInfo, getFeatures } from '../core/oneshot';
 import type { PathAnswer } from '../guard/events';
-import type { DriverInfo } from '../core/types';
+import type { ChecksumErrorCounters, DriverInfo, FeatureState } from '../core/types';
 import { resolveNetnsPath } from '../core/validate';
 import type { FsRoot } from '../core/fsroot';
 import { readHostFacts } from '../udev/host';
@@ -44,12 +44,16 @@ export interface SystemProbe {
   socketOwners(inodes: readonly number[]): Promise<Map<number, SocketOwner[]>>;
   natRules(): Promise<NatRules>;
   driverInfo(ifname: string): Promise<DriverInfo>;
+  /** The interface's offload features (ETHTOOL_GFEATURES), read only. */
+  features(ifname: string): Promise<FeatureState[]>;
   /** /sys/class/net/IFNAME/addr_assign_type in the namespace; null when unreadable. */
   addrAssignType(ifname: string, ifindex: number): Promise<number | null>;
   /** The interface that has `address`, or null. */
   interfaceWithAddress(address: string): Promise<string | null>;
   /** One round of path probes through `device` (native/path_probe.h). */
   probePaths(device: string, addresses: readonly string[]): Promise<PathAnswer[]>;
+  /** The namespace's receive checksum-error counters (/proc/net/snmp). */
+  checksumErrors(): Promise<ChecksumErrorCounters>;
 }
 
 interface RunResult {
@@ -228,6 +232,11 @@ export function systemProbe(options: ProbeOptions): SystemProbe {
     },
     driverInfo: (ifname) =>
       getDriverInfo(ifname, options.netns === undefined ? {} : { netns: options.netns }),
+    features: async (ifname) =>
+      (await getFeatures(ifname, options.netns === undefined ? {} : { netns: options.netns }))
+        .features,
+    checksumErrors: () =>
+      getChecksumErrors(options.netns === undefined ? {} : { netns: options.netns }),
     async addrAssignType(ifname, ifindex) {
       const base = `/sys/class/net/${ifname}`;
       const files = await readFiles([`${base}/ifindex`, `${base}/addr_assign_type`], true);

@@ -4,12 +4,18 @@
  * policies complete), then frozen and passed down unchanged. `FlannelGuard.start(options)`
  * makes one; the CLI makes one from its flags and opens the guard from it.
  */
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
+import {
+  DEFAULT_CHECKSUM_ERRORS_POLL_MS,
+  DEFAULT_INTERFACES,
+  DEFAULT_OFFLOAD,
+} from '../core/defaults';
 import { invalidArgument } from '../core/errors';
 import { fightPolicy, type FightPolicy } from './fight';
 import { explicitMacSource, type DesiredMacSource } from './sources';
 import {
+  RANGES,
   compileInterfaceGlob,
+  integerInRange,
   netnsTarget,
   type InterfaceGlob,
   type NetnsTarget,
@@ -48,6 +54,12 @@ export interface FlannelGuardOptions {
   offload?: Readonly<Record<string, boolean>> | 'none' | 'auto';
   /** `offload: 'auto'`'s probing (rounds, confirmation, sample, re-check period). */
   autoOffload?: Partial<AutoOffloadPolicy>;
+  /**
+   * How often the namespace's receive checksum-error counters are read (default 2000 ms; 0:
+   * never): a rise is reported (`checksumErrors`) and brings `offload: 'auto'`'s next probe
+   * round forward.
+   */
+  checksumErrorsPollMs?: number;
   /** Report what would be done, never write. */
   dryRun?: boolean;
   /** Backoff and contested-state thresholds. */
@@ -98,6 +110,7 @@ export interface GuardConfig {
   readonly offload: Readonly<Record<string, boolean>> | null;
   /** `--offload auto`: the probing; null otherwise. */
   readonly autoOffload: AutoOffloadPolicy | null;
+  readonly checksumErrorsPollMs: number;
   readonly fight: Readonly<FightPolicy>;
   readonly dryRun: boolean;
   readonly kernelFilter: boolean;
@@ -133,6 +146,11 @@ export function guardConfig(options: FlannelGuardOptions = {}): GuardConfig {
         : options.offload === undefined
           ? DEFAULT_OFFLOAD
           : Object.freeze({ ...options.offload }),
+    checksumErrorsPollMs: integerInRange(
+      options.checksumErrorsPollMs ?? DEFAULT_CHECKSUM_ERRORS_POLL_MS,
+      { ...RANGES.timerMs, min: 0 },
+      'checksumErrorsPollMs',
+    ),
     fight: Object.freeze(fightPolicy(options.fight)),
     dryRun: options.dryRun ?? false,
     kernelFilter: options.kernelFilter ?? true,

@@ -1,7 +1,7 @@
 /** What a guard reports: its events, its devices' status and its counters. */
 import type { SystemError } from '../core/errors';
 import type { OverrunEvent, ResyncEvent } from '../core/monitor';
-import type { FeatureSetResult } from '../core/types';
+import type { ChecksumErrorCounters, FeatureSetResult } from '../core/types';
 import type { MacWriter, WriterEvidence } from '../udev/writer';
 
 export type MacSourceKind = 'explicit' | 'source' | 'first-seen' | 'pinned-at-start' | 'none';
@@ -110,6 +110,25 @@ export interface VerdictEvent {
   msSinceStart: number;
   /** The last rounds: the feature's state during each, and every peer's answers. */
   evidence: { offload: boolean; answers: PathAnswer[] }[];
+}
+
+/**
+ * The namespace's receive checksum-error counters rose (/proc/net/snmp): datagrams or segments
+ * arrived with bad checksums and were dropped. A peer sends with broken TX checksum offload;
+ * which one, the counters cannot say.
+ */
+export interface ChecksumErrorsEvent {
+  netns: string | null;
+  /** The rise of each counter since the last read (null: the kernel keeps no such counter). */
+  rise: ChecksumErrorCounters;
+  /** The counters now (since the namespace began). */
+  totals: ChecksumErrorCounters;
+  /** Since the last read. */
+  intervalMs: number;
+  /** The first rise after a read that showed none. */
+  onset: boolean;
+  /** Devices whose `--offload auto` probe round was brought forward by it. */
+  recheck: string[];
 }
 
 export interface AdoptedEvent {
@@ -224,6 +243,7 @@ export interface FlannelGuardEvents {
   adopted: [AdoptedEvent];
   offload: [OffloadEvent];
   verdict: [VerdictEvent];
+  checksumErrors: [ChecksumErrorsEvent];
   contested: [ContestedEvent];
   resumed: [ResumedEvent];
   deferred: [DeferredEvent];

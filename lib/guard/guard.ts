@@ -22,7 +22,8 @@ import type {
   NeighbourRemovedEvent,
   ResyncEvent,
 } from '../core/monitor';
-import type { LinkInfo } from '../core/types';
+import type { ChecksumErrorCounters, LinkInfo } from '../core/types';
+import { ChecksumErrorWatch } from './checksum-errors';
 import { guardConfig, type FlannelGuardOptions, type GuardConfig } from './config';
 import {
   realClock,
@@ -61,6 +62,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly #mac: MacCorrection;
   readonly #offload: OffloadEnforcement;
   readonly #autoOffload: OffloadAuto | undefined;
+  readonly #checksumErrors: ChecksumErrorWatch;
   readonly #state: DeviceStateStore;
   /** Other guards of the same devices (not looked for in a dry run, which writes nothing). */
   readonly #others: OtherGuards | undefined;
@@ -154,6 +156,13 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
             config.autoOffload,
             internals.random ?? Math.random,
           );
+    this.#checksumErrors = new ChecksumErrorWatch(context, (at) => {
+      const autoOffload = this.#autoOffload;
+      if (autoOffload === undefined) return [];
+      return [...this.#devices.values()]
+        .filter((device) => autoOffload.recheckEarly(device, at))
+        .map((device) => device.name);
+    });
     this.#state = new DeviceStateStore({
       file: internals.stateFile,
       clock: this.#clock,
@@ -204,6 +213,15 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     });
   }
 
+  /**
+   * The namespace's receive checksum-error counters at the guard's last read (every
+   * `checksumErrorsPollMs`); null before the first read, when they cannot be read or are not
+   * read (`checksumErrorsPollMs` 0).
+   */
+  checksumErrors(): ChecksumErrorCounters | null {
+    return this.#checksumErrors.totals();
+  }
+
   get counters(): Readonly<GuardCounters> {
     return { ...this.#counters };
   }
@@ -231,6 +249,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#closed = true;
     for (const device of this.#devices.values()) this.#fight.cancelTimers(device);
     this.#autoOffload?.close();
+    this.#checksumErrors.close();
     this.#others?.close();
     this.#state.close();
     this.#unsubscribeSource?.();
@@ -308,6 +327,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
       });
     }
     this.#state.schedule();
+    this.#handle(() => {
+      this.#checksumErrors.start();
+    });
   }
 
   #onLinkAdded(event: LinkAddedEvent, at: number): void {

@@ -1,5 +1,6 @@
 /** The guard: its class, configuration, events, fight policy and the parts tests open it with. */
 export { FlannelGuard } from './guard';
+export { describeChecksumErrors } from './checksum-errors';
 export { guardConfig } from './config';
 export type { FlannelGuardOptions, GuardConfig } from './config';
 export type { GuardClock, GuardMonitor } from './context';

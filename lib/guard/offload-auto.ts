@@ -80,6 +80,11 @@ const PROBE_PORT_SPAN = 100;
 const INCONCLUSIVE_FACTOR = 3;
 /** Rounds kept as evidence in a verdict. */
 const EVIDENCE_ROUNDS = 4;
+/**
+ * A settled verdict is measured again early (the checksum-error counters rose) at most this
+ * often: a peer that keeps sending bad checksums must not make the slow re-check a fast one.
+ */
+const EARLY_RECHECK_MS = 60_000;
 
 /** Validates and completes `offload: 'auto'`'s settings; throws EINVAL naming the key. */
 export function autoOffloadPolicy(policy: Partial<AutoOffloadPolicy> = {}): AutoOffloadPolicy {
@@ -117,6 +122,8 @@ interface DeviceProbing {
   answering: Set<string>;
   /** The last verdict reported (a re-check that agrees is not reported again). */
   reported: VerdictEvent['verdict'] | null;
+  /** When a round was last brought forward (recheckEarly). */
+  earlyAt: number | null;
   cancelTimer: () => void;
 }
 
@@ -150,6 +157,7 @@ export class OffloadAuto {
       startedAt: at,
       evidence: [],
       reported: null,
+      earlyAt: null,
       answering: new Set(),
       cancelTimer: () => undefined,
     };
@@ -160,6 +168,20 @@ export class OffloadAuto {
   /** The device's last reported verdict (null: none yet). */
   verdictOf(device: ManagedDevice): VerdictEvent['verdict'] | null {
     return this.#devices.get(device)?.reported ?? null;
+  }
+
+  /**
+   * Something suggests the offload broke (the checksum-error counters rose): a settled device
+   * is measured again now instead of at its slow re-check. Whether a round was brought forward
+   * (not while one is under way, nor more often than EARLY_RECHECK_MS).
+   */
+  recheckEarly(device: ManagedDevice, at: number): boolean {
+    const state = this.#devices.get(device);
+    if (state?.phase !== 'settled') return false;
+    if (state.earlyAt !== null && at - state.earlyAt < EARLY_RECHECK_MS) return false;
+    state.earlyAt = at;
+    this.#schedule(device, state, 0);
+    return true;
   }
 
   /** The device is gone or no longer managed: its rounds stop. */

@@ -6,7 +6,13 @@
 import { binding, type RawControl } from '../core/binding';
 import { isSystemError } from '../core/errors';
 import { toLinkInfo, toRawNeighbourEntries } from '../core/records';
-import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../core/types';
+import type {
+  ChecksumErrorCounters,
+  FeatureSetResult,
+  FeatureState,
+  LinkInfo,
+  NeighbourInfo,
+} from '../core/types';
 import { toFeatureSetResult } from '../core/oneshot';
 import { macBytes, type NetnsTarget } from '../core/validate';
 import type { PathAnswer } from './events';
@@ -24,6 +30,8 @@ export interface GuardPorts {
   setFeatures(name: string, wanted: Record<string, boolean>): FeatureSetResult;
   /** /sys addr_assign_type when the device is in this process's namespace, else null. */
   addrAssignType(link: LinkInfo): number | null;
+  /** The namespace's receive checksum-error counters (/proc/net/snmp). */
+  checksumErrors(): ChecksumErrorCounters;
   /** Throws EPERM when writes are not allowed (no CAP_NET_ADMIN in the namespace). */
   probeWriteAccess(): void;
   /** One probe round through `device` to `addresses` (native/path_probe.h), off the loop. */
@@ -63,6 +71,9 @@ export function controlPorts(control: RawControl, netns: NetnsTarget | null): Gu
       return link.mac === null
         ? null
         : control.readAddrAssignType(link.name, link.ifindex, link.mac);
+    },
+    checksumErrors() {
+      return control.readChecksumErrors();
     },
     probeWriteAccess() {
       control.probeWriteAccess();

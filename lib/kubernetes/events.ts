@@ -19,7 +19,14 @@
  */
 import { EventEmitter } from 'node:events';
 
-import type { FlannelGuard, RewriteEvent, SharedEvent, VerdictEvent } from '../guard';
+import {
+  describeChecksumErrors,
+  type ChecksumErrorsEvent,
+  type FlannelGuard,
+  type RewriteEvent,
+  type SharedEvent,
+  type VerdictEvent,
+} from '../guard';
 import {
   isKubernetesApiError,
   type EventApi,
@@ -41,6 +48,7 @@ export const EVENT_REASONS = {
   offloadBroken: 'VtepOffloadBroken',
   offloadUnverified: 'VtepOffloadUnverified',
   shared: 'VtepGuardedTwice',
+  checksumErrors: 'ChecksumErrorsReceived',
 } as const;
 
 /** events.k8s.io/v1 `action` of each reason: what the guard saw or did (default: the reason). */
@@ -53,6 +61,7 @@ const EVENT_ACTIONS: Readonly<Record<string, string>> = {
   [EVENT_REASONS.offloadBroken]: 'DisabledOffload',
   [EVENT_REASONS.offloadUnverified]: 'RestoredOffload',
   [EVENT_REASONS.shared]: 'Detected',
+  [EVENT_REASONS.checksumErrors]: 'Detected',
 };
 
 export interface InvolvedObject {
@@ -540,9 +549,15 @@ export function recordGuardEvents(
   const onShared = (e: SharedEvent): void => {
     if (e.others > 0) record('Warning', EVENT_REASONS.shared, e.detail);
   };
+  // Said when the counters start rising; how much they keep rising is in the metrics.
+  const onChecksumErrors = (e: ChecksumErrorsEvent): void => {
+    if (e.onset) record('Warning', EVENT_REASONS.checksumErrors, describeChecksumErrors(e));
+  };
   guard.on('verdict', onVerdict);
   guard.on('shared', onShared);
+  guard.on('checksumErrors', onChecksumErrors);
   return () => {
+    guard.off('checksumErrors', onChecksumErrors);
     guard.off('shared', onShared);
     guard.off('rewrite', onRewrite);
     guard.off('restored', onRestored);

@@ -74,6 +74,7 @@ export class GuardMetrics {
   readonly #adoptLatency: Histogram<'device'>;
   readonly #ready: Gauge;
   readonly #managed: Gauge;
+  readonly #checksumErrors: Counter<'protocol'>;
   readonly #sourceState: Gauge<'state'>;
   readonly #watchRestarts: Counter<'reason'>;
   readonly #annotationPatches: Counter<'result'>;
@@ -192,6 +193,22 @@ export class GuardMetrics {
       registers,
       collect: () => {
         if (this.#guard) this.#managed.set(this.#guard.status().length);
+      },
+    });
+    this.#checksumErrors = new Counter({
+      name: `${p}received_checksum_errors_total`,
+      help: "Packets this node's namespace received with bad checksums and dropped (/proc/net/snmp InCsumErrors: udp, tcp, udp6), since the namespace began; a rise means a peer sends with broken TX checksum offload",
+      labelNames: ['protocol'],
+      registers,
+      collect: () => {
+        // The kernel's own counters, as the guard last read them.
+        const totals = this.#guard?.checksumErrors() ?? null;
+        this.#checksumErrors.reset();
+        if (totals === null) return;
+        for (const protocol of ['udp', 'tcp', 'udp6'] as const) {
+          const value = totals[protocol];
+          if (value !== null) this.#checksumErrors.inc({ protocol }, value);
+        }
       },
     });
     this.#sourceState = new Gauge({

@@ -132,6 +132,7 @@ Napi::Function ControlWrap::Define(Napi::Env env) {
                          InstanceMethod<&ControlWrap::SetFeatures>("setFeatures"),
                          InstanceMethod<&ControlWrap::GetDriverInfo>("getDriverInfo"),
                          InstanceMethod<&ControlWrap::ReadAddrAssignType>("readAddrAssignType"),
+                         InstanceMethod<&ControlWrap::ReadChecksumErrors>("readChecksumErrors"),
                          InstanceMethod<&ControlWrap::Close>("close"),
                          InstanceAccessor<&ControlWrap::NetnsInodeGetter>("netnsInode"),
                          InstanceAccessor<&ControlWrap::OwnNetnsGetter>("ownNetns"),
@@ -154,6 +155,7 @@ ControlWrap::ControlWrap(const Napi::CallbackInfo& info)
   Result<NetlinkRequester> requester = NetlinkRequester::Open(target);
   if (!requester.ok()) ThrowSysError(env, requester.error(), netnsLabel_);
   core_->requester.emplace(std::move(requester.value()));
+  core_->target = target;
 
   Result<uint64_t> inode = NetnsInode(target);
   Result<uint64_t> ownInode = NetnsInode(NetnsTarget{});
@@ -308,9 +310,35 @@ Napi::Value ControlWrap::ReadAddrAssignType(const Napi::CallbackInfo& info) {
   return value ? Napi::Number::New(env, *value) : env.Null();
 }
 
+// readChecksumErrors(): { udp, tcp, udp6 } of the namespace, each a number or null when the
+// kernel keeps no such counter.
+Napi::Value ControlWrap::ReadChecksumErrors(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Result<ChecksumErrors> counters = [this]() -> Result<ChecksumErrors> {
+    std::lock_guard<std::mutex> lock(core_->mutex);
+    if (!core_->requester) return SysError(EBADF, "control", "closed");
+    if (!core_->snmp) {
+      Result<SnmpFiles> files = SnmpFiles::Open(core_->target);
+      if (!files.ok()) return files.error();
+      core_->snmp.emplace(std::move(files.value()));
+    }
+    return core_->snmp->Read();
+  }();
+  if (!counters.ok()) ThrowSysError(env, counters.error(), netnsLabel_);
+  const auto counter = [&env](const std::optional<uint64_t>& value) -> Napi::Value {
+    return value ? Napi::Number::New(env, static_cast<double>(*value)) : env.Null();
+  };
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("udp", counter(counters.value().udp));
+  result.Set("tcp", counter(counters.value().tcp));
+  result.Set("udp6", counter(counters.value().udp6));
+  return result;
+}
+
 Napi::Value ControlWrap::Close(const Napi::CallbackInfo& info) {
   std::lock_guard<std::mutex> lock(core_->mutex);
   core_->requester.reset();
+  core_->snmp.reset();
   return info.Env().Undefined();
 }
 

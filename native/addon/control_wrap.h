@@ -10,6 +10,7 @@
 #include <string>
 
 #include "netlink_socket.h"
+#include "snmp_counters.h"
 
 namespace fg::addon {
 
@@ -24,6 +25,8 @@ class ControlWrap : public Napi::ObjectWrap<ControlWrap> {
   struct Core {
     std::mutex mutex;
     std::optional<NetlinkRequester> requester;
+    NetnsTarget target;
+    std::optional<SnmpFiles> snmp;  // opened on the first readChecksumErrors()
   };
 
  private:
@@ -39,6 +42,7 @@ class ControlWrap : public Napi::ObjectWrap<ControlWrap> {
   Napi::Value SetFeatures(const Napi::CallbackInfo& info);
   Napi::Value GetDriverInfo(const Napi::CallbackInfo& info);
   Napi::Value ReadAddrAssignType(const Napi::CallbackInfo& info);
+  Napi::Value ReadChecksumErrors(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value NetnsInodeGetter(const Napi::CallbackInfo& info);
   Napi::Value OwnNetnsGetter(const Napi::CallbackInfo& info);

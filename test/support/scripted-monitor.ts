@@ -34,7 +34,13 @@ import type { GuardPorts } from '../../lib/guard/ports';
 import type { PathAnswer } from '../../lib/guard/events';
 import { neighbourKey } from '../../lib/core/records';
 import { delLinkMessage, linkMessage, message, neighMessage, u32 } from './netlink-bytes';
-import type { FeatureSetResult, FeatureState, LinkInfo, NeighbourInfo } from '../../lib/core/types';
+import type {
+  ChecksumErrorCounters,
+  FeatureSetResult,
+  FeatureState,
+  LinkInfo,
+  NeighbourInfo,
+} from '../../lib/core/types';
 
 export const IFF_BROADCAST = 0x2;
 export const IFF_MULTICAST = 0x1000;
@@ -644,6 +650,7 @@ export type PortCall =
   | { method: 'setFeatures'; name: string; wanted: Record<string, boolean> }
   | { method: 'addrAssignType'; ifindex: number }
   | { method: 'probeWriteAccess' }
+  | { method: 'checksumErrors' }
   | { method: 'probePaths'; name: string; addresses: readonly string[] }
   | { method: 'close' };
 
@@ -676,9 +683,14 @@ export class FakePorts implements GuardPorts {
     this.calls.length = 0;
   }
 
-  /** The methods called, in order, leaving out the addrAssignType reads `status()` makes. */
+  /**
+   * The methods called, in order, leaving out the addrAssignType reads `status()` makes and the
+   * checksum-error counters read on a timer.
+   */
   methods(): PortMethod[] {
-    return this.calls.map((call) => call.method).filter((method) => method !== 'addrAssignType');
+    return this.calls
+      .map((call) => call.method)
+      .filter((method) => method !== 'addrAssignType' && method !== 'checksumErrors');
   }
 
   writes(): PortCall[] {
@@ -756,6 +768,14 @@ export class FakePorts implements GuardPorts {
 
   probeWriteAccess(): void {
     this.#enter({ method: 'probeWriteAccess' });
+  }
+
+  /** The namespace's checksum-error counters, as a test sets them. */
+  readonly checksumErrorCounters = { udp: 0, tcp: 0, udp6: 0 };
+
+  checksumErrors(): ChecksumErrorCounters {
+    this.#enter({ method: 'checksumErrors' });
+    return { ...this.checksumErrorCounters };
   }
 
   /**
