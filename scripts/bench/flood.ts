@@ -14,7 +14,7 @@ import { promisify } from 'node:util';
 
 import { buildBenchTool, startFlood } from '../../test/support/flooder';
 import { GuardProcess } from '../../test/support/guard-process';
-import { Netns, destroyAll } from '../../test/support/netns';
+import { Netns, destroyAll, claimStateRoot, releaseStateRoot } from '../../test/support/netns';
 
 const execFileAsync = promisify(execFile);
 const DEVICES = 300;
@@ -113,6 +113,7 @@ async function main(): Promise<void> {
   const rewrites = argument('--rewrites', 500);
   const rewriter = buildBenchTool('rewriter');
   const ns = await Netns.create('fgt-floodb');
+  claimStateRoot();
   try {
     await ns.ipBatch([
       'link add flannel.1 type vxlan id 1 dstport 8472 nolearning',
@@ -140,6 +141,7 @@ async function main(): Promise<void> {
   } finally {
     await ns.destroy();
     await destroyAll();
+    releaseStateRoot();
   }
 }
 

@@ -64,6 +64,8 @@ import {
   registerSyncCleanup,
   trackChild,
   waitForExit,
+  claimStateRoot,
+  releaseStateRoot,
 } from '../../test/support/netns';
 import { BENCH_BIN, buildBenchTool } from '../../test/support/flooder';
 import { CLI_NODE_FLAGS } from '../../test/support/node-child';
@@ -1538,6 +1540,7 @@ async function main(): Promise<void> {
   const loadAtStart = loadAverage();
   const bench = await setUp(options);
   let keptGuard: GuardRun | undefined;
+  claimStateRoot();
   try {
     const phases: Phase[] = [];
     const log = (message: string): void => {
@@ -1596,6 +1599,7 @@ async function main(): Promise<void> {
     await keptGuard?.stop();
     await bench.ns.destroy();
     await destroyAll();
+    releaseStateRoot();
   }
 }
 

@@ -23,7 +23,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
-import { destroyAll, execFile } from '../../test/support/netns';
+import { destroyAll, execFile, claimStateRoot, releaseStateRoot } from '../../test/support/netns';
 import { buildBenchTool } from '../../test/support/flooder';
 import {
   addLinks,
@@ -272,6 +272,7 @@ async function main(): Promise<void> {
   const cli = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
   if (!existsSync(cli)) throw new Error(`${cli} missing: run tsc -p tsconfig.json first`);
   for (const tool of ['reference-guard', 'rewriter']) buildBenchTool(tool);
+  claimStateRoot();
   try {
     // Start-ups first, on a quiet machine: a namespace deleted with thousands of entries is
     // torn down by the kernel in the background for seconds afterwards, under rtnl_lock, and
@@ -283,6 +284,7 @@ async function main(): Promise<void> {
     report(sizes, start);
   } finally {
     await destroyAll();
+    releaseStateRoot();
   }
 }
 

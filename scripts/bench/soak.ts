@@ -13,7 +13,7 @@ import { join } from 'node:path';
 
 import { BENCH_BIN, buildBenchTool } from '../../test/support/flooder';
 import { GuardProcess } from '../../test/support/guard-process';
-import { destroyAll, Netns } from '../../test/support/netns';
+import { destroyAll, Netns, claimStateRoot, releaseStateRoot } from '../../test/support/netns';
 
 const rewriterBinary = join(BENCH_BIN, 'rewriter');
 const WARM_UP = Number(process.env.FG_SOAK_WARM_UP ?? 2000);
@@ -96,6 +96,7 @@ async function main(): Promise<void> {
   buildBenchTool('rewriter');
   const ns = await Netns.create('fgt-soak');
   let guard: GuardProcess | undefined;
+  claimStateRoot();
   try {
     await ns.ipBatch([
       'link add flannel.1 type vxlan id 1 dstport 8472 nolearning',
@@ -149,6 +150,7 @@ async function main(): Promise<void> {
     await guard?.stop();
     await ns.destroy();
     await destroyAll();
+    releaseStateRoot();
   }
 }
 

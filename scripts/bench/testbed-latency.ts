@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 
 import { LinkMonitor } from '../../lib/core/monitor';
 import { GuardProcess } from '../../test/support/guard-process';
-import { destroyAll } from '../../test/support/netns';
+import { destroyAll, claimStateRoot, releaseStateRoot } from '../../test/support/netns';
 import { FlannelTestbed, VTEP } from '../../test/support/testbed';
 
 interface Sample {
@@ -145,6 +145,7 @@ async function main(): Promise<void> {
   const bed = await FlannelTestbed.create({ nodes: 2, udev: true });
   const guards: GuardProcess[] = [];
   let monitor: LinkMonitor | undefined;
+  claimStateRoot();
   try {
     const [n1, n2] = [bed.node(1), bed.node(2)];
     // Each rewrite here is a separate experiment, not a fight: a 1 ms window keeps backoff out.
@@ -234,6 +235,7 @@ async function main(): Promise<void> {
     await Promise.all(guards.map((guard) => guard.stop()));
     await bed.destroy();
     await destroyAll();
+    releaseStateRoot();
   }
 }
 

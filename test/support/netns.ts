@@ -583,21 +583,32 @@ const machineBefore = new Map<string, string>();
 let stateRoot: string | undefined;
 
 /**
- * Mocha root-hook plugin (`mocha --require dist/test/support/netns.js`). Before all: the CLI's
- * default state dir points at a folder of this run's own (FLANNEL_GUARD_STATE_DIR, which child
- * processes inherit), and the machine's own folders are noted. After all: our namespaces go,
- * that folder goes, and the run fails if any of the machine's folders changed.
+ * Points the CLI's default state dir at a folder of this process's own (FLANNEL_GUARD_STATE_DIR,
+ * which child processes inherit), so that no test or benchmark writes the machine's
+ * /run/flannel-guard. Idempotent; `releaseStateRoot` removes the folder.
  */
+export function claimStateRoot(): void {
+  if (stateRoot !== undefined) return;
+  stateRoot = mkdtempSync(tempDirPrefix('state'));
+  process.env.FLANNEL_GUARD_STATE_DIR = stateRoot;
+}
+
+export function releaseStateRoot(): void {
+  if (stateRoot === undefined) return;
+  rmSync(stateRoot, { recursive: true, force: true });
+  stateRoot = undefined;
+  delete process.env.FLANNEL_GUARD_STATE_DIR;
+}
+
 export const mochaHooks = {
   beforeAll(): void {
     if (stateRoot !== undefined) return;
-    stateRoot = mkdtempSync(tempDirPrefix('state'));
-    process.env.FLANNEL_GUARD_STATE_DIR = stateRoot;
+    claimStateRoot();
     for (const path of MACHINE_PATHS) machineBefore.set(path, snapshotTree(path));
   },
   async afterAll(): Promise<void> {
     await destroyAll();
-    if (stateRoot !== undefined) rmSync(stateRoot, { recursive: true, force: true });
+    releaseStateRoot();
     const changed = MACHINE_PATHS.filter((path) => snapshotTree(path) !== machineBefore.get(path));
     if (changed.length > 0) {
       throw new Error(`a test wrote outside its own roots: ${changed.join(', ')} changed`);
