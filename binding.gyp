@@ -20,6 +20,7 @@
         "native/socket_filter.cc",
         "native/ethtool.cc",
         "native/path_probe.cc",
+        "native/checksum_sample.cc",
         "native/name_claim.cc",
         "native/snmp_counters.cc",
         "native/addon/addon.cc",

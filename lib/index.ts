@@ -58,6 +58,8 @@ export type { NetnsTarget } from './core/validate';
 export type {
   AdoptedEvent,
   ChecksumErrorsEvent,
+  ChecksumSender,
+  ChecksumSendersEvent,
   ContestedEvent,
   DeferredEvent,
   DeviceStatus,

@@ -12,6 +12,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "internet_checksum.h"
+#include "owned_fds.h"
+
 namespace fg::probe {
 namespace {
 
@@ -26,24 +29,6 @@ constexpr int kReadsPerWake = 64;
 
 static_assert(sizeof(icmphdr) == kIcmpHeader, "ICMP header layout");
 static_assert(sizeof(iphdr) == 20, "IPv4 header layout");
-
-// Closes what it holds; the sockets of one call.
-class Fds {
- public:
-  Fds() = default;
-  Fds(const Fds&) = delete;
-  Fds& operator=(const Fds&) = delete;
-  ~Fds() {
-    for (int fd : fds_) close(fd);
-  }
-  int Add(int fd) {
-    fds_.push_back(fd);
-    return fd;
-  }
-
- private:
-  std::vector<int> fds_;
-};
 
 Result<int> OpenBound(int type, int protocol, const std::string& device, const char* what) {
   const int fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
@@ -74,15 +59,6 @@ int SocketError(int fd) {
 }
 
 }  // namespace
-
-uint16_t InternetChecksum(const uint8_t* data, size_t length) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i + 1 < length; i += 2)
-    sum += static_cast<uint32_t>(data[i] << 8 | data[i + 1]);
-  if (length % 2 == 1) sum += static_cast<uint32_t>(data[length - 1] << 8);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
 
 std::vector<uint8_t> EchoRequest(uint16_t id, uint16_t sequence, size_t payloadBytes) {
   std::vector<uint8_t> packet(kIcmpHeader + payloadBytes);
@@ -124,7 +100,7 @@ Result<std::vector<PathAnswer>> ProbePaths(const NetnsTarget& target,
   if (options.timeoutMs < 1 || options.timeoutMs > kMaxTimeoutMs) {
     return SysError(EINVAL, "probe", "timeout out of range");
   }
-  Fds owned;
+  OwnedFds owned;
   int icmp = -1;
   std::vector<int> udp(addresses.size(), -1);
   std::vector<int> tcp(addresses.size(), -1);

@@ -24,9 +24,6 @@ inline constexpr size_t kMaxTargets = 64;
 // Bound of one call's wait for answers.
 inline constexpr int kMaxTimeoutMs = 10'000;
 
-// RFC 1071 one's-complement sum of `length` bytes, complemented.
-uint16_t InternetChecksum(const uint8_t* data, size_t length);
-
 // An ICMP echo request (type 8) with this identifier and sequence number and
 // `payloadBytes` of pattern, its checksum filled in.
 std::vector<uint8_t> EchoRequest(uint16_t id, uint16_t sequence, size_t payloadBytes);

@@ -591,14 +591,20 @@ describe('flannel-guard CLI (the bin, real kernel, netns)', function () {
       assert.equal(await txChecksum('flannel.1'), 'on');
     });
 
-    it('the path probe without CAP_NET_RAW names CAP_NET_RAW, not CAP_NET_ADMIN', async function () {
+    it('the path probe and the checksum sample without CAP_NET_RAW name CAP_NET_RAW, not CAP_NET_ADMIN', async function () {
       const binding = join(__dirname, '..', 'lib', 'core', 'binding.js');
-      const script = `require(${JSON.stringify(binding)}).binding.probePaths({ device: 'flannel.1', timeoutMs: 100, udpPort: 9, tcpPort: 9, echoId: 1 }, ['192.0.2.9']).then(() => console.log('no error'), (e) => console.log(e.code, e.capability))`;
-      const result = await runCommand(
-        [...inNetns(ns.name), ...withoutCapability('net_raw'), process.execPath, '-e', script],
-        { timeoutMs: 15_000 },
-      );
-      assert.equal(result.stdout.trim(), 'EPERM CAP_NET_RAW', result.stderr);
+      const calls = [
+        `probePaths({ device: 'flannel.1', timeoutMs: 100, udpPort: 9, tcpPort: 9, echoId: 1 }, ['192.0.2.9'])`,
+        `sampleChecksums({ device: 'flannel.1', timeoutMs: 100, maxFrames: 10 })`,
+      ];
+      for (const call of calls) {
+        const script = `require(${JSON.stringify(binding)}).binding.${call}.then(() => console.log('no error'), (e) => console.log(e.code, e.capability))`;
+        const result = await runCommand(
+          [...inNetns(ns.name), ...withoutCapability('net_raw'), process.execPath, '-e', script],
+          { timeoutMs: 15_000 },
+        );
+        assert.equal(result.stdout.trim(), 'EPERM CAP_NET_RAW', `${call}: ${result.stderr}`);
+      }
     });
 
     it('S11: inside an unprivileged user namespace it refuses (77) unless --allow-user-namespace', async function () {

@@ -1,6 +1,6 @@
 /**
  * The libFuzzer targets (netlink parser; ethtool string and feature decoding; the state mirror;
- * the path probes' echo-reply parser; the /proc/net/snmp counters)
+ * the path probes' echo-reply parser; the /proc/net/snmp counters; the checksum judge)
  * under ASan+UBSan for a bounded time each, from their seed corpora. A crash,
  * a sanitizer report or a round-trip mismatch fails the test; the inputs are
  * left in build/fuzz/artifacts.
@@ -13,13 +13,15 @@ const root = join(__dirname, '..', '..');
 const SECONDS = 60;
 
 describe('fuzzing (libFuzzer, ASan+UBSan)', function () {
-  // The echo-reply and snmp parsers are a few dozen lines: a third of the time covers them.
+  // The echo-reply and snmp parsers and the checksum judge are a few dozen lines: a third of
+  // the time covers them.
   const targets: [string, number][] = [
     ['fuzz_netlink', SECONDS],
     ['fuzz_ethtool', SECONDS],
     ['fuzz_mirror', SECONDS],
     ['fuzz_path_probe', SECONDS / 3],
     ['fuzz_snmp', SECONDS / 3],
+    ['fuzz_checksum_sample', SECONDS / 3],
   ];
   for (const [target, seconds] of targets) {
     it(`${target} runs ${seconds} s without a finding`, function () {

@@ -157,33 +157,44 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
     manifests = k8s.loadAllYaml(kustomized.stdout) as Manifest[];
   });
 
-  it('RBAC for --node-condition: exactly patch nodes/status, granted only by its own file', async function () {
-    const k8s = await loadClientNode();
-    const extra = k8s.loadAllYaml(
-      readFileSync(join(DEPLOY, 'node-condition-rbac.yaml'), 'utf8'),
-    ) as Manifest[];
-    const role = extra.find((m) => m.kind === 'ClusterRole');
-    assert.deepEqual(role?.rules, [
-      { apiGroups: [''], resources: ['nodes/status'], verbs: ['patch'] },
-    ]);
-    const binding = extra.find((m) => m.kind === 'ClusterRoleBinding');
-    assert.deepEqual(binding?.subjects, byKind('ClusterRoleBinding').subjects);
-    // The request NodeConditionReporter makes (test/kubernetes.test.ts drives it).
-    const write = attributesOf({
-      method: 'PATCH',
-      path: '/api/v1/nodes/node1/status',
-      query: {},
-    } as unknown as RequestRecord);
-    assert.deepEqual(write, {
-      verb: 'patch',
-      apiGroup: '',
-      resource: 'nodes/status',
-      namespace: '',
-      name: 'node1',
+  // The optional grants: each file grants exactly the request that needs it, and the base
+  // RBAC does not (test/kubernetes.test.ts drives the requests).
+  const optionalGrants = [
+    {
+      file: 'node-condition-rbac.yaml',
+      what: '--node-condition: patch nodes/status',
+      rule: { apiGroups: [''], resources: ['nodes/status'], verbs: ['patch'] },
+      request: { method: 'PATCH', path: '/api/v1/nodes/node1/status', query: {} },
+      attributes: {
+        verb: 'patch',
+        apiGroup: '',
+        resource: 'nodes/status',
+        namespace: '',
+        name: 'node1',
+      },
+    },
+    {
+      file: 'peer-names-rbac.yaml',
+      what: 'naming the senders of bad checksums: list nodes',
+      rule: { apiGroups: [''], resources: ['nodes'], verbs: ['list'] },
+      request: { method: 'GET', path: '/api/v1/nodes', query: { limit: '100' } },
+      attributes: { verb: 'list', apiGroup: '', resource: 'nodes', namespace: '', name: '' },
+    },
+  ];
+  for (const grant of optionalGrants) {
+    it(`RBAC for ${grant.what}: exactly that, granted only by ${grant.file}`, async function () {
+      const k8s = await loadClientNode();
+      const extra = k8s.loadAllYaml(readFileSync(join(DEPLOY, grant.file), 'utf8')) as Manifest[];
+      const role = extra.find((m) => m.kind === 'ClusterRole');
+      assert.deepEqual(role?.rules, [grant.rule]);
+      const binding = extra.find((m) => m.kind === 'ClusterRoleBinding');
+      assert.deepEqual(binding?.subjects, byKind('ClusterRoleBinding').subjects);
+      const write = attributesOf(grant.request as unknown as RequestRecord);
+      assert.deepEqual(write, grant.attributes);
+      assert.equal(allows(byKind('ClusterRole').rules as unknown as PolicyRule[], write), false);
+      assert.equal(allows(role?.rules as unknown as PolicyRule[], write), true);
     });
-    assert.equal(allows(byKind('ClusterRole').rules as unknown as PolicyRule[], write), false);
-    assert.equal(allows(role?.rules as unknown as PolicyRule[], write), true);
-  });
+  }
 
   it("the image's ENTRYPOINT runs node with the bin's interpreter flags", function () {
     assert.deepEqual(imageNodeFlags(), CLI_NODE_FLAGS);

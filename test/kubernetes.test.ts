@@ -36,6 +36,7 @@ import { join } from 'node:path';
 import { isSystemError } from '../lib/core/errors';
 import type {
   ChecksumErrorsEvent,
+  ChecksumSendersEvent,
   DeviceStatus,
   FlannelGuard,
   RewriteEvent,
@@ -72,6 +73,7 @@ import {
   type RecordedEvent,
 } from '../lib/kubernetes/events';
 import { GuardMetrics } from '../lib/kubernetes/metrics';
+import { PEER_NODES_PAGE, PeerNodes } from '../lib/kubernetes/peer-nodes';
 import { parseListenAddress } from '../lib/kubernetes/listen';
 import { GuardHealth, startMetricsServer } from '../lib/kubernetes/server';
 import {
@@ -1039,6 +1041,83 @@ describe('Kubernetes', function () {
           /^3 UDP packets with bad checksums received in 2\.0 s and dropped: .*; the offload of flannel\.1 is measured again now$/,
         );
         r.close();
+      });
+
+      it('names the node that sends bad checksums (ChecksumErrorsFromPeer), by its addresses when nodes may not be listed', async function () {
+        const senders: ChecksumSendersEvent = {
+          netns: null,
+          device: 'flannel.1',
+          frames: 40,
+          checked: 30,
+          bad: 6,
+          sampleMs: 1000,
+          senders: [
+            { mac: MAC_C, vtep: '198.18.2.0', underlay: '192.0.2.12', udp: 3, tcp: 2 },
+            { mac: '0e:00:00:00:00:99', vtep: null, underlay: null, udp: 1, tcp: 0 },
+          ],
+        };
+        const notes = async (peerNodes: PeerNodes): Promise<string[]> => {
+          const r = new EventRecorder({ api, host: 'node1', retryInitialMs: 20 });
+          const guard = new EventEmitter() as unknown as FlannelGuard;
+          const stop = recordGuardEvents(guard, r, { involvedObject: node, peerNodes });
+          guard.emit('checksumSenders', senders);
+          await waitFor(() => fake.eventsV1().length >= 2, {
+            timeoutMs: 5000,
+            what: 'two ChecksumErrorsFromPeer Events',
+          });
+          assert.equal(await r.flush(5000), true);
+          stop();
+          r.close();
+          const events = fake.eventsV1().filter((e) => e.reason === 'ChecksumErrorsFromPeer');
+          assert.ok(events.every((e) => e.type === 'Warning' && e.action === 'Detected'));
+          return events.map((e) => String(e.note)).sort();
+        };
+        assert.deepEqual(await notes(new PeerNodes({ api })), [
+          `flannel.1: packets with bad checksums from an unknown peer (0e:00:00:00:00:99): 1 UDP in a 1.0 s sample; its TX checksum offload is broken: turn tx-checksum-ip-generic off there (--offload auto does it)`,
+          `flannel.1: packets with bad checksums from node node2: VTEP 198.18.2.0 (underlay 192.0.2.12, ${MAC_C}): 3 UDP, 2 TCP in a 1.0 s sample; its TX checksum offload is broken: turn tx-checksum-ip-generic off there (--offload auto does it)`,
+        ]);
+        // Without `list` on nodes (the base RBAC): the same Events, named by addresses; said once.
+        fake.fail({ method: 'GET', path: /^\/api\/v1\/nodes$/ }, 403, 10);
+        const problems: { forbidden: boolean }[] = [];
+        const refused = new PeerNodes({ api, onProblem: (p) => problems.push(p) });
+        assert.equal(await refused.nodeFor(MAC_C), null);
+        assert.equal(await refused.nodeFor(MAC_C), null);
+        assert.deepEqual(
+          problems.map((p) => p.forbidden),
+          [true],
+        );
+        assert.equal(
+          fake.requests.filter((q) => q.method === 'GET' && q.path === '/api/v1/nodes').length,
+          2,
+          'one listing for the first notes, one refused; none after the refusal',
+        );
+      });
+
+      it('PeerNodes: pages of 100 through continue, one listing for ten minutes, another after', async function () {
+        for (let i = 0; i < 2 * PEER_NODES_PAGE + 30; i += 1) {
+          const mac = `0e:00:00:00:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 0xff).toString(16).padStart(2, '0')}`;
+          fake.addNode({ name: `peer-${i}`, annotations: flannelAnnotations(mac) });
+        }
+        fake.addNode({ name: 'not-flannel', annotations: { [V4]: 'not json' } });
+        let now = 0;
+        const peers = new PeerNodes({ api, now: () => now });
+        const lists = () =>
+          fake.requests.filter((q) => q.method === 'GET' && q.path === '/api/v1/nodes');
+        assert.equal(await peers.nodeFor('0e:00:00:00:00:e5'), 'peer-229');
+        assert.equal(await peers.nodeFor(MAC_A), 'node1');
+        assert.equal(await peers.nodeFor('0e:00:00:00:ff:ff'), null);
+        assert.deepEqual(
+          lists().map((q) => [q.query.limit, q.query.continue === undefined]),
+          [
+            ['100', true],
+            ['100', false],
+            ['100', false],
+          ],
+        );
+        now += 10 * 60_000;
+        fake.deleteNode('peer-229');
+        assert.equal(await peers.nodeFor('0e:00:00:00:00:e5'), null);
+        assert.equal(lists().length, 6);
       });
 
       it('cuts a note to the 1 kB the group allows, on a character boundary', async function () {

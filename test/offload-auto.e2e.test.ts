@@ -288,13 +288,24 @@ describe('offload auto on the relay bed (a wire that finishes no checksum)', fun
     const from = guard.lines.length;
     await offloadOn(bed.nodes);
     const brokenAt = performance.now();
-    // n1 keeps sending (once a second, bounded) until n2's guard has said what it found.
-    const stopSending = keepSending(n1, n2, 1000, 40);
+    // n1 keeps sending (a round every ~0.5 s, bounded) until n2's guard has said what it found:
+    // often enough that the guard's one-second sample sees a round.
+    const stopSending = keepSending(n1, n2, 200, 80);
     try {
       const reported = await guard.waitFor((l) => l.event === 'checksumErrors', 15_000, from);
       const reportedMs = performance.now() - brokenAt;
       assert.deepEqual(reported.recheck, ['flannel.1']);
       assert.equal(reported.onset, true);
+      // The rise also samples what arrives (a second): n1 named by its VTEP MAC, VTEP and underlay addresses.
+      const named = await guard.waitFor((l) => l.event === 'checksumSenders', 15_000, from);
+      const namedMs = performance.now() - brokenAt;
+      const [n1Link] = await n1.ns.ipJson<{ address: string }[]>('link show flannel.1');
+      const senders = named.senders as { mac: string; vtep: string; underlay: string }[];
+      assert.deepEqual(
+        senders.map((sender) => [sender.mac, sender.vtep, sender.underlay]),
+        [[n1Link?.address, n1.vtepIp, n1.underlayIp]],
+        JSON.stringify(named),
+      );
       const found = await guard.waitFor((l) => l.event === 'verdict', 30_000, from);
       const foundMs = performance.now() - brokenAt;
       assert.deepEqual(
@@ -305,11 +316,66 @@ describe('offload auto on the relay bed (a wire that finishes no checksum)', fun
       assert.equal(await n2.feature(CSUM), 'off');
       // The figures for the closing note.
       console.log(
-        `      passive signal: reported ${reportedMs.toFixed(0)} ms after the offload broke (${JSON.stringify(reported.rise)}), n2's own offload measured broken and turned off after ${foundMs.toFixed(0)} ms (the slow re-check would have come after 600 s)`,
+        `      passive signal: reported ${reportedMs.toFixed(0)} ms after the offload broke (${JSON.stringify(reported.rise)}), n2's own offload measured broken and turned off after ${foundMs.toFixed(0)} ms (the slow re-check would have come after 600 s); the sender named after ${namedMs.toFixed(0)} ms: ${JSON.stringify(named.senders)}`,
       );
     } finally {
       await stopSending();
     }
+  });
+
+  it('the checksum sample names the sender: n1 while its offload is on (what the kernel counted), nobody once it is off, no false sender on pod traffic', async function () {
+    await offloadOn(bed.nodes);
+    const [n1, n2] = [bed.node(1), bed.node(2)];
+    const [n1Link] = await n1.ns.ipJson<{ address: string }[]>('link show flannel.1');
+    const received = () => getChecksumErrors({ netns: n2.ns.name });
+    /** n2's sample while `send` runs; its socket is bound before the first packet leaves. */
+    const sampleDuring = async (send: () => Promise<unknown>) => {
+      const sample = binding.sampleChecksums({
+        netns: n2.ns.path,
+        device: 'flannel.1',
+        timeoutMs: 3000,
+        maxFrames: 2000,
+      });
+      await delay(300);
+      await send();
+      return sample;
+    };
+    const rounds = (first: number) => async () => {
+      for (let round = 0; round < 5; round += 1) await sendRound(n1, n2, first + round);
+    };
+
+    const before = await received();
+    const broken = await sampleDuring(rounds(500));
+    const after = await received();
+    const udp = (after.udp ?? 0) - (before.udp ?? 0);
+    const tcp = (after.tcp ?? 0) - (before.tcp ?? 0);
+    assert.deepEqual([udp, tcp], [5, 5], 'the kernel counted every probe');
+    assert.equal(broken.bad, udp + tcp, JSON.stringify(broken));
+    assert.deepEqual(broken.senders, [{ mac: n1Link?.address, udp, tcp }]);
+
+    await n1.ns.run(['ethtool', '-K', 'flannel.1', CSUM, 'off']);
+    const fixed = await sampleDuring(rounds(600));
+    assert.equal(fixed.bad, 0, JSON.stringify(fixed));
+    assert.ok(fixed.checked >= 10, `the datagrams and SYNs were judged: ${JSON.stringify(fixed)}`);
+
+    // Pod traffic both ways, offload off on both nodes: whatever is judged is good.
+    await n2.ns.run(['ethtool', '-K', 'flannel.1', CSUM, 'off']);
+    const pods = await sampleDuring(async () => {
+      assert.equal(await bed.tcp(n1, n2, { ...QUICK, bytes: 200_000 }), true);
+      assert.equal(await bed.udp(n1, n2, QUICK), true);
+    });
+    assert.deepEqual([pods.bad, pods.senders], [0, []], JSON.stringify(pods));
+    console.log(
+      `      checksum sample: offload on ${JSON.stringify(broken)}; off ${fixed.frames} frames, ${fixed.checked} checked, 0 bad; pod traffic ${pods.frames} frames, ${pods.checked} checked, 0 bad`,
+    );
+
+    const options = { netns: n2.ns.path, device: 'flannel.1', timeoutMs: 100, maxFrames: 10 };
+    await assert.rejects(binding.sampleChecksums({ ...options, timeoutMs: 0 }), /timeout/);
+    await assert.rejects(binding.sampleChecksums({ ...options, maxFrames: 10_001 }), /maxFrames/);
+    await assert.rejects(
+      binding.sampleChecksums({ ...options, device: 'nosuchdev0' }),
+      (error: NodeJS.ErrnoException) => error.code === 'ENODEV',
+    );
   });
 
   it('probePaths itself: answers per peer, none from an address nobody has, bounded inputs', async function () {

@@ -10,7 +10,9 @@ import assert from 'node:assert/strict';
 import {
   FlannelGuard,
   describeChecksumErrors,
+  describeChecksumSenders,
   type ChecksumErrorsEvent,
+  type ChecksumSendersEvent,
   type OffloadEvent,
   type VerdictEvent,
 } from '../lib/guard';
@@ -25,6 +27,7 @@ import {
   FakePorts,
   ScriptedMonitor,
   permanentArp,
+  permanentFdb,
   permanentNdp,
 } from './support/scripted-monitor';
 
@@ -382,6 +385,77 @@ describe('offload auto: the passive signal (checksum-error counters)', function 
     // streak that agrees with the verdict changes nothing); nothing new is reported.
     assert.equal(probeCalls(r).length, settled + 3);
     assert.equal(r.verdicts.length, 1);
+  });
+
+  it('a rise samples each device once a minute at most and names the senders by their ARP and FDB entries', async function () {
+    const r = rig(3, { offload: 'none' });
+    r.kernel.replaceNeighbour(permanentFdb(r.ifindex, '7a:11:22:33:00:01', '192.0.2.12'));
+    const senders: ChecksumSendersEvent[] = [];
+    r.guard.on('checksumSenders', (e) => senders.push(e));
+    const samples = () => r.ports.calls.filter((c) => c.method === 'sampleChecksums');
+    await run(r, 2_000);
+    // Peer 1 (198.18.3.0, FDB known) sends most; an unknown MAC (no entry: a stale peer) some.
+    r.ports.checksumSample = {
+      frames: 40,
+      checked: 30,
+      bad: 6,
+      senders: [
+        { mac: '7a:11:22:33:00:09', udp: 1, tcp: 0 },
+        { mac: '7a:11:22:33:00:01', udp: 3, tcp: 2 },
+      ],
+    };
+    r.ports.checksumErrorCounters.udp += 4;
+    await run(r, 2_000);
+    assert.deepEqual(samples(), [{ method: 'sampleChecksums', name: 'flannel.1' }]);
+    assert.equal(senders.length, 1);
+    const [event] = senders as [ChecksumSendersEvent];
+    assert.deepEqual(
+      { ...event, sampleMs: 0 },
+      {
+        netns: null,
+        device: 'flannel.1',
+        frames: 40,
+        checked: 30,
+        bad: 6,
+        sampleMs: 0,
+        senders: [
+          { mac: '7a:11:22:33:00:01', vtep: '198.18.3.0', underlay: '192.0.2.12', udp: 3, tcp: 2 },
+          { mac: '7a:11:22:33:00:09', vtep: null, underlay: null, udp: 1, tcp: 0 },
+        ],
+      },
+    );
+    assert.equal(
+      describeChecksumSenders(event),
+      'flannel.1: 6 of 30 packets checked in 0.0 s carried bad checksums, sent by VTEP 198.18.3.0 (underlay 192.0.2.12, 7a:11:22:33:00:01): 3 UDP, 2 TCP; an unknown peer (7a:11:22:33:00:09): 1 UDP: turn tx-checksum-ip-generic off on the sending nodes (--offload auto there does it)',
+    );
+    // The counters keep rising: no second sample within the minute, one after it.
+    for (let i = 0; i < 30; i += 1) {
+      r.ports.checksumErrorCounters.udp += 1;
+      await run(r, 2_000);
+    }
+    assert.equal(samples().length, 2);
+    // A sample that finds nothing bad (the sender stopped, or sends nothing now) says nothing.
+    r.ports.checksumSample = { frames: 12, checked: 10, bad: 0, senders: [] };
+    await run(r, 62_000);
+    r.ports.checksumErrorCounters.tcp += 1;
+    await run(r, 2_000);
+    assert.equal(samples().length, 3);
+    assert.equal(senders.length, 2);
+  });
+
+  it('a sample that cannot be taken (no CAP_NET_RAW) is one error, then never tried again', async function () {
+    const errors: Error[] = [];
+    const r = rig(1, { offload: 'none' }, undefined, (ports, guard) => {
+      ports.fail('sampleChecksums', Object.assign(new Error('EPERM'), { code: 'EPERM' }));
+      guard.on('error', (e) => errors.push(e));
+    });
+    await run(r, 2_000);
+    for (let i = 0; i < 40; i += 1) {
+      r.ports.checksumErrorCounters.udp += 1;
+      await run(r, 2_000);
+    }
+    assert.equal(errors.length, 1);
+    assert.equal(r.ports.calls.filter((c) => c.method === 'sampleChecksums').length, 1);
   });
 
   it('checksumErrorsPollMs 0: never read', async function () {

@@ -20,6 +20,7 @@ import { binding } from '../core/binding';
 import {
   FlannelGuard,
   describeChecksumErrors,
+  describeChecksumSenders,
   type FlannelGuardEvents,
   type FlannelGuardOptions,
 } from '../guard';
@@ -176,6 +177,7 @@ const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name]
   verdict: (e) =>
     `verdict: ${e.device} ${e.feature} ${e.verdict}, ${e.action} (${e.rounds} rounds, ${e.probes} probes, ${e.msSinceStart.toFixed(0)} ms): ${e.detail}`,
   checksumErrors: (e) => `checksum errors: ${describeChecksumErrors(e)}`,
+  checksumSenders: (e) => `checksum senders: ${describeChecksumSenders(e)}`,
   contested: (e) => `contested: ${e.detail}`,
   resumed: (e) => `resumed: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`}`,
   deferred: (e) =>
@@ -209,6 +211,7 @@ const GUARD_LEVELS: Record<GuardEventName, Level> = {
   offload: 'info',
   verdict: 'info',
   checksumErrors: 'warn',
+  checksumSenders: 'warn',
   contested: 'warn',
   resumed: 'info',
   deferred: 'info',
@@ -513,6 +516,7 @@ async function watch(flags: WatchFlags): Promise<number> {
     'offload',
     'verdict',
     'checksumErrors',
+    'checksumSenders',
     'contested',
     'resumed',
     'deferred',

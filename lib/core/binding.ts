@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import nodeGypBuild from 'node-gyp-build';
 
 import type { SystemError } from './errors';
-import type { ChecksumErrorCounters } from './types';
+import type { ChecksumErrorCounters, ChecksumSample } from './types';
 
 export interface RawVxlan {
   vni?: number;
@@ -422,6 +422,12 @@ export interface RawBinding {
    */
   probePaths(options: RawProbeOptions, addresses: readonly string[]): Promise<RawPathAnswer[]>;
   /**
+   * Reads what arrives on `device` for `timeoutMs` or `maxFrames` frames, on the thread pool, and
+   * judges each UDP and TCP checksum from its bytes (native/checksum_sample.h); the bad ones per
+   * source MAC (at most 256 of them).
+   */
+  sampleChecksums(options: RawSampleOptions): Promise<ChecksumSample>;
+  /**
    * Claims `name` (an abstract unix socket) in the namespace (native/name_claim.h): `held`, a
    * listening socket; else a socket connected to the holder, or -1 when its queue is full.
    */
@@ -434,6 +440,12 @@ export interface RawProbeOptions extends RawNetnsOptions {
   udpPort: number;
   tcpPort: number;
   echoId: number;
+}
+
+export interface RawSampleOptions extends RawNetnsOptions {
+  device: string;
+  timeoutMs: number;
+  maxFrames: number;
 }
 
 export interface RawPathAnswer {

@@ -13,3 +13,7 @@ export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = Object.freeze(
 
 /** How often the guard reads its namespace's checksum-error counters (/proc/net/snmp). */
 export const DEFAULT_CHECKSUM_ERRORS_POLL_MS = 2_000;
+/** One sample of what arrives on a device after a rise: bounded in time and frames. */
+export const CHECKSUM_SAMPLE = { timeoutMs: 1_000, maxFrames: 500 } as const;
+/** A device is sampled at most this often, however long the counters keep rising. */
+export const CHECKSUM_SAMPLE_INTERVAL_MS = 60_000;

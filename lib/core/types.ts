@@ -105,3 +105,15 @@ export interface ChecksumErrorCounters {
   /** `Udp6InCsumErrors`. */
   udp6: number | null;
 }
+
+/** What a sample of the packets arriving on a device found (native/checksum_sample.h). */
+export interface ChecksumSample {
+  /** Frames received on the device. */
+  frames: number;
+  /** Of which UDP or TCP whose checksum could be judged from the bytes. */
+  checked: number;
+  /** Of which with a bad checksum. */
+  bad: number;
+  /** The bad ones by source MAC (a sending node's VTEP MAC), at most 256 MACs. */
+  senders: { mac: string; udp: number; tcp: number }[];
+}

@@ -131,6 +131,34 @@ export interface ChecksumErrorsEvent {
   recheck: string[];
 }
 
+/** A node that sent packets with bad checksums, as the device's own entries name it. */
+export interface ChecksumSender {
+  /** The frames' source MAC: the sending node's VTEP MAC. */
+  mac: string;
+  /** Its VTEP address (the device's permanent ARP/NDP entry for the MAC); null when none. */
+  vtep: string | null;
+  /** Its underlay address (the device's FDB entry for the MAC); null when none. */
+  underlay: string | null;
+  /** Bad UDP and TCP checksums from it in the sample. */
+  udp: number;
+  tcp: number;
+}
+
+/**
+ * After a rise of the counters, a sample of what arrives on a device (a packet socket, for a
+ * bounded time; nothing sent) found bad checksums: who sent them, most first.
+ */
+export interface ChecksumSendersEvent {
+  netns: string | null;
+  device: string;
+  /** Frames received, of which judged, of which bad. */
+  frames: number;
+  checked: number;
+  bad: number;
+  sampleMs: number;
+  senders: ChecksumSender[];
+}
+
 export interface AdoptedEvent {
   device: string;
   ifindex: number;
@@ -244,6 +272,7 @@ export interface FlannelGuardEvents {
   offload: [OffloadEvent];
   verdict: [VerdictEvent];
   checksumErrors: [ChecksumErrorsEvent];
+  checksumSenders: [ChecksumSendersEvent];
   contested: [ContestedEvent];
   resumed: [ResumedEvent];
   deferred: [DeferredEvent];

@@ -156,12 +156,15 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
             config.autoOffload,
             internals.random ?? Math.random,
           );
-    this.#checksumErrors = new ChecksumErrorWatch(context, (at) => {
-      const autoOffload = this.#autoOffload;
-      if (autoOffload === undefined) return [];
-      return [...this.#devices.values()]
-        .filter((device) => autoOffload.recheckEarly(device, at))
-        .map((device) => device.name);
+    this.#checksumErrors = new ChecksumErrorWatch(context, {
+      recheck: (at) => {
+        const autoOffload = this.#autoOffload;
+        if (autoOffload === undefined) return [];
+        return [...this.#devices.values()]
+          .filter((device) => autoOffload.recheckEarly(device, at))
+          .map((device) => device.name);
+      },
+      devices: () => [...this.#devices.values()],
     });
     this.#state = new DeviceStateStore({
       file: internals.stateFile,

@@ -1,6 +1,10 @@
 /** The guard: its class, configuration, events, fight policy and the parts tests open it with. */
 export { FlannelGuard } from './guard';
-export { describeChecksumErrors } from './checksum-errors';
+export {
+  describeChecksumErrors,
+  describeChecksumSender,
+  describeChecksumSenders,
+} from './checksum-errors';
 export { guardConfig } from './config';
 export type { FlannelGuardOptions, GuardConfig } from './config';
 export type { GuardClock, GuardMonitor } from './context';

@@ -5,14 +5,16 @@
  */
 import { binding, type RawControl } from '../core/binding';
 import { isSystemError } from '../core/errors';
-import { toLinkInfo, toRawNeighbourEntries } from '../core/records';
+import { toLinkInfo, toNeighbourInfo, toRawNeighbourEntries } from '../core/records';
 import type {
   ChecksumErrorCounters,
+  ChecksumSample,
   FeatureSetResult,
   FeatureState,
   LinkInfo,
   NeighbourInfo,
 } from '../core/types';
+import { AF_BRIDGE } from '../core/constants';
 import { toFeatureSetResult } from '../core/oneshot';
 import { macBytes, type NetnsTarget } from '../core/validate';
 import type { PathAnswer } from './events';
@@ -40,6 +42,13 @@ export interface GuardPorts {
     addresses: readonly string[],
     options: { timeoutMs: number; udpPort: number; tcpPort: number; echoId: number },
   ): Promise<PathAnswer[]>;
+  /** A sample of what arrives on `device` (native/checksum_sample.h), off the loop. */
+  sampleChecksums(
+    device: string,
+    options: { timeoutMs: number; maxFrames: number },
+  ): Promise<ChecksumSample>;
+  /** The device's FDB entries (each peer VTEP MAC's underlay address), off the loop. */
+  forwardingEntries(ifindex: number): Promise<NeighbourInfo[]>;
   close(): void;
 }
 
@@ -80,6 +89,13 @@ export function controlPorts(control: RawControl, netns: NetnsTarget | null): Gu
     },
     probePaths(device, addresses, options) {
       return binding.probePaths({ ...where, ...options, device }, addresses);
+    },
+    sampleChecksums(device, options) {
+      return binding.sampleChecksums({ ...where, ...options, device });
+    },
+    async forwardingEntries(ifindex) {
+      const entries = await control.dumpNeighbours(AF_BRIDGE, true);
+      return entries.map(toNeighbourInfo).filter((entry) => entry.ifindex === ifindex);
     },
     close() {
       control.close();

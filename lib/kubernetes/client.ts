@@ -101,6 +101,10 @@ interface EventApiLike {
 
 interface CoreV1ApiLike extends EventApiLike {
   readNode(param: { name: string }): Promise<{ metadata?: ObjectMetaLike }>;
+  listNode(param: { limit: number; _continue?: string }): Promise<{
+    metadata?: { _continue?: string };
+    items?: { metadata?: ObjectMetaLike }[];
+  }>;
   patchNode(
     param: { name: string; body: object; fieldManager?: string },
     options?: unknown,
@@ -162,6 +166,12 @@ export interface KubeObjectMeta {
 
 export interface KubeNode {
   metadata: KubeObjectMeta;
+}
+
+export interface KubeNodePage {
+  items: KubeNode[];
+  /** Set when there are more: the token for the next page. */
+  continue?: string;
 }
 
 /** The API an Event is stored through: events.k8s.io/v1, or core/v1 where the group is missing. */
@@ -243,6 +253,8 @@ export interface KubernetesApi {
   /** The API server's URL, for messages. */
   readonly server: string;
   getNode(name: string): Promise<KubeNode>;
+  /** One page of the Nodes (GET /api/v1/nodes?limit=); `continue` asks for the next one. */
+  listNodes(page: { limit: number; continue?: string }): Promise<KubeNodePage>;
   /** Watches one Node (a field selector on its name): GET /api/v1/nodes?watch=true. */
   watchNode(name: string, options: WatchOptions, onEvent: (event: WatchEvent) => void): WatchStream;
   /** A JSON merge patch (RFC 7386) of the Node. */
@@ -818,6 +830,19 @@ class ClientNodeApi implements KubernetesApi {
     const what = `get node ${name}`;
     const node = await this.#call(what, () => this.#core.readNode({ name }));
     return { metadata: objectMeta(node.metadata, what) };
+  }
+
+  async listNodes(page: { limit: number; continue?: string }): Promise<KubeNodePage> {
+    const what = 'list nodes';
+    const list = await this.#call(what, () =>
+      this.#core.listNode({
+        limit: page.limit,
+        ...(page.continue === undefined ? {} : { _continue: page.continue }),
+      }),
+    );
+    const items = (list.items ?? []).map((node) => ({ metadata: objectMeta(node.metadata, what) }));
+    const next = list.metadata?._continue;
+    return next ? { items, continue: next } : { items };
   }
 
   watchNode(

@@ -21,7 +21,9 @@ import { EventEmitter } from 'node:events';
 
 import {
   describeChecksumErrors,
+  describeChecksumSender,
   type ChecksumErrorsEvent,
+  type ChecksumSendersEvent,
   type FlannelGuard,
   type RewriteEvent,
   type SharedEvent,
@@ -34,6 +36,7 @@ import {
   type KubernetesApi,
   type StoredEvent,
 } from './client';
+import type { PeerNodes } from './peer-nodes';
 import { Sleeper } from './sleeper';
 
 export const EVENT_COMPONENT = 'flannel-guard';
@@ -49,6 +52,7 @@ export const EVENT_REASONS = {
   offloadUnverified: 'VtepOffloadUnverified',
   shared: 'VtepGuardedTwice',
   checksumErrors: 'ChecksumErrorsReceived',
+  checksumSender: 'ChecksumErrorsFromPeer',
 } as const;
 
 /** events.k8s.io/v1 `action` of each reason: what the guard saw or did (default: the reason). */
@@ -62,6 +66,7 @@ const EVENT_ACTIONS: Readonly<Record<string, string>> = {
   [EVENT_REASONS.offloadUnverified]: 'RestoredOffload',
   [EVENT_REASONS.shared]: 'Detected',
   [EVENT_REASONS.checksumErrors]: 'Detected',
+  [EVENT_REASONS.checksumSender]: 'Detected',
 };
 
 export interface InvolvedObject {
@@ -467,6 +472,8 @@ export interface GuardEventOptions {
   involvedObject: () => InvolvedObject;
   /** Named in the messages of adoptions. */
   annotation?: string;
+  /** Names the Node behind a VTEP MAC that sends bad checksums; without it, its addresses do. */
+  peerNodes?: Pick<PeerNodes, 'nodeFor'>;
 }
 
 /** The Node as kubelet names it in Events: kind Node, v1, its uid (or its name until known). */
@@ -553,10 +560,25 @@ export function recordGuardEvents(
   const onChecksumErrors = (e: ChecksumErrorsEvent): void => {
     if (e.onset) record('Warning', EVENT_REASONS.checksumErrors, describeChecksumErrors(e));
   };
+  // One Event per sender (at most one sample a minute), naming its Node where the annotations do.
+  const onChecksumSenders = (e: ChecksumSendersEvent): void => {
+    for (const sender of e.senders) {
+      void (options.peerNodes?.nodeFor(sender.mac) ?? Promise.resolve(null)).then((node) => {
+        const who = node === null ? '' : `node ${node}: `;
+        record(
+          'Warning',
+          EVENT_REASONS.checksumSender,
+          `${e.device}: packets with bad checksums from ${who}${describeChecksumSender(sender)} in a ${(e.sampleMs / 1000).toFixed(1)} s sample; its TX checksum offload is broken: turn tx-checksum-ip-generic off there (--offload auto does it)`,
+        );
+      });
+    }
+  };
   guard.on('verdict', onVerdict);
   guard.on('shared', onShared);
   guard.on('checksumErrors', onChecksumErrors);
+  guard.on('checksumSenders', onChecksumSenders);
   return () => {
+    guard.off('checksumSenders', onChecksumSenders);
     guard.off('checksumErrors', onChecksumErrors);
     guard.off('shared', onShared);
     guard.off('rewrite', onRewrite);

@@ -17,6 +17,7 @@ import { EventRecorder, nodeReference, recordGuardEvents } from './events';
 import { GuardMetrics } from './metrics';
 import type { ListenAddress } from './listen';
 import { GuardHealth, startMetricsServer, type MetricsServer } from './server';
+import { PeerNodes } from './peer-nodes';
 import { KubernetesMacSource, type SourceStatus } from './source';
 
 export type LogLevel = 'info' | 'warn' | 'error';
@@ -113,6 +114,7 @@ export class WatchServices {
   #api: KubernetesApi | undefined;
   #source: KubernetesMacSource | undefined;
   #recorder: EventRecorder | undefined;
+  #peerNodes: PeerNodes | undefined;
   #condition: NodeConditionReporter | undefined;
   #cluster: ClusterSettings | null;
   #closing: Promise<void> | undefined;
@@ -163,6 +165,7 @@ export class WatchServices {
       recordGuardEvents(guard, this.#recorder, {
         involvedObject: () => nodeReference(cluster.nodeName, source.nodeUid),
         annotation: backendDataKey('ipv4', source.annotationPrefix),
+        ...(this.#peerNodes === undefined ? {} : { peerNodes: this.#peerNodes }),
       });
     }
     this.#condition?.start();
@@ -229,6 +232,20 @@ export class WatchServices {
     if (!options.dryRun) {
       const recorder = new EventRecorder({ api, host: cluster.nodeName });
       this.#recorder = recorder;
+      this.#peerNodes = new PeerNodes({
+        api,
+        annotationPrefix: source.annotationPrefix,
+        onProblem: (problem) => {
+          options.log(
+            'kubernetes-peers',
+            'warn',
+            problem,
+            problem.forbidden
+              ? `peers: may not list nodes (${problem.error}): senders of bad checksums are named by their addresses; deploy/peer-names-rbac.yaml grants it`
+              : `peers: nodes not listed (${problem.error}): senders of bad checksums are named by their addresses this time`,
+          );
+        },
+      });
       metrics?.observeRecorder(recorder);
       recorder.on('dropped', (e) => {
         if (e.reason === 'spam') return; // rate-limited like kubelet's; counted in the metrics

@@ -32,6 +32,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
                              InstanceMethod<&FlannelGuardAddon::WriteNoWait>("writeNoWait"),
                              InstanceMethod<&FlannelGuardAddon::ProbePaths>("probePaths"),
+                             InstanceMethod<&FlannelGuardAddon::SampleChecksums>("sampleChecksums"),
                              InstanceMethod<&FlannelGuardAddon::ClaimName>("claimName"),
                          });
   }
@@ -79,6 +80,9 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
   }
 
   Napi::Value ProbePaths(const Napi::CallbackInfo& info) { return addon::ProbePaths(info); }
+  Napi::Value SampleChecksums(const Napi::CallbackInfo& info) {
+    return addon::SampleChecksums(info);
+  }
 
   // claimName(name: string, netns?: string, netnsLabel?: string) -> { fd, held }: see
   // name_claim.h. The descriptor is the caller's to wrap (net.Server, net.Socket) and close.

@@ -9,8 +9,10 @@ namespace {
 // What an EPERM from `syscall` means in practice; null for calls that need no capability.
 const char* MissingCapability(const std::string& syscall) {
   if (syscall == "setns") return "CAP_SYS_ADMIN";
-  // The path probe's raw ICMP socket, and binding any socket to a device.
-  if (syscall == "socket(SOCK_RAW)" || syscall == "setsockopt(SO_BINDTODEVICE)") {
+  // The path probe's raw ICMP socket, the checksum sample's packet socket, and binding any
+  // socket to a device.
+  if (syscall == "socket(SOCK_RAW)" || syscall == "socket(AF_PACKET)" ||
+      syscall == "setsockopt(SO_BINDTODEVICE)") {
     return "CAP_NET_RAW";
   }
   if (syscall == "getlink" || syscall == "getneigh" || syscall.rfind("ioctl(ETHTOOL_G", 0) == 0) {

@@ -9,10 +9,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "internet_checksum.h"
 #include "path_probe.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using fg::probe::InternetChecksum;
+  using fg::InternetChecksum;
   std::vector<uint8_t> copy(data, data + size);  // exact size: ASan sees any overread
   const auto parsed = fg::probe::ParseEchoReply(copy.data(), copy.size());
   if (parsed) {

@@ -10,12 +10,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "internet_checksum.h"
 #include "test_harness.h"
 
 namespace {
 
+using fg::InternetChecksum;
 using fg::probe::EchoRequest;
-using fg::probe::InternetChecksum;
 using fg::probe::ParseEchoReply;
 
 // An IPv4 header of `ihl` words (options zero) from `source`, then `icmp`.

@@ -5,7 +5,7 @@
  * - Nodes: GET /api/v1/nodes/{name} (a Node as served: kind/apiVersion,
  *   metadata with uid, resourceVersion, creationTimestamp, labels,
  *   annotations, managedFields; spec; status), GET /api/v1/nodes (NodeList,
- *   fieldSelector metadata.name), PATCH /api/v1/nodes/{name} with
+ *   fieldSelector metadata.name, pages by limit and continue), PATCH /api/v1/nodes/{name} with
  *   application/merge-patch+json (RFC 7386) or strategic-merge-patch+json
  *   (the same for the maps and scalars used here); metadata.resourceVersion in
  *   a patch is a precondition: a stale one is 409 Conflict; a patch that
@@ -659,12 +659,25 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
           return;
         }
         const selected = this.#selected(query.fieldSelector);
-        const items = [...this.#nodes.values()].filter((n) => selected(n)).map(clone);
+        const all = [...this.#nodes.values()].filter((n) => selected(n));
+        // Pages as the API server cuts them: `limit` items, `continue` for the rest.
+        const from =
+          query.continue === undefined
+            ? 0
+            : Number(Buffer.from(query.continue, 'base64url').toString());
+        const limit = query.limit === undefined ? all.length : Number(query.limit);
+        if (!Number.isInteger(from) || from < 0 || !Number.isInteger(limit) || limit < 0) {
+          reply(400, status(400, 'invalid limit or continue'));
+          return;
+        }
+        const end = limit === 0 ? all.length : Math.min(all.length, from + limit);
+        const metadata: JsonObject = { resourceVersion: String(this.#rv) };
+        if (end < all.length) metadata.continue = Buffer.from(String(end)).toString('base64url');
         reply(200, {
           kind: 'NodeList',
           apiVersion: 'v1',
-          metadata: { resourceVersion: String(this.#rv) },
-          items,
+          metadata,
+          items: all.slice(from, end).map(clone),
         });
         return;
       }

@@ -36,6 +36,7 @@ import { neighbourKey } from '../../lib/core/records';
 import { delLinkMessage, linkMessage, message, neighMessage, u32 } from './netlink-bytes';
 import type {
   ChecksumErrorCounters,
+  ChecksumSample,
   FeatureSetResult,
   FeatureState,
   LinkInfo,
@@ -652,6 +653,8 @@ export type PortCall =
   | { method: 'probeWriteAccess' }
   | { method: 'checksumErrors' }
   | { method: 'probePaths'; name: string; addresses: readonly string[] }
+  | { method: 'sampleChecksums'; name: string }
+  | { method: 'forwardingEntries'; ifindex: number }
   | { method: 'close' };
 
 export type PortMethod = PortCall['method'];
@@ -789,13 +792,36 @@ export class FakePorts implements GuardPorts {
   });
 
   probePaths(name: string, addresses: readonly string[]): Promise<PathAnswer[]> {
+    return this.#settle({ method: 'probePaths', name, addresses: [...addresses] }, () =>
+      addresses.map((address) => ({ address, ...this.answerProbe(name, address) })),
+    );
+  }
+
+  /** An asynchronous port: its scripted failure rejects, as the real one's would. */
+  #settle<T>(call: PortCall, answer: () => T): Promise<T> {
     try {
-      this.#enter({ method: 'probePaths', name, addresses: [...addresses] });
+      this.#enter(call);
     } catch (error) {
       return Promise.reject(error as Error);
     }
-    return Promise.resolve(
-      addresses.map((address) => ({ address, ...this.answerProbe(name, address) })),
+    return Promise.resolve(answer());
+  }
+
+  /** What a sample of the packets arriving on a device finds, as a test sets it. */
+  checksumSample: ChecksumSample = { frames: 0, checked: 0, bad: 0, senders: [] };
+
+  sampleChecksums(name: string): Promise<ChecksumSample> {
+    return this.#settle({ method: 'sampleChecksums', name }, () =>
+      structuredClone(this.checksumSample),
+    );
+  }
+
+  /** The kernel's FDB entries on the device. */
+  forwardingEntries(ifindex: number): Promise<NeighbourInfo[]> {
+    return this.#settle({ method: 'forwardingEntries', ifindex }, () =>
+      [...this.kernel.neighbours.values()]
+        .filter((entry) => entry.family === 'bridge' && entry.ifindex === ifindex)
+        .map(cloneNeighbour),
     );
   }
 
