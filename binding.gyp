@@ -17,6 +17,7 @@
         "native/scripted_io.cc",
         "native/read_thread.cc",
         "native/report_queue.cc",
+        "native/delivered_view.cc",
         "native/socket_filter.cc",
         "native/ethtool.cc",
         "native/path_probe.cc",

@@ -66,6 +66,14 @@ ReportQueue::Taken ReportQueue::Take(bool flush, int64_t now) {
   return taken;
 }
 
+std::vector<const MonitorItem*> ReportQueue::Queued() const {
+  std::vector<const MonitorItem*> queued;
+  queued.reserve(ready_.size() + held_.size());
+  for (const MonitorItem& item : ready_) queued.push_back(&item);
+  for (const MonitorItem& item : held_) queued.push_back(&item);
+  return queued;
+}
+
 void ReportQueue::Clear() {
   held_.clear();
   ready_.clear();

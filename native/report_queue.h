@@ -49,6 +49,8 @@ class ReportQueue {
   Taken Take(bool flush, int64_t now);
 
   void Clear();
+  // The items read and not yet taken, in the order Take delivers them.
+  std::vector<const MonitorItem*> Queued() const;
   const ReportStats& stats() const { return stats_; }
   size_t held() const { return held_.size(); }
 

@@ -13,7 +13,7 @@ import { binding } from '../lib/core/binding';
 import { neighbourKey } from '../lib/core/records';
 import type { LinkInfo, NeighbourInfo } from '../lib/core/types';
 import { monotonicMs } from '../lib/core/clock';
-import { Netns, delay, execFile, slowdown, waitFor } from './support/netns';
+import { Netns, blockUntil, delay, execFile, slowdown, waitFor } from './support/netns';
 import { prng } from './support/prng';
 import { collectEvents, nextEvent } from './support/events';
 
@@ -615,6 +615,39 @@ describe('LinkMonitor (real kernel, netns)', function () {
     });
     assert.equal(seen[0], 'added 0e:00:00:00:00:61 1500');
     assert.deepEqual(seen.slice(-1), ['changed 0e:00:00:00:00:62 1400']);
+  });
+
+  it('a query made between reports (a timer) answers as of the last report: a rewrite read and not yet handed over is not seen, nor its flush', async function () {
+    await ns.ip('link add vx7 address 0e:00:00:00:00:71 type vxlan id 7 dstport 8472 nolearning');
+    await ns.ip('link set vx7 up');
+    await ns.ip('neigh replace 198.18.0.7 lladdr 0e:00:00:00:00:a7 dev vx7 nud permanent');
+    const m = await open();
+    await settled(m);
+    const changes: string[] = [];
+    m.on('linkChanged', ({ link }) => {
+      if (link.name === 'vx7') changes.push(link.mac ?? '');
+    });
+    const shown = (): string => {
+      const byIndex = m.getLink(m.getLink('vx7')?.ifindex ?? 0);
+      const listed = m.links().find((link) => link.name === 'vx7');
+      const entries = m
+        .neighbours({ ifindex: byIndex?.ifindex ?? 0 })
+        .filter((entry) => entry.family === 'inet')
+        .map((entry) => entry.destination);
+      return `${byIndex?.mac} ${listed?.mac} [${entries.join(' ')}]`;
+    };
+    const read = m.stats().messages;
+    // The loop blocked: the reader reads the rewrite and the flush it causes (two messages)
+    // while JavaScript has been handed neither.
+    execFileSync('ip', ['-n', ns.name, 'link', 'set', 'vx7', 'address', '0e:00:00:00:00:72']);
+    assert.ok(
+      blockUntil(() => m.stats().messages >= read + 2, 5000),
+      'the reader read both',
+    );
+    assert.equal(shown(), '0e:00:00:00:00:71 0e:00:00:00:00:71 [198.18.0.7]');
+    await waitFor(() => changes.length > 0, { timeoutMs: 5000, what: 'the change' });
+    assert.deepEqual(changes, ['0e:00:00:00:00:72']);
+    assert.equal(shown(), '0e:00:00:00:00:72 0e:00:00:00:00:72 []');
   });
 
   it('seeded random churn: the mirror is a fresh dump, and its events replayed are the mirror', async function () {

@@ -229,6 +229,7 @@ export interface RawMonitor {
   ref(): void;
   unref(): void;
   stats(): RawMonitorStats;
+  /** The mirror as of the last batch handed over (what was read since is left out). */
   links(): RawMirroredLink[];
   getLink(key: number | string): RawMirroredLink | undefined;
   neighbours(ifindex?: number): RawNeighbourColumns;

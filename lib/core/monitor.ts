@@ -438,6 +438,8 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
    * The native layer applies a whole batch to the mirror before JS sees its first item: while
    * an item is being dispatched, the batch's later changes say what the mirror held as of that
    * item (their `previous` states), so that a listener's query never runs ahead of the events.
+   * (What was read after the batch, or between two batches, the native views leave out
+   * themselves: a timer's query answers as of the last batch handed over.)
    */
   #laterChanges(): LaterChanges | undefined {
     const batch = this.#batch;

@@ -45,23 +45,18 @@ napi_value MirroredLinkToJs(JsWriter& js, const netlink::LinkRecord& record,
   return link;
 }
 
-const StateMirror::Link* FindMirroredLink(const StateMirror& mirror, const Napi::Value& key) {
-  if (key.IsNumber()) return mirror.FindLink(key.As<Napi::Number>().Int32Value());
-  if (key.IsString()) return mirror.FindLinkByName(key.As<Napi::String>().Utf8Value());
+std::optional<ViewedLink> FindViewedLink(const DeliveredView& view, const Napi::Value& key) {
+  if (key.IsNumber()) return view.Link(key.As<Napi::Number>().Int32Value());
+  if (key.IsString()) return view.LinkNamed(key.As<Napi::String>().Utf8Value());
   throw Napi::TypeError::New(key.Env(), "getLink(ifindex | name)");
 }
 
-napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
-                             const std::function<int16_t(int32_t)>& addrAssignType) {
-  // Indexes first: reading addr_assign_type may update the mirror's entries.
-  std::vector<int32_t> ifindexes;
-  ifindexes.reserve(mirror.linkCount());
-  for (const auto& [ifindex, link] : mirror.links()) ifindexes.push_back(ifindex);
-  napi_value array = js.Array(ifindexes.size());
-  for (size_t i = 0; i < ifindexes.size(); ++i) {
-    const int16_t type = addrAssignType(ifindexes[i]);
+napi_value ViewedLinksToJs(JsWriter& js, const std::vector<ViewedLink>& links,
+                           const std::function<int16_t(const ViewedLink&)>& addrAssignType) {
+  napi_value array = js.Array(links.size());
+  for (size_t i = 0; i < links.size(); ++i) {
     js.SetIndex(array, static_cast<uint32_t>(i),
-                MirroredLinkToJs(js, mirror.FindLink(ifindexes[i])->record, type));
+                MirroredLinkToJs(js, links[i].record, addrAssignType(links[i])));
   }
   return array;
 }
@@ -85,15 +80,6 @@ napi_value TypedArray(JsWriter& js, napi_typedarray_type type, size_t count, T**
 }
 
 }  // namespace
-
-napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
-                                  std::optional<int32_t> ifindex) {
-  std::vector<const netlink::NeighRecord*> entries;
-  for (const auto& [key, neigh] : mirror.neighs()) {
-    if (!ifindex || neigh.record.ifindex == *ifindex) entries.push_back(&neigh.record);
-  }
-  return NeighbourColumnsToJs(js, entries);
-}
 
 napi_value NeighbourColumnsToJs(JsWriter& js,
                                 const std::vector<const netlink::NeighRecord*>& entries) {

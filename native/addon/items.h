@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "delivered_view.h"
 #include "js_writer.h"
 #include "monitor_core.h"
 
@@ -19,21 +20,18 @@ namespace fg::addon {
 napi_value MirroredLinkToJs(JsWriter& js, const netlink::LinkRecord& record,
                             int16_t addrAssignType);
 
-// A mirror's links, each with the addr_assign_type `addrAssignType(ifindex)` gives.
-napi_value MirroredLinksToJs(JsWriter& js, const StateMirror& mirror,
-                             const std::function<int16_t(int32_t)>& addrAssignType);
-// A mirror's neighbour and FDB entries (of one device when `ifindex` is given) as
-// columns: typed arrays of the numbers and arrays of the two strings, so that
-// thousands of entries cost a few objects here (JS makes the records, as
-// lib/core/records.ts neighbourInfos does) instead of a dozen property writes each.
-napi_value MirroredNeighboursToJs(JsWriter& js, const StateMirror& mirror,
-                                  std::optional<int32_t> ifindex);
-// Any entries as those columns.
+// Links as a DeliveredView gives them, each with the addr_assign_type `addrAssignType` gives.
+napi_value ViewedLinksToJs(JsWriter& js, const std::vector<ViewedLink>& links,
+                           const std::function<int16_t(const ViewedLink&)>& addrAssignType);
+// Neighbour and FDB entries as columns: typed arrays of the numbers and arrays
+// of the two strings, so that thousands of entries cost a few objects here (JS
+// makes the records, as lib/core/records.ts neighbourInfos does) instead of a
+// dozen property writes each.
 napi_value NeighbourColumnsToJs(JsWriter& js,
                                 const std::vector<const netlink::NeighRecord*>& entries);
 
 // getLink()'s lookup: by index (a number) or by name (a string); a TypeError otherwise.
-const StateMirror::Link* FindMirroredLink(const StateMirror& mirror, const Napi::Value& key);
+std::optional<ViewedLink> FindViewedLink(const DeliveredView& view, const Napi::Value& key);
 
 napi_value ItemToJs(JsWriter& js, const MonitorItem& item, const std::string& netnsLabel);
 // A batch of items as one array.

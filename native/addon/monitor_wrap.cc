@@ -232,42 +232,43 @@ Napi::Value MonitorWrap::Stats(const Napi::CallbackInfo& info) {
                    shared->reports.stats(), receiveBuffer_, MirrorOf(*shared));
 }
 
-int16_t MonitorWrap::AddrAssignTypeOf(ReaderShared& shared, int32_t ifindex) {
-  if (shared.core) return shared.core->AddrAssignTypeOf(ifindex);
-  const StateMirror::Link* link = finalMirror_.FindLink(ifindex);
-  return link ? link->addrAssignType : kAddrAssignTypeUnknown;
+int16_t MonitorWrap::AddrAssignTypeOf(ReaderShared& shared, const ViewedLink& link) {
+  // A device as a queued change found it: the type read with that change, if any was.
+  if (link.beforeQueued) return link.addrAssignType;
+  if (shared.core) return shared.core->AddrAssignTypeOf(link.record.ifindex);
+  return link.addrAssignType;
 }
 
-// links(): every mirrored link (as at close() once closed).
+// links(): every mirrored link, as the items taken so far tell it (as at close() once closed).
 Napi::Value MonitorWrap::Links(const Napi::CallbackInfo& info) {
   auto shared = shared_.Lock();
+  const DeliveredView view = ViewOf(*shared);
   JsWriter js(info.Env());
   return Napi::Value(info.Env(),
-                     MirroredLinksToJs(js, MirrorOf(*shared), [this, &shared](int32_t ifindex) {
-                       return AddrAssignTypeOf(*shared, ifindex);
+                     ViewedLinksToJs(js, view.Links(), [this, &shared](const ViewedLink& link) {
+                       return AddrAssignTypeOf(*shared, link);
                      }));
 }
 
-// getLink(ifindex | name): the mirrored link, or undefined.
+// getLink(ifindex | name): the mirrored link as the items taken so far tell it, or undefined.
 Napi::Value MonitorWrap::GetLink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto shared = shared_.Lock();
-  const StateMirror::Link* link = FindMirroredLink(MirrorOf(*shared), info[0]);
+  const std::optional<ViewedLink> link = FindViewedLink(ViewOf(*shared), info[0]);
   if (!link) return env.Undefined();
-  const int32_t ifindex = link->record.ifindex;
-  const int16_t addrAssignType = AddrAssignTypeOf(*shared, ifindex);
   JsWriter js(env);
-  return Napi::Value(
-      env, MirroredLinkToJs(js, MirrorOf(*shared).FindLink(ifindex)->record, addrAssignType));
+  return Napi::Value(env, MirroredLinkToJs(js, link->record, AddrAssignTypeOf(*shared, *link)));
 }
 
-// neighbours(ifindex?): the mirrored neighbour and FDB entries, of one device when given.
+// neighbours(ifindex?): the mirrored neighbour and FDB entries as the items taken so far tell
+// them, of one device when given.
 Napi::Value MonitorWrap::Neighbours(const Napi::CallbackInfo& info) {
   auto shared = shared_.Lock();
+  const DeliveredView view = ViewOf(*shared);
   JsWriter js(info.Env());
   std::optional<int32_t> ifindex;
   if (info[0].IsNumber()) ifindex = info[0].As<Napi::Number>().Int32Value();
-  return Napi::Value(info.Env(), MirroredNeighboursToJs(js, MirrorOf(*shared), ifindex));
+  return Napi::Value(info.Env(), NeighbourColumnsToJs(js, view.Neighbours(ifindex)));
 }
 
 Napi::Value MonitorWrap::Resyncing(const Napi::CallbackInfo& info) {

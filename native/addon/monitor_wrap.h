@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "delivered_view.h"
 #include "guarded.h"
 #include "monitor_args.h"
 #include "monitor_core.h"
@@ -100,8 +101,12 @@ class MonitorWrap : public Napi::ObjectWrap<MonitorWrap> {
   const StateMirror& MirrorOf(const ReaderShared& shared) const {
     return shared.core ? shared.core->mirror() : finalMirror_;
   }
-  // addr_assign_type of a mirrored device (read lazily while open).
-  int16_t AddrAssignTypeOf(ReaderShared& shared, int32_t ifindex);
+  // The mirror as the loop has been told it: the items read and not yet taken undone.
+  DeliveredView ViewOf(const ReaderShared& shared) const {
+    return DeliveredView(MirrorOf(shared), shared.reports.Queued());
+  }
+  // addr_assign_type of a device in the view (read lazily while open).
+  int16_t AddrAssignTypeOf(ReaderShared& shared, const ViewedLink& link);
 };
 
 }  // namespace fg::addon

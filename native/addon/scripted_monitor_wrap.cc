@@ -208,15 +208,17 @@ Napi::Value ScriptedMonitorWrap::Stats(const Napi::CallbackInfo& info) {
                    core_->mirror());
 }
 
+// Items are delivered as they are read: the view is the mirror's (through the same code).
 Napi::Value ScriptedMonitorWrap::Links(const Napi::CallbackInfo& info) {
   JsWriter js(info.Env());
-  return Finish(js, MirroredLinksToJs(js, core_->mirror(), [this](int32_t ifindex) {
-                  return core_->mirror().FindLink(ifindex)->addrAssignType;
-                }));
+  const DeliveredView view(core_->mirror(), {});
+  return Finish(js, ViewedLinksToJs(js, view.Links(),
+                                    [](const ViewedLink& link) { return link.addrAssignType; }));
 }
 
 Napi::Value ScriptedMonitorWrap::GetLink(const Napi::CallbackInfo& info) {
-  const StateMirror::Link* link = FindMirroredLink(core_->mirror(), info[0]);
+  const std::optional<ViewedLink> link =
+      FindViewedLink(DeliveredView(core_->mirror(), {}), info[0]);
   if (!link) return info.Env().Undefined();
   JsWriter js(info.Env());
   return Finish(js, MirroredLinkToJs(js, link->record, link->addrAssignType));
@@ -226,7 +228,8 @@ Napi::Value ScriptedMonitorWrap::Neighbours(const Napi::CallbackInfo& info) {
   JsWriter js(info.Env());
   std::optional<int32_t> ifindex;
   if (info[0].IsNumber()) ifindex = info[0].As<Napi::Number>().Int32Value();
-  return Finish(js, MirroredNeighboursToJs(js, core_->mirror(), ifindex));
+  const DeliveredView view(core_->mirror(), {});
+  return Finish(js, NeighbourColumnsToJs(js, view.Neighbours(ifindex)));
 }
 
 Napi::Value ScriptedMonitorWrap::Resyncing(const Napi::CallbackInfo& info) {

@@ -190,6 +190,18 @@ export async function waitFor<T>(
   throw new Error(`timed out after ${opts.timeoutMs} ms waiting for ${opts.what}${suffix}`);
 }
 
+/**
+ * Blocks the thread, sleeping 1 ms at a time (never spinning), until `done` holds or `ms` have
+ * passed; whether it holds. For a test that keeps the event loop from running while another
+ * thread (the monitor's reader) does its part.
+ */
+export function blockUntil(done: () => boolean, ms: number): boolean {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  const until = Date.now() + ms;
+  while (!done() && Date.now() < until) Atomics.wait(cell, 0, 0, 1);
+  return done();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registry and crash-safe cleanup
 // ---------------------------------------------------------------------------------------------
