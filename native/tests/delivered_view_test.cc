@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "mirror_records.h"
 #include "test_harness.h"
 
 namespace {
@@ -27,28 +28,9 @@ using fg::StateMirror;
 using fg::ViewedLink;
 using fg::netlink::LinkRecord;
 using fg::netlink::NeighRecord;
-
-LinkRecord Link(int32_t ifindex, uint8_t mac, const std::string& name) {
-  LinkRecord link;
-  link.ifindex = ifindex;
-  link.name = name;
-  link.kind = "vxlan";
-  link.flags = IFF_UP;
-  link.mac.state = fg::netlink::MacField::State::kValid;
-  link.mac.bytes = {0x0e, 0, 0, 0, 0, mac};
-  return link;
-}
-
-NeighRecord Arp(int32_t ifindex, uint8_t last, uint8_t mac) {
-  NeighRecord neigh;
-  neigh.family = AF_INET;
-  neigh.ifindex = ifindex;
-  neigh.state = NUD_PERMANENT;
-  neigh.destination = {198, 18, 0, last};
-  neigh.lladdr.state = fg::netlink::MacField::State::kValid;
-  neigh.lladdr.bytes = {0x06, 0, 0, 0, 0, mac};
-  return neigh;
-}
+using fg_test::records::Arp;
+using fg_test::records::Deleted;
+using fg_test::records::Link;
 
 // What a view shows, as text: links (index, name, MAC) and entries (key, MAC).
 std::string Shown(const std::vector<ViewedLink>& links,
@@ -89,13 +71,11 @@ void RandomMessage(std::mt19937& random, StateMirror* mirror, std::vector<Mirror
     case 1: {
       // Names are unique, as the kernel keeps them; a rename moves between two.
       const std::string name = (random() % 2 == 0 ? "vx" : "flannel.") + std::to_string(ifindex);
-      mirror->ApplyLink(Link(ifindex, value, name), false, out);
+      mirror->ApplyLink(Link(ifindex, value, true, name), false, out);
       return;
     }
     case 2: {
-      LinkRecord gone = Link(ifindex, 0, "");
-      gone.deleted = true;
-      mirror->ApplyLink(gone, false, out);
+      mirror->ApplyLink(Deleted(ifindex), false, out);
       return;
     }
     default: {
@@ -108,13 +88,18 @@ void RandomMessage(std::mt19937& random, StateMirror* mirror, std::vector<Mirror
   }
 }
 
+// The mirror after a dump of flannel.1 (ifindex 2, MAC ..:01) with one permanent entry.
+void DumpOneDevice(StateMirror* mirror, std::vector<MirrorChange>* changes) {
+  mirror->BeginResync();
+  mirror->ApplyLink(Link(2, 1, true, "flannel.1"), true, changes);
+  mirror->ApplyNeigh(Arp(2, 1, 7), true, 0, changes);
+  mirror->EndResync(true, changes);
+}
+
 TEST_CASE("delivered view: with nothing queued it is the mirror") {
   StateMirror mirror;
   std::vector<MirrorChange> changes;
-  mirror.BeginResync();
-  mirror.ApplyLink(Link(2, 1, "flannel.1"), true, &changes);
-  mirror.ApplyNeigh(Arp(2, 1, 7), true, 0, &changes);
-  mirror.EndResync(true, &changes);
+  DumpOneDevice(&mirror, &changes);
   const DeliveredView view(mirror, {});
   EXPECT_EQ(Shown(view.Links(), view.Neighbours(std::nullopt)), ShownMirror(mirror));
   EXPECT_EQ(view.LinkNamed("flannel.1")->record.ifindex, 2);
@@ -125,11 +110,8 @@ TEST_CASE("delivered view: with nothing queued it is the mirror") {
 TEST_CASE("delivered view: a queued rewrite is not seen; its flush is not either") {
   StateMirror mirror;
   std::vector<MirrorChange> changes;
-  mirror.BeginResync();
-  mirror.ApplyLink(Link(2, 1, "flannel.1"), true, &changes);
-  mirror.ApplyNeigh(Arp(2, 1, 7), true, 0, &changes);
-  mirror.EndResync(true, &changes);
-  mirror.ApplyLink(Link(2, 9, "flannel.1"), false, &changes);  // another writer's MAC
+  DumpOneDevice(&mirror, &changes);
+  mirror.ApplyLink(Link(2, 9, true, "flannel.1"), false, &changes);  // another writer's MAC
   NeighRecord flushed = Arp(2, 1, 7);
   flushed.deleted = true;
   mirror.ApplyNeigh(flushed, false, 0, &changes);

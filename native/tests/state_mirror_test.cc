@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mirror_records.h"
 #include "test_harness.h"
 
 namespace {
@@ -26,39 +27,10 @@ using fg::StateMirror;
 using fg::netlink::LinkRecord;
 using fg::netlink::MacField;
 using fg::netlink::NeighRecord;
-
-MacField Mac(uint8_t last) {
-  MacField mac;
-  mac.state = MacField::State::kValid;
-  mac.bytes = {0x0e, 0, 0, 0, 0, last};
-  return mac;
-}
-
-LinkRecord Link(int32_t ifindex, uint8_t mac, bool up = true, const std::string& name = "") {
-  LinkRecord link;
-  link.ifindex = ifindex;
-  link.name = name.empty() ? "vx" + std::to_string(ifindex) : name;
-  link.kind = "vxlan";
-  link.mac = Mac(mac);
-  link.flags = up ? IFF_UP : 0;
-  return link;
-}
-
-LinkRecord Deleted(int32_t ifindex) {
-  LinkRecord link = Link(ifindex, 0);
-  link.deleted = true;
-  return link;
-}
-
-NeighRecord Arp(int32_t ifindex, uint8_t last, uint8_t mac, uint16_t state = NUD_PERMANENT) {
-  NeighRecord neigh;
-  neigh.family = AF_INET;
-  neigh.ifindex = ifindex;
-  neigh.state = state;
-  neigh.destination = {198, 18, 0, last};
-  neigh.lladdr = Mac(mac);
-  return neigh;
-}
+using fg_test::records::Arp;
+using fg_test::records::Deleted;
+using fg_test::records::Link;
+using fg_test::records::Mac;
 
 NeighRecord Fdb(int32_t ifindex, uint8_t mac, uint8_t remote) {
   NeighRecord neigh;
