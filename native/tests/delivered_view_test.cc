@@ -134,7 +134,7 @@ TEST_CASE("delivered view: seeded histories: the view is the mirror as of the la
     StateMirror mirror;
     std::vector<MirrorChange> changes;
     mirror.BeginResync();
-    mirror.ApplyLink(Link(2, 0, "vx2"), true, &changes);
+    mirror.ApplyLink(Link(2, 0, true, "vx2"), true, &changes);
     mirror.EndResync(true, &changes);
     const size_t delivered = random() % 12;
     const size_t total = delivered + random() % 12;
