@@ -80,17 +80,25 @@ std::vector<ViewedLink> DeliveredView::Links() const {
 
 std::vector<const netlink::NeighRecord*> DeliveredView::Neighbours(
     std::optional<int32_t> ifindex) const {
-  std::map<std::string, const netlink::NeighRecord*> viewed;
-  for (const auto& [key, neigh] : mirror_.neighs()) {
-    if (neighs_.count(key) == 0) viewed.emplace(key, &neigh.record);
-  }
-  for (const auto& [key, before] : neighs_) {
-    if (before) viewed.emplace(key, &*before);
-  }
+  // Both maps are in key order: one merge walk, no copy of the mirror's keys (a query for a
+  // table of thousands is made after every correction, mostly with nothing queued).
   std::vector<const netlink::NeighRecord*> out;
-  for (const auto& [key, record] : viewed) {
-    if (!ifindex || record->ifindex == *ifindex) out.push_back(record);
+  const auto keep = [&out, ifindex](const netlink::NeighRecord* record) {
+    if (record && (!ifindex || record->ifindex == *ifindex)) out.push_back(record);
+  };
+  const auto viewed = [](const std::optional<netlink::NeighRecord>& before) {
+    return before ? &*before : nullptr;
+  };
+  auto before = neighs_.begin();
+  for (const auto& [key, neigh] : mirror_.neighs()) {
+    for (; before != neighs_.end() && before->first < key; ++before) keep(viewed(before->second));
+    if (before != neighs_.end() && before->first == key) {
+      keep(viewed((before++)->second));
+    } else {
+      keep(&neigh.record);
+    }
   }
+  for (; before != neighs_.end(); ++before) keep(viewed(before->second));
   return out;
 }
 
