@@ -79,11 +79,11 @@ export type {
   SharedEvent,
   VerdictEvent,
 } from './guard';
-export type { AutoOffloadPolicy } from './guard/offload-auto';
+export type { AutoOffloadPolicy } from './guard/offload-auto-policy';
 export { udevPersistentMac } from './udev/persistent-mac';
 export type { MacWriter, WriterEvidence } from './udev/writer';
-export { DEFAULT_FIGHT_POLICY } from './guard/fight';
-export type { FightPolicy } from './guard/fight';
+export { DEFAULT_FIGHT_POLICY } from './guard/fight-tracker';
+export type { FightPolicy } from './guard/fight-tracker';
 export type { DesiredMacSource } from './guard/sources';
 export { KubernetesMacSource } from './kubernetes/source';
 export type {
@@ -94,7 +94,8 @@ export type {
   SourceStatus,
 } from './kubernetes/source';
 export { createKubernetesClient } from './kubernetes/client';
-export type { KubernetesApi, KubernetesClientOptions } from './kubernetes/client';
+export type { KubernetesApi } from './kubernetes/api';
+export type { KubernetesClientOptions } from './kubernetes/client';
 export { ensureVtep } from './ensure/ensure';
 export type {
   Drift,

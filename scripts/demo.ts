@@ -5,7 +5,7 @@
  * `flannel-guard watch` fixing it through a flannel restart and a foreign
  * `ip link set address`, then removes everything it created.
  */
-import { describe, type GuardEventName } from '../lib/cli/main';
+import { describe, type GuardEventName } from '../lib/cli/output';
 import type { FlannelGuardEvents } from '../lib/guard';
 import { GuardProcess } from '../test/support/guard-process';
 import { destroyAll } from '../test/support/netns';

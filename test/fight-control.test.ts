@@ -4,10 +4,10 @@
  */
 import assert from 'node:assert/strict';
 
-import type { ManagedDevice } from '../lib/guard/context';
+import { newManagedDevice } from '../lib/guard/device';
 import { zeroCounters, type FlannelGuardEvents, type GuardCounters } from '../lib/guard/events';
 import { FightController, type FightActions, type FightKey } from '../lib/guard/fight-control';
-import type { FightPolicy } from '../lib/guard/fight';
+import type { FightPolicy } from '../lib/guard/fight-tracker';
 
 const POLICY: FightPolicy = {
   maxRewrites: 3,
@@ -18,26 +18,6 @@ const POLICY: FightPolicy = {
   jitter: 0,
   quietMs: 10_000,
 };
-
-function device(ifindex: number, name: string): ManagedDevice {
-  return {
-    ifindex,
-    name,
-    pin: null,
-    pinKind: null,
-    pinFromStateFile: false,
-    staleSourceMac: undefined,
-    createdAt: null,
-    rewrites: 0,
-    driftSince: null,
-    answerDue: null,
-    vanishing: false,
-    sourceNewer: false,
-    adoptions: { inFlight: [], stored: null },
-    offloads: {},
-    offloadPolicy: null,
-  };
-}
 
 /** A controller over a clock whose timers fire only when `advance` passes them. */
 function controller(): {
@@ -109,7 +89,7 @@ function recording(): { actions: FightActions; corrections: [boolean, number][] 
 describe('FightController', function () {
   it('corrects at once, then once after the backoff however often the key is rewritten meanwhile', function () {
     const { fight, advance, pendingTimers } = controller();
-    const key: FightKey = { what: 'mac', device: device(2, 'flannel.1') };
+    const key: FightKey = { what: 'mac', device: newManagedDevice(2, 'flannel.1') };
     const { actions, corrections } = recording();
     fight.act(key, fight.record(key), actions);
     assert.deepEqual(corrections, [[false, 0]]);
@@ -130,7 +110,11 @@ describe('FightController', function () {
 
   it('contests at maxRewrites, reports once, and resumes after quiet with one correction and a resumed event naming the feature', function () {
     const { fight, advance, emitted, counters } = controller();
-    const key: FightKey = { what: 'offload', device: device(4, 'flannel.4'), feature: 'tx-x' };
+    const key: FightKey = {
+      what: 'offload',
+      device: newManagedDevice(4, 'flannel.4'),
+      feature: 'tx-x',
+    };
     const { actions, corrections } = recording();
     for (let i = 0; i < POLICY.maxRewrites; i += 1) fight.act(key, fight.record(key), actions);
     assert.equal(fight.isContested(key), true);
@@ -159,8 +143,8 @@ describe('FightController', function () {
 
   it("release forgets exactly one device's keys and cancels their timers; cancelTimers keeps the history", function () {
     const { fight, advance, pendingTimers } = controller();
-    const two = device(2, 'flannel.2');
-    const twentyTwo = device(22, 'flannel.22');
+    const two = newManagedDevice(2, 'flannel.2');
+    const twentyTwo = newManagedDevice(22, 'flannel.22');
     const keys: FightKey[] = [
       { what: 'mac', device: two },
       { what: 'offload', device: two, feature: 'tx-x' },

@@ -5,12 +5,13 @@
  */
 import assert from 'node:assert/strict';
 
+import { backoffDelay, DEFAULT_JITTER } from '../lib/core/backoff';
 import {
   DEFAULT_FIGHT_POLICY,
   FightTracker,
   type FightDecision,
   type FightPolicy,
-} from '../lib/guard/fight';
+} from '../lib/guard/fight-tracker';
 import { prng } from './support/prng';
 
 /** A tracker over a hand-moved clock; `random` answers from `randoms` (0.5 when empty). */
@@ -307,5 +308,30 @@ describe('FightTracker', function () {
     assert.deepEqual(fight.recordRewrite('k'), { action: 'defer', delayMs: 1_000 });
     assert.deepEqual(fight.recordRewrite('other'), { action: 'defer', delayMs: 2_000 });
     fight.reset('never-seen'); // harmless
+  });
+});
+
+describe('backoffDelay (core/backoff.ts): the one backoff of the source, the recorder and fight control', function () {
+  const policy = { initialMs: 100, maxMs: 1_000, jitter: DEFAULT_JITTER };
+
+  it('doubles from the first delay, is capped before its jitter, and spreads ±jitter', function () {
+    const at = (random: number): number[] =>
+      [1, 2, 3, 4, 5, 6].map((attempt) => backoffDelay(policy, attempt, () => random));
+    assert.deepEqual(at(0.5), [100, 200, 400, 800, 1_000, 1_000]);
+    assert.deepEqual(at(0), [80, 160, 320, 640, 800, 800]);
+    assert.deepEqual(at(1), [120, 240, 480, 960, 1_200, 1_200]);
+  });
+
+  it('grows with every attempt below the cap, whatever the draws (jitter below 1/3)', function () {
+    const random = prng(0xbac0);
+    for (let run = 0; run < 200; run += 1) {
+      const jitter = random() / 3.01;
+      let previous = 0;
+      for (let attempt = 1; attempt <= 8; attempt += 1) {
+        const delay = backoffDelay({ initialMs: 10, maxMs: 10_000, jitter }, attempt, random);
+        assert.ok(delay > previous, `attempt ${attempt}: ${delay} after ${previous}`);
+        previous = delay;
+      }
+    }
   });
 });

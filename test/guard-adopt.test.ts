@@ -17,16 +17,8 @@ import {
   type RestoredEvent,
   type RewriteEvent,
 } from '../lib/guard';
-import { guardConfig } from '../lib/guard/config';
 import type { DesiredMacSource } from '../lib/guard/sources';
-import {
-  FakeClock,
-  FakeKernel,
-  FakePorts,
-  ScriptedMonitor,
-  permanentArp,
-  permanentFdb,
-} from './support/scripted-monitor';
+import { addFlannelDevice, scriptedGuard, type ScriptedGuard } from './support/scripted-guard';
 
 const PUBLISHED = '5e:89:db:49:c6:a4';
 const UDEV_MAC = 'd6:02:e3:df:ea:7a';
@@ -35,6 +27,10 @@ const EXPLICIT_MAC = '02:00:00:00:e0:01';
 const REMOTE_A = '7a:11:22:33:44:01';
 const REMOTE_B = '7a:11:22:33:44:02';
 const CSUM = 'tx-checksum-ip-generic';
+const PEERS = [
+  { vtep: '10.244.1.0', mac: REMOTE_A, underlay: '192.0.2.11' },
+  { vtep: '10.244.2.0', mac: REMOTE_B, underlay: '192.0.2.12' },
+];
 
 /** A source that stores adoptions when the test settles them (the node annotation, scripted). */
 class AdoptingSource implements DesiredMacSource {
@@ -84,12 +80,7 @@ class AdoptingSource implements DesiredMacSource {
   }
 }
 
-interface Rig {
-  kernel: FakeKernel;
-  monitor: ScriptedMonitor;
-  ports: FakePorts;
-  clock: FakeClock;
-  guard: FlannelGuard;
+interface Rig extends ScriptedGuard {
   ifindex: number;
   rewrites: RewriteEvent[];
   restored: RestoredEvent[];
@@ -101,38 +92,20 @@ const open: FlannelGuard[] = [];
 
 /** flannel.1 at `mac` with two permanent ARP entries (and their FDB entries), offload already off. */
 function rig(options: FlannelGuardOptions, mac = PUBLISHED): Rig {
-  const kernel = new FakeKernel();
-  kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
-  const { ifindex } = kernel.addLink({ name: 'flannel.1', mac });
-  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.1.0', REMOTE_A));
-  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.2.0', REMOTE_B));
-  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_A, '192.0.2.11'));
-  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_B, '192.0.2.12'));
-  kernel.setFeature(ifindex, CSUM, false);
-  const clock = new FakeClock();
-  const monitor = new ScriptedMonitor(kernel, { clock });
-  const ports = new FakePorts(kernel);
+  let ifindex = 0;
   // The corrections' timers are what these tests count: the counters' poll would be among them
   // (it has its own tests in offload-auto.test.ts).
-  const guard = new FlannelGuard(guardConfig({ checksumErrorsPollMs: 0, ...options }), {
-    monitor,
-    ports,
-    clock,
-    random: () => 0.5,
-  });
-  open.push(guard);
-  const r: Rig = {
-    kernel,
-    monitor,
-    ports,
-    clock,
-    guard,
-    ifindex,
-    rewrites: [],
-    restored: [],
-    adopted: [],
-    errors: [],
-  };
+  const scripted = scriptedGuard(
+    { checksumErrorsPollMs: 0, ...options },
+    {
+      prepare: (kernel) => {
+        ifindex = addFlannelDevice(kernel, mac, PEERS, { feature: CSUM, active: false });
+      },
+    },
+  );
+  open.push(scripted.guard);
+  const r: Rig = { ...scripted, ifindex, rewrites: [], restored: [], adopted: [], errors: [] };
+  const { guard, monitor } = scripted;
   guard.on('rewrite', (e) => r.rewrites.push(e));
   guard.on('restored', (e) => r.restored.push(e));
   guard.on('adopted', (e) => r.adopted.push(e));

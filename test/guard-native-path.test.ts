@@ -7,57 +7,47 @@
  */
 import assert from 'node:assert/strict';
 
-import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight';
-import { FlannelGuard, type FlannelGuardOptions, type RestoredEvent } from '../lib/guard';
-import { guardConfig } from '../lib/guard/config';
+import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight-tracker';
+import type { FlannelGuardOptions, RestoredEvent } from '../lib/guard';
 import type { DesiredMacSource } from '../lib/guard/sources';
-import {
-  FakeClock,
-  FakeKernel,
-  FakePorts,
-  ScriptedMonitor,
-  permanentArp,
-  permanentFdb,
-} from './support/scripted-monitor';
+import { permanentArp } from './support/scripted-monitor';
+import { addFlannelDevice, scriptedGuard, type ScriptedGuard } from './support/scripted-guard';
 
 const PINNED = '5e:89:db:49:c6:a4';
 const REMOTE_A = '7a:11:22:33:44:01';
 const REMOTE_B = '7a:11:22:33:44:02';
 
-function rig(options: FlannelGuardOptions = {}): {
-  kernel: FakeKernel;
-  monitor: ScriptedMonitor;
-  ports: FakePorts;
-  clock: FakeClock;
-  guard: FlannelGuard;
-  ifindex: number;
-  restored: RestoredEvent[];
-} {
-  const kernel = new FakeKernel();
-  kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
-  const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: PINNED });
-  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.1.0', REMOTE_A));
-  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.2.0', REMOTE_B));
-  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_A, '192.0.2.11'));
-  kernel.setFeature(ifindex, 'tx-checksum-ip-generic', false);
-  const clock = new FakeClock();
-  const monitor = new ScriptedMonitor(kernel, { corrections: true, clock });
-  const ports = new FakePorts(kernel);
+/** Two peers, the second without its FDB entry (an ARP entry alone is what a flush takes). */
+const PEERS = [
+  { vtep: '10.244.1.0', mac: REMOTE_A, underlay: '192.0.2.11' },
+  { vtep: '10.244.2.0', mac: REMOTE_B },
+];
+
+function rig(
+  options: FlannelGuardOptions = {},
+): ScriptedGuard & { ifindex: number; restored: RestoredEvent[] } {
+  let ifindex = 0;
   // The corrections' timers are what these tests count: the counters' poll would be among them
   // (it has its own tests in offload-auto.test.ts).
-  const guard = new FlannelGuard(guardConfig({ checksumErrorsPollMs: 0, ...options }), {
-    monitor,
-    ports,
-    clock,
-    random: () => 0.5,
-  });
+  const scripted = scriptedGuard(
+    { checksumErrorsPollMs: 0, ...options },
+    {
+      corrections: true,
+      prepare: (kernel) => {
+        ifindex = addFlannelDevice(kernel, PINNED, PEERS, {
+          feature: 'tx-checksum-ip-generic',
+          active: false,
+        });
+      },
+    },
+  );
   const restored: RestoredEvent[] = [];
-  guard.on('restored', (event) => restored.push(event));
-  guard.on('error', () => undefined);
-  monitor.start();
-  monitor.pump();
-  ports.clear();
-  return { kernel, monitor, ports, clock, guard, ifindex, restored };
+  scripted.guard.on('restored', (event) => restored.push(event));
+  scripted.guard.on('error', () => undefined);
+  scripted.monitor.start();
+  scripted.monitor.pump();
+  scripted.ports.clear();
+  return { ...scripted, ifindex, restored };
 }
 
 function permanentIps(r: ReturnType<typeof rig>): number {

@@ -7,12 +7,12 @@
  * FakeClock runs the backoff timers only when advanced.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import type { SystemError } from '../lib/core/errors';
-import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight';
+import { DEFAULT_FIGHT_POLICY } from '../lib/guard/fight-tracker';
 import {
   FlannelGuard,
   type ContestedEvent,
@@ -41,11 +41,16 @@ import {
   enodev,
   eopnotsupp,
   permanentArp,
-  permanentFdb,
   permanentNdp,
   reachableArp,
   type EmittedEvent,
 } from './support/scripted-monitor';
+import {
+  addFlannelDevice,
+  addPeerEntries,
+  scriptedGuard,
+  type ScriptedGuard,
+} from './support/scripted-guard';
 
 // The fake host's machine-id, under a root with no .link files (udev's persistent value is
 // computed all the same: the proof does not need the file).
@@ -127,14 +132,15 @@ class GuardLog {
   }
 }
 
-interface Rig {
-  kernel: FakeKernel;
-  monitor: ScriptedMonitor;
-  ports: FakePorts;
-  clock: FakeClock;
-  guard: FlannelGuard;
+interface Rig extends ScriptedGuard {
   log: GuardLog;
 }
+
+/** The two peers flanneld programs on flannel.1 in these tests (ARP and FDB entries). */
+const FLANNEL_PEERS = [
+  { vtep: '10.244.1.0', mac: REMOTE_A, underlay: '192.0.2.11' },
+  { vtep: '10.244.2.0', mac: REMOTE_B, underlay: '192.0.2.12' },
+];
 
 const open: FlannelGuard[] = [];
 
@@ -147,25 +153,16 @@ function rig(
   prepare: (kernel: FakeKernel) => void = () => {},
   random: () => number = () => 0.5,
 ): Rig {
-  const kernel = new FakeKernel();
-  kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
-  prepare(kernel);
-  const clock = new FakeClock();
-  const monitor = new ScriptedMonitor(kernel, { clock });
-  const ports = new FakePorts(kernel);
   // The corrections' timers are what these tests count: the counters' poll would be among them
   // (it has its own tests in offload-auto.test.ts).
-  const guard = new FlannelGuard(guardConfig({ checksumErrorsPollMs: 0, ...options }), {
-    monitor,
-    ports,
-    clock,
-    random,
-    udev,
-  });
-  open.push(guard);
-  const log = new GuardLog(guard);
-  monitor.start();
-  return { kernel, monitor, ports, clock, guard, log };
+  const scripted = scriptedGuard(
+    { checksumErrorsPollMs: 0, ...options },
+    { prepare, random, udev },
+  );
+  open.push(scripted.guard);
+  const log = new GuardLog(scripted.guard);
+  scripted.monitor.start();
+  return { ...scripted, log };
 }
 
 /**
@@ -181,22 +178,16 @@ function rigWithDevice(
   const r = rig(
     options,
     (kernel) => {
-      ifindex = kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC }).ifindex;
-      addFlannelNeighbours(kernel, ifindex);
-      kernel.setFeature(ifindex, CSUM, false);
+      ifindex = addFlannelDevice(kernel, FLANNEL_MAC, FLANNEL_PEERS, {
+        feature: CSUM,
+        active: false,
+      });
     },
     random,
   );
   r.monitor.pump();
   r.ports.clear();
   return { ...r, ifindex };
-}
-
-function addFlannelNeighbours(kernel: FakeKernel, ifindex: number): void {
-  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.1.0', REMOTE_A));
-  kernel.replaceNeighbour(permanentArp(ifindex, '10.244.2.0', REMOTE_B));
-  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_A, '192.0.2.11'));
-  kernel.replaceNeighbour(permanentFdb(ifindex, REMOTE_B, '192.0.2.12'));
 }
 
 /** Another writer sets the MAC, and the notifications (NEWLINK + flush) reach the guard. */
@@ -411,7 +402,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
     it('corrects a udev rewrite 3 ms after creation: MAC, then the neighbours it had before the flush, then verify', function () {
       const r = rig();
       const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
-      addFlannelNeighbours(r.kernel, ifindex);
+      addPeerEntries(r.kernel, ifindex, FLANNEL_PEERS);
       r.monitor.pump();
       assert.equal(only(r.guard.status()).neighbours, 2); // ARP entries only, no FDB
       const before = r.guard.counters;
@@ -726,7 +717,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
     it('treats a new device reusing a removed ifindex as new: fresh first-seen pin, empty table, fresh fight state (N15)', function () {
       const r = rig();
       const { ifindex } = r.kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
-      addFlannelNeighbours(r.kernel, ifindex);
+      addPeerEntries(r.kernel, ifindex, FLANNEL_PEERS);
       r.monitor.pump();
       r.clock.advance(3);
       rewrite(r, ifindex, UDEV_MAC); // one rewrite in the old device's window
@@ -922,7 +913,7 @@ describe('FlannelGuard policy (scripted monitor, fake ports and clock)', functio
       const source = new TestSource();
       const r = rig({ dryRun: true, source }, (kernel) => {
         const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: FLANNEL_MAC });
-        addFlannelNeighbours(kernel, ifindex);
+        addPeerEntries(kernel, ifindex, FLANNEL_PEERS);
       });
       const ifindex = only(r.guard.status()).ifindex;
       assert.equal(only(r.log.ready).dryRun, true);
@@ -1739,5 +1730,79 @@ describe('guardConfig: the options parsed once, frozen', function () {
     );
     refused({ checksumErrorsPollMs: 1.5 }, /checksumErrorsPollMs 1\.5/);
     refused({ strategy: 'adopt' }, /strategy 'adopt' needs a source/, 'strategy');
+  });
+
+  it('refuses a misspelt name and a wrong value of every option: EINVAL naming the option', function () {
+    const wrong = (options: object): unknown => {
+      try {
+        guardConfig(options as FlannelGuardOptions);
+      } catch (error) {
+        return error;
+      }
+      return assert.fail(`accepted ${JSON.stringify(options)}`);
+    };
+    const expectRefused = (options: object, message: RegExp, option: string | undefined): void => {
+      const error = wrong(options) as Error & { code?: string; option?: string; syscall?: string };
+      assert.equal(error.code, 'EINVAL', error.message);
+      assert.equal(error.syscall, undefined, 'refused before any system call');
+      assert.match(error.message, message);
+      assert.equal(error.option, option, error.message);
+    };
+    // Typed by the options' own names: an option added without a row here does not compile.
+    // The option an error names: the row's third field, else the option's own name.
+    type Row = [value: unknown, message: RegExp, option?: string];
+    const table: Record<keyof FlannelGuardOptions, Row[]> = {
+      netns: [['a/b', /network namespace name "a\/b" is not valid/]],
+      interfaces: [['flannel.*', /option interfaces flannel\.\*: expected a list/]],
+      mac: [[{ 'flannel.1': 'ff:ff:ff:ff:ff:ff' }, /broadcast/]],
+      source: [[{ name: 'x' }, /option source: expected a DesiredMacSource/]],
+      pin: [['firstseen', /option pin firstseen: expected first-seen or none/]],
+      strategy: [['revrt', /option strategy revrt: expected revert or adopt/]],
+      offload: [
+        [{ 'tx-checksum-ip-generics': false }, /unknown feature tx-checksum-ip-generics/],
+        [{ 'tx-checksum-ip-generic': 'off' }, /tx-checksum-ip-generic off: expected true/],
+        ['off', /option offload off: expected none or auto/],
+      ],
+      autoOffload: [[{ roundMs: 1500 }, /autoOffload is only read with offload 'auto'/]],
+      checksumErrorsPollMs: [['2000', /checksumErrorsPollMs string/]],
+      dryRun: [['yes', /option dryRun yes: expected true or false/]],
+      fight: [[{ maxRewrite: 3 }, /unknown option fight\.maxRewrite/, 'fight.maxRewrite']],
+      receiveBuffer: [[10, /receiveBuffer 10: expected a whole number from 1024/]],
+      kernelFilter: [[0, /option kernelFilter number 0: expected true or false/]],
+      onNetnsDeleted: [['contine', /option onNetnsDeleted contine: expected close or continue/]],
+      allowUserNamespace: [['true', /option allowUserNamespace true: expected true or false/]],
+      stateDir: [['state', /option stateDir state: expected an absolute path/]],
+      udevRoot: [['host', /option udevRoot host: expected an absolute path/]],
+    };
+    // Options whose check is shared with other entry points name the value, not the option.
+    const unnamed = new Set(['netns', 'mac', 'checksumErrorsPollMs', 'receiveBuffer']);
+    for (const [name, rows] of Object.entries(table)) {
+      for (const [value, message, option] of rows) {
+        expectRefused({ [name]: value }, message, unnamed.has(name) ? undefined : (option ?? name));
+      }
+    }
+    expectRefused({ pni: 'none' }, /FlannelGuard: unknown option pni \(known: netns, /, 'pni');
+    expectRefused(
+      { offload: 'auto', autoOffload: { rounds: 2 } },
+      /unknown option autoOffload\.rounds/,
+      'autoOffload.rounds',
+    );
+    // The README's Library section has a row for each option, with its default and its refusal.
+    const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+    const rows = new Set(
+      [...readme.matchAll(/^\| ((?:`\w+`(?:, )?)+) \|/gm)].flatMap((row) =>
+        [...(row[1] ?? '').matchAll(/`(\w+)`/g)].map((name) => name[1]),
+      ),
+    );
+    assert.deepEqual(
+      Object.keys(table).filter((name) => !rows.has(name)),
+      [],
+      'options missing from the README table',
+    );
+    // What a typo used to become silently is now refused, and the right spelling still works.
+    assert.equal(guardConfig({ pin: 'none' }).pinFirstSeen, false);
+    assert.deepEqual(guardConfig({ offload: { 'tx-checksum-ip-generic': true } }).offload, {
+      'tx-checksum-ip-generic': true,
+    });
   });
 });

@@ -28,7 +28,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import { CniError, parsePluginConfig } from '../lib/cni/main';
-import { FightTracker } from '../lib/guard/fight';
+import { FightTracker } from '../lib/guard/fight-tracker';
 import { FlannelGuard, type RestoredEvent } from '../lib/guard';
 import { LinkMonitor } from '../lib/core/monitor';
 import { Netns, delay, tempDirPrefix, trackChild, waitFor } from './support/netns';

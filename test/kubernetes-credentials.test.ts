@@ -15,7 +15,8 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 
 import { isSystemError } from '../lib/core/errors';
-import { createKubernetesClient, type KubernetesApi } from '../lib/kubernetes/client';
+import { createKubernetesClient } from '../lib/kubernetes/client';
+import { type KubernetesApi } from '../lib/kubernetes/api';
 import {
   credentialSource,
   parseExecCredential,

@@ -25,7 +25,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { loadClientNode } from '../lib/kubernetes/client';
+import { loadClientNode } from '../lib/kubernetes/client-node';
 import type { JsonObject, RequestRecord } from './support/fake-apiserver';
 import { Netns, tempDirPrefix } from './support/netns';
 import {

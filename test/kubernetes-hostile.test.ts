@@ -10,13 +10,11 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 
-import {
-  MAX_WATCH_LINE_BYTES,
-  createKubernetesClient,
-  type KubernetesApi,
-} from '../lib/kubernetes/client';
+import { MAX_WATCH_LINE_BYTES } from '../lib/kubernetes/transport';
+import { createKubernetesClient } from '../lib/kubernetes/client';
+import { type KubernetesApi } from '../lib/kubernetes/api';
 import { KubernetesMacSource, type WatchRestartEvent } from '../lib/kubernetes/source';
-import { RepeatLimiter } from '../lib/kubernetes/watch';
+import { RepeatLimiter } from '../lib/cli/services';
 import { FakeApiServer, status } from './support/fake-apiserver';
 import { Netns, delay, tempDirPrefix, waitFor } from './support/netns';
 import { CLI_PATH, jsonLines, startCommand, type RunningChild } from './support/node-child';
@@ -134,7 +132,7 @@ describe('Kubernetes: a hostile API server (fake API server, real client and sou
       fake.dropWatches();
       await delay(ABUSE_MS);
       const made = requests() - before;
-      // Default backoff 500 ms doubling, jittered to [d/2, d]: ~6 in 4 s; 1000+ per second before.
+      // Default backoff 500 ms doubling, jittered ±20 % (core/backoff.ts): ~5 in 4 s; 1000+ per second before.
       assert.ok(made <= 16, `${made} requests in ${ABUSE_MS} ms`);
       assert.ok(made >= 2, `it kept retrying (${made})`);
       const delays = restarts.slice(1).map((r) => r.delayMs);

@@ -58,11 +58,9 @@ import {
   withVtepMac,
   DEFAULT_ANNOTATION_PREFIX,
 } from '../lib/kubernetes/annotation';
-import {
-  createKubernetesClient,
-  loadClientNode,
-  type KubernetesApi,
-} from '../lib/kubernetes/client';
+import { createKubernetesClient } from '../lib/kubernetes/client';
+import { loadClientNode } from '../lib/kubernetes/client-node';
+import { type KubernetesApi } from '../lib/kubernetes/api';
 import { detectCluster, SERVICE_ACCOUNT_TOKEN } from '../lib/kubernetes/cluster';
 import {
   EVENT_REASONS,
@@ -71,7 +69,7 @@ import {
   recordGuardEvents,
   type DroppedEvent,
   type RecordedEvent,
-} from '../lib/kubernetes/events';
+} from '../lib/kubernetes/event-recorder';
 import { GuardMetrics } from '../lib/kubernetes/metrics';
 import { PEER_NODES_PAGE, PeerNodes } from '../lib/kubernetes/peer-nodes';
 import { parseListenAddress } from '../lib/kubernetes/listen';
@@ -534,8 +532,9 @@ describe('Kubernetes', function () {
         assert.equal(s.desiredMac('flannel.1'), MAC_A, 'the last known value');
         await waitFor(() => restarts.events.length >= 5, { timeoutMs: 5000, what: 'retries' });
         const delays = restarts.events.map((e: WatchRestartEvent) => e.delayMs);
-        // 50, 100, 200, 400, 400 ... (jitter at its top): doubling, capped.
-        assert.deepEqual(delays.slice(1, 5), [100, 200, 400, 400]);
+        // 50, 100, 200, 400, 400 ... doubling, capped, then +20 % (the jitter at its top,
+        // core/backoff.ts): the cap bounds the delay before its jitter.
+        assert.deepEqual(delays.slice(1, 5), [120, 240, 480, 480]);
         const synced = nextEvent(s, 'state', (st) => st.state === 'synced', 5000);
         await fake.restart();
         await synced;

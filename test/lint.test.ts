@@ -51,22 +51,52 @@ describe('lint and format', function () {
   });
 });
 
-/** Case IDs cited in the sources under `folder` (`N5`, `S11`, `F7`…), with where. */
-function citedCaseIds(folder: string): Map<string, string> {
+/** The folders whose sources may cite a case ID, and the ones whose citations are tests. */
+const CITING_FOLDERS = ['lib', 'native', 'scripts', 'test'];
+const TEST_FOLDERS = ['test', 'native/tests', 'native/fuzz'];
+const SOURCE = /\.(ts|mts|cts|mjs|cjs|js|cc|h|c)$/;
+
+/** Every source file under `folder` of `base`, at any depth (build output and modules aside). */
+function sourceFiles(base: string, folder: string): string[] {
+  const files: string[] = [];
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(join(base, dir), { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory() && entry.name !== 'node_modules') walk(path);
+      else if (entry.isFile() && SOURCE.test(entry.name)) files.push(path);
+    }
+  };
+  walk(folder);
+  return files.sort();
+}
+
+/** Case IDs cited in the sources under `folders` of `base` (`N5`, `S11`, `F7`…), with where. */
+function citedCaseIds(base: string, folders: readonly string[]): Map<string, string> {
   const cited = new Map<string, string>();
-  for (const name of readdirSync(join(root, folder))) {
-    if (!name.endsWith('.ts')) continue;
-    const text = readFileSync(join(root, folder, name), 'utf8');
+  for (const file of folders.flatMap((folder) => sourceFiles(base, folder))) {
+    const text = readFileSync(join(base, file), 'utf8');
     // As comments and test names cite them: `(N5)`, `'N3: …`, `N5-N8`, `S6/S8`, `N5,`; not
-    // inside a MAC ('D6:02:E3:DF:…') or a word.
+    // inside a MAC ('D6:02:E3:DF:…') or a word. A range (N5-N8) cites the IDs between its ends.
     for (const match of text.matchAll(
       /(?<![\w.:-])([NSEF][0-9]{1,2})(?=[,)/ -]|:(?![0-9A-F])|$)/gm,
     )) {
       const id = match[1] ?? '';
-      if (!cited.has(id)) cited.set(id, `${folder}/${name}`);
+      if (!cited.has(id)) cited.set(id, file);
+    }
+    for (const [, letter, from, to] of text.matchAll(/\b([NSEF])([0-9]{1,2})-\1([0-9]{1,2})\b/g)) {
+      for (let n = Number(from); n <= Number(to); n++) {
+        if (!cited.has(`${letter}${n}`)) cited.set(`${letter}${n}`, file);
+      }
     }
   }
   return cited;
+}
+
+/** The IDs cited under `base`'s folders that `defined` lacks, each with where it is cited. */
+function undefinedCaseIds(base: string, defined: ReadonlySet<string>): string[] {
+  return [...citedCaseIds(base, CITING_FOLDERS)]
+    .filter(([id]) => !defined.has(id))
+    .map(([id, at]) => `${id} (${at})`);
 }
 
 describe('the README and docs/ code', function () {
@@ -117,25 +147,32 @@ describe('reliability case IDs (docs/reliability.md)', function () {
   const doc = readFileSync(join(root, 'docs', 'reliability.md'), 'utf8');
   const defined = new Set([...doc.matchAll(/^\| ([NSEF][0-9]{1,2}) \|/gm)].map((m) => m[1] ?? ''));
 
-  it('every ID a test or the library cites is defined there', function () {
-    const cited = new Map([...citedCaseIds('test'), ...citedCaseIds('lib')]);
-    const undefinedIds = [...cited]
-      .filter(([id]) => !defined.has(id))
-      .map(([id, at]) => `${id} (${at})`);
-    assert.deepEqual(undefinedIds, []);
+  it('every ID cited in lib/, native/, scripts/ or test/ (any depth) is defined there', function () {
+    assert.deepEqual(undefinedCaseIds(root, defined), []);
   });
 
-  it('every ID defined there is cited by a test', function () {
-    const cited = citedCaseIds('test');
-    // A range (N5-N8) cites the IDs between its ends.
-    for (const file of readdirSync(join(root, 'test')).filter((name) => name.endsWith('.ts'))) {
-      const text = readFileSync(join(root, 'test', file), 'utf8');
-      for (const [, letter, from, to] of text.matchAll(
-        /\b([NSEF])([0-9]{1,2})-\1([0-9]{1,2})\b/g,
-      )) {
-        for (let n = Number(from); n <= Number(to); n++) cited.set(`${letter}${n}`, `test/${file}`);
-      }
+  it('an undefined ID planted deep in native/ is caught', function () {
+    // Spelt in two parts, so that this file does not cite it itself.
+    const planted = ['N', '99'].join('');
+    const scratch = mkdtempSync(tempDirPrefix('case-ids'));
+    try {
+      for (const folder of CITING_FOLDERS) mkdirSync(join(scratch, folder));
+      mkdirSync(join(scratch, 'native', 'tests'));
+      writeFileSync(
+        join(scratch, 'native', 'tests', 'planted_test.cc'),
+        `// ${planted} a case nobody wrote\n`,
+      );
+      writeFileSync(join(scratch, 'lib', 'cited.ts'), '// N5 and S6/S8 are defined\n');
+      assert.deepEqual(undefinedCaseIds(scratch, defined), [
+        `${planted} (native/tests/planted_test.cc)`,
+      ]);
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
     }
+  });
+
+  it('every ID defined there is cited by a test (mocha, or the native tests and fuzzers)', function () {
+    const cited = citedCaseIds(root, TEST_FOLDERS);
     assert.deepEqual(
       [...defined].filter((id) => !cited.has(id)),
       [],

@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { loadClientNode } from '../lib/kubernetes/client';
+import { loadClientNode } from '../lib/kubernetes/client-node';
 import { GuardMetrics } from '../lib/kubernetes/metrics';
 import { tempDirPrefix } from './support/netns';
 

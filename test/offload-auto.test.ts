@@ -21,15 +21,8 @@ import { judgePaths } from '../lib/guard/offload-auto';
 import { prng } from './support/prng';
 import type { FlannelGuardOptions } from '../lib/guard/config';
 import type { PathAnswer } from '../lib/guard/events';
-import {
-  FakeClock,
-  FakeKernel,
-  FakePorts,
-  ScriptedMonitor,
-  permanentArp,
-  permanentFdb,
-  permanentNdp,
-} from './support/scripted-monitor';
+import { FakePorts, permanentArp, permanentFdb, permanentNdp } from './support/scripted-monitor';
+import { addFlannelDevice, scriptedGuard, type ScriptedGuard } from './support/scripted-guard';
 
 const CSUM = 'tx-checksum-ip-generic';
 const answer = (echo: boolean, udp: boolean, tcp: boolean): PathAnswer => ({
@@ -39,12 +32,7 @@ const answer = (echo: boolean, udp: boolean, tcp: boolean): PathAnswer => ({
   tcp,
 });
 
-interface Rig {
-  kernel: FakeKernel;
-  monitor: ScriptedMonitor;
-  ports: FakePorts;
-  clock: FakeClock;
-  guard: FlannelGuard;
+interface Rig extends ScriptedGuard {
   ifindex: number;
   verdicts: VerdictEvent[];
   offloads: OffloadEvent[];
@@ -62,36 +50,28 @@ function rig(
   random = (): number => 0.25,
   before: (ports: FakePorts, guard: FlannelGuard) => void = () => undefined,
 ): Rig {
-  const kernel = new FakeKernel();
-  kernel.addLink({ name: 'lo', mac: '00:00:00:00:00:00', ifindex: 1, loopback: true });
-  const { ifindex } = kernel.addLink({ name: 'flannel.1', mac: '5e:89:db:49:c6:a4' });
-  for (let i = 0; i < peers; i += 1) {
-    kernel.replaceNeighbour(
-      permanentArp(
-        ifindex,
-        `198.18.${2 + i}.0`,
-        `7a:11:22:33:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 0xff).toString(16).padStart(2, '0')}`,
-      ),
-    );
-  }
-  const clock = new FakeClock();
-  const monitor = new ScriptedMonitor(kernel, { clock });
-  const ports = new FakePorts(kernel);
-  const guard = new FlannelGuard(guardConfig({ offload: 'auto', ...options }), {
-    monitor,
-    ports,
-    clock,
-    random,
-  });
-  open.push(guard);
-  const verdicts: VerdictEvent[] = [];
-  const offloads: OffloadEvent[] = [];
-  guard.on('verdict', (e) => verdicts.push(e));
-  guard.on('offload', (e) => offloads.push(e));
-  before(ports, guard);
-  monitor.start();
-  monitor.pump();
-  return { kernel, monitor, ports, clock, guard, ifindex, verdicts, offloads };
+  const peerList = Array.from({ length: peers }, (_, i) => ({
+    vtep: `198.18.${2 + i}.0`,
+    mac: `7a:11:22:33:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 0xff).toString(16).padStart(2, '0')}`,
+  }));
+  let ifindex = 0;
+  const scripted = scriptedGuard(
+    { offload: 'auto', ...options },
+    {
+      random,
+      prepare: (kernel) => {
+        ifindex = addFlannelDevice(kernel, '5e:89:db:49:c6:a4', peerList);
+      },
+    },
+  );
+  open.push(scripted.guard);
+  const r: Rig = { ...scripted, ifindex, verdicts: [], offloads: [] };
+  r.guard.on('verdict', (e) => r.verdicts.push(e));
+  r.guard.on('offload', (e) => r.offloads.push(e));
+  before(r.ports, r.guard);
+  r.monitor.start();
+  r.monitor.pump();
+  return r;
 }
 
 /** A path through a NIC that leaves the checksum unfinished: while the device offloads it, only echo. */

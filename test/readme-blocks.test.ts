@@ -27,8 +27,8 @@ import {
 import { join } from 'node:path';
 
 import { readProcess } from '../lib/cli/launcher';
-import { EVENT_COMPONENT } from '../lib/kubernetes/events';
-import { loadClientNode } from '../lib/kubernetes/client';
+import { EVENT_COMPONENT } from '../lib/kubernetes/event-recorder';
+import { loadClientNode } from '../lib/kubernetes/client-node';
 import { packageVersion } from '../lib/core/package-version';
 import { flannelDeviceLines, UNDERLAY_LINES } from './support/flannel-device';
 import { Netns, registerSyncCleanup, tempDirPrefix, waitFor } from './support/netns';

@@ -15,7 +15,7 @@ import {
   parseState,
   type PersistedDevice,
 } from '../lib/guard/state-file';
-import { DeviceStateStore, type DeviceStateDeps } from '../lib/guard/persistence';
+import { DeviceStateStore, type DeviceStateDeps } from '../lib/guard/device-state-store';
 import { ipVersion, parseMac } from '../lib/core/validate';
 import { prng } from './support/prng';
 import { tempDirPrefix } from './support/netns';

@@ -5,7 +5,20 @@
  */
 import assert from 'node:assert/strict';
 
-import { isSystemError } from '../lib/core/errors';
+import { readStatus, type StatusOptions } from '../lib/cli/status';
+import { DEFAULT_OFFLOAD } from '../lib/core/defaults';
+import { isSystemError, type SystemError } from '../lib/core/errors';
+import {
+  absolutePathOption,
+  booleanOption,
+  choiceOption,
+  fixedOffloadPolicy,
+  kernelFeatureNames,
+  listOption,
+  rejectUnknownOptions,
+} from '../lib/core/options';
+import { runDoctor, type DoctorOptions } from '../lib/doctor';
+import { ensureVtep, type EnsureVtepOptions } from '../lib/ensure/ensure';
 import {
   compileInterfaceGlob,
   macBytes,
@@ -526,5 +539,89 @@ describe('validation before any system call (pure)', function () {
         `${accepted} accepted: the fuzz must hit both sides`,
       );
     });
+  });
+});
+
+describe('options of every entry point (lib/core/options.ts): one check for the library and the CLI', function () {
+  /** The EINVAL an entry point rejects with, before it opens anything. */
+  async function rejected(call: () => Promise<unknown>): Promise<SystemError> {
+    try {
+      await call();
+    } catch (error) {
+      assert.ok(isSystemError(error), String(error));
+      assert.equal(error.code, 'EINVAL', error.message);
+      assert.equal(error.syscall, undefined, `${error.message}: refused before any system call`);
+      return error;
+    }
+    return assert.fail('accepted');
+  }
+
+  it('readStatus, ensureVtep and runDoctor refuse a misspelt option, naming it', async function () {
+    const calls: [string, (options: object) => Promise<unknown>][] = [
+      ['readStatus', (options) => readStatus(options as StatusOptions)],
+      ['ensureVtep', (options) => ensureVtep(options as EnsureVtepOptions)],
+      ['runDoctor', (options) => runDoctor(options as DoctorOptions)],
+    ];
+    for (const [name, call] of calls) {
+      const error = await rejected(() => call({ ofload: 'none' }));
+      assert.match(error.message, new RegExp(`^EINVAL: ${name}: unknown option ofload \\(known: `));
+      assert.equal(error.option, 'ofload');
+    }
+  });
+
+  it('their values too: a wrong type or range is EINVAL before anything opens', async function () {
+    for (const [call, message] of [
+      [() => ensureVtep({ pin: 'yes' } as unknown as EnsureVtepOptions), /option pin yes/],
+      [() => ensureVtep({ addrAssignType: 7 }), /addrAssignType 7: expected a whole number/],
+      [() => ensureVtep({ dryRun: 1 } as unknown as EnsureVtepOptions), /option dryRun number 1/],
+      [() => runDoctor({ root: 'etc' }), /option root etc: expected an absolute path/],
+      [() => runDoctor({ fix: 'no' } as unknown as DoctorOptions), /option fix no/],
+      [() => readStatus({ interfaces: ['*'] }), /matches every interface/],
+    ] as [() => Promise<unknown>, RegExp][]) {
+      assert.match((await rejected(call)).message, message);
+    }
+  });
+
+  it('every fixed offload policy is checked against the kernel feature table, once', async function () {
+    const misspelt = { 'tx-checksum-ip-generics': false };
+    for (const call of [
+      () => readStatus({ offload: misspelt }),
+      () => ensureVtep({ offload: misspelt }),
+      () => runDoctor({ offload: misspelt }),
+    ]) {
+      const error = await rejected(call);
+      assert.match(error.message, /option offload: unknown feature tx-checksum-ip-generics/);
+      assert.equal(error.option, 'offload');
+    }
+    assert.ok(kernelFeatureNames().has('tx-checksum-ip-generic'));
+    assert.equal(kernelFeatureNames(), kernelFeatureNames(), 'read once per process');
+    assert.deepEqual(fixedOffloadPolicy(undefined), DEFAULT_OFFLOAD);
+    assert.deepEqual(fixedOffloadPolicy('none'), {});
+    await rejected(async () => fixedOffloadPolicy('auto'));
+    await rejected(async () => fixedOffloadPolicy({ 'tx-checksum-ip-generic': 1 }));
+  });
+
+  it('the small checks: choices, booleans, absolute paths, lists', async function () {
+    assert.equal(choiceOption(undefined, ['a', 'b'], 'x', 'a'), 'a');
+    assert.equal(choiceOption('b', ['a', 'b'], 'x', 'a'), 'b');
+    assert.equal(booleanOption(undefined, 'x', true), true);
+    assert.equal(absolutePathOption('/run/x', 'x'), '/run/x');
+    assert.deepEqual(
+      listOption(['a'], 'x', (entry) => String(entry)),
+      ['a'],
+    );
+    for (const call of [
+      () => choiceOption('c', ['a', 'b'], 'x', 'a'),
+      () => choiceOption(1, ['a', 'b'], 'x', 'a'),
+      () => booleanOption('false', 'x', true),
+      () => absolutePathOption('run/x', 'x'),
+      () => absolutePathOption('/run/x\0', 'x'),
+      () => listOption('a', 'x', String),
+      () => rejectUnknownOptions([], ['a'], 'f'),
+      () => rejectUnknownOptions(null as unknown as object, ['a'], 'f'),
+    ]) {
+      const error = await rejected(async () => call());
+      assert.match(error.message, /\bx\b|f: expected an object/);
+    }
   });
 });

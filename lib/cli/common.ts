@@ -5,11 +5,9 @@
 import { isSystemError } from '../core/errors';
 import { netnsPathProblem } from '../core/files';
 import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
-import { openControl } from '../core/oneshot';
 import {
   compileInterfaceGlob,
   describeRange,
-  netnsTarget,
   parseMac,
   resolveNetnsPath,
   validateInterfaceName,
@@ -86,23 +84,12 @@ export function parseMacFlags(
   return macs;
 }
 
-/** Every feature name the kernel knows: the string set is the same for every device, lo included. */
-function kernelFeatureNames(netns: string | undefined): Set<string> {
-  const control = openControl(netnsTarget(netns));
-  try {
-    return new Set(control.getFeatures('lo').features.map((feature) => feature.name));
-  } finally {
-    control.close();
-  }
-}
-
 /**
  * `--offload FEATURE=on|off` (repeatable) or `none` (or, for `watch`, `auto`); undefined when
- * not given. Feature names are checked against the kernel's list, read in `netns`.
+ * not given. The feature names are the library's to check (core/options.ts), as a caller's are.
  */
 export function parseOffloadFlags(
   values: readonly string[] | undefined,
-  netns: string | undefined,
 ): Record<string, boolean> | 'none' | 'auto' | undefined {
   if (!values) return undefined;
   if (values.includes('auto')) {
@@ -114,15 +101,10 @@ export function parseOffloadFlags(
     return 'none';
   }
   const policy: Record<string, boolean> = {};
-  let known: Set<string> | undefined;
   for (const value of values) {
     const match = /^([a-z0-9-]+)=(on|off)$/.exec(value);
     if (!match?.[1] || !match[2]) {
       throw new UsageError(`--offload ${value}: expected FEATURE=on|off or none`);
-    }
-    known ??= kernelFeatureNames(netns);
-    if (!known.has(match[1])) {
-      throw new UsageError(`--offload ${value}: unknown feature ${match[1]} (see ethtool -k)`);
     }
     policy[match[1]] = match[2] === 'on';
   }

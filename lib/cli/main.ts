@@ -13,20 +13,12 @@
  * (bench:scale, both ways). deploy/Dockerfile's ENTRYPOINT repeats the flags.
  */
 import type { EventEmitter } from 'node:events';
-import { existsSync, fstatSync, write, writeSync } from 'node:fs';
-import { constants } from 'node:os';
+import { existsSync } from 'node:fs';
 
-import { binding } from '../core/binding';
-import {
-  FlannelGuard,
-  describeChecksumErrors,
-  describeChecksumSenders,
-  type FlannelGuardEvents,
-  type FlannelGuardOptions,
-} from '../guard';
-import { guardConfig } from '../guard/config';
-import { doctorCommand } from '../doctor/command';
-import { DEFAULT_FIGHT_POLICY } from '../guard/fight';
+import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from '../guard';
+import { guardConfig, withSource } from '../guard/config';
+import { doctorCommand } from './doctor';
+import { DEFAULT_FIGHT_POLICY } from '../guard/fight-tracker';
 import { RANGES } from '../core/validate';
 import {
   checkNetnsFlag,
@@ -42,13 +34,14 @@ import {
   parseOffloadFlags,
 } from './common';
 import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec } from './flags';
-import { DEFAULT_STATE_DIR } from '../guard/state-file';
+import { DEFAULT_STATE_DIR, DEFAULT_UDEV_ROOT } from '../core/defaults';
 import { readStatus, type StatusReport } from './status';
 import { writeErr, writeOut } from './stdio';
+import { Output, onOff, printer, type GuardEventName } from './output';
 import { NODE_CONDITION_TYPE } from '../kubernetes/condition';
 import { detectCluster, type ClusterSettings } from '../kubernetes/cluster';
 import type { ListenAddress } from '../kubernetes/listen';
-import type { WatchServices } from '../kubernetes/watch';
+import type { WatchServices } from './services';
 import { packageVersion } from '../core/package-version';
 import { followLaunchers, npmLaunchers } from './launcher';
 
@@ -123,255 +116,12 @@ function commonOptions(
   const options: Pick<FlannelGuardOptions, 'netns' | 'interfaces' | 'mac' | 'offload'> = {
     interfaces: parseIfaceFlags(flags.iface),
   };
-  const offload = parseOffloadFlags(flags.offload, flags.netns);
+  const offload = parseOffloadFlags(flags.offload);
   if (offload !== undefined) options.offload = offload;
   const mac = parseMacFlags(flags.mac);
   if (mac) options.mac = mac;
   if (flags.netns !== undefined) options.netns = flags.netns;
   return options;
-}
-
-// --- output -------------------------------------------------------------------
-
-export type GuardEventName = Exclude<keyof FlannelGuardEvents, 'close'>;
-
-function errorFields(error: Error): object {
-  return { message: error.message, ...Object.fromEntries(Object.entries(error)) };
-}
-
-function onOff(value: boolean | null | undefined): string {
-  return value === null || value === undefined ? '?' : value ? 'on' : 'off';
-}
-
-const describers: { [Name in GuardEventName]: (payload: FlannelGuardEvents[Name][0]) => string } = {
-  ready: (ready) => {
-    const devices = ready.devices.map(
-      (d) =>
-        `${d.name} (ifindex ${d.ifindex}) mac ${d.mac ?? 'none'}` +
-        (d.desiredMac
-          ? ` desired ${d.desiredMac} [${d.macSource}${d.fromStateFile ? ', from the state file' : ''}]`
-          : ' [not pinned]') +
-        Object.entries(d.offloads)
-          .map(([name, active]) => ` ${name}=${onOff(active)}`)
-          .join(''),
-    );
-    const list = devices.length === 0 ? 'no managed device yet' : devices.join('; ');
-    return `ready${ready.dryRun ? ' (dry run: nothing is written, no state is saved)' : ''}: ${list}`;
-  },
-  rewrite: (e) =>
-    `rewrite: ${e.device} ${e.found === 'start' ? 'found at' : `${e.previous ?? 'none'} ->`} ${e.mac ?? 'none'} (expected ${e.expected})${e.dryRun ? ' [dry run: not corrected]' : ''} writer=${e.writer}: ${e.detail}`,
-  adopted: (e) =>
-    `adopted: ${e.device} keeps ${e.mac} (was published as ${e.previous}); ${e.neighbours} neighbour entries restored in ${e.latencyMs.toFixed(3)} ms`,
-  restored: (e) =>
-    `restored: ${e.device} mac ${e.mac} and ${e.neighbours} neighbour entries in ${e.latencyMs.toFixed(3)} ms${e.deferred ? ' (after backoff)' : ''}`,
-  offload: (e) => {
-    // A dry run says what the device has and what the policy would make of it.
-    const states = Object.entries(e.active).map(([name, active]) =>
-      e.dryRun && e.requested[name] !== undefined && e.requested[name] !== active
-        ? `${name}=${onOff(active)} (would be set ${onOff(e.requested[name])})`
-        : `${name}=${onOff(active)}`,
-    );
-    const side = e.sideEffects.map((s) => `${s.name} ${onOff(s.before)}->${onOff(s.after)}`);
-    return `offload: ${e.device} ${states.join(' ')}${e.written || e.dryRun ? '' : ' (not written)'} [${e.reason}]${side.length > 0 ? `; also changed: ${side.join(', ')}` : ''}`;
-  },
-  verdict: (e) =>
-    `verdict: ${e.device} ${e.feature} ${e.verdict}, ${e.action} (${e.rounds} rounds, ${e.probes} probes, ${e.msSinceStart.toFixed(0)} ms): ${e.detail}`,
-  checksumErrors: (e) => `checksum errors: ${describeChecksumErrors(e)}`,
-  checksumSenders: (e) => `checksum senders: ${describeChecksumSenders(e)}`,
-  contested: (e) => `contested: ${e.detail}`,
-  resumed: (e) => `resumed: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`}`,
-  deferred: (e) =>
-    `deferred: ${e.device} ${e.what}${e.feature === undefined ? '' : ` ${e.feature}`} corrected in ${Math.round(e.delayMs)} ms (rewritten past the burst: backing off)`,
-  released: (e) => `released: ${e.device} (ifindex ${e.ifindex}) ${e.reason}`,
-  ignored: (e) => `ignored: ${e.detail}`,
-  shared: (e) => `shared: ${e.detail}${e.others > 1 ? ` (${e.others} others)` : ''}`,
-  overrun: (e) => `overrun: netlink events lost (${e.cause}); re-reading the namespace`,
-  resync: (e) =>
-    e.phase === 'begin'
-      ? `resync: begin (${e.reason ?? 'requested'})`
-      : `resync: end${e.consistent === false ? ' (inconsistent)' : ''}`,
-  error: (e) => `error: ${e.message}`,
-};
-
-/** One readable line for a guard event, as `watch` prints it without --json. */
-export function describe<Name extends GuardEventName>(
-  event: Name,
-  payload: FlannelGuardEvents[Name][0],
-): string {
-  return describers[event](payload);
-}
-
-type Level = 'info' | 'warn' | 'error';
-
-const GUARD_LEVELS: Record<GuardEventName, Level> = {
-  ready: 'info',
-  rewrite: 'warn',
-  restored: 'info',
-  adopted: 'info',
-  offload: 'info',
-  verdict: 'info',
-  checksumErrors: 'warn',
-  checksumSenders: 'warn',
-  contested: 'warn',
-  resumed: 'info',
-  deferred: 'info',
-  released: 'info',
-  ignored: 'warn',
-  shared: 'warn',
-  overrun: 'warn',
-  resync: 'info',
-  error: 'error',
-};
-
-const { errno } = constants;
-
-/**
- * Where `watch` writes its lines: the lines of one callback (a rewrite and
- * its correction are two) go out in one write, so that each event costs the
- * guard one write, not one per line. Never blocking: a full stdout must not
- * stall the guard's event loop, and pending lines keep the process alive
- * until written.
- * - A regular file (a log file, kubelet's redirect) is written directly: it
- *   has no reader to wait for.
- * - A pipe or socket is written with RWF_NOWAIT (a write that fails with
- *   EAGAIN instead of waiting, whatever the shared file's O_NONBLOCK says);
- *   what does not fit, or everything where the kernel cannot do that, goes
- *   through the thread pool, whose round trip costs more than the write.
- * A closed stdout (`watch | head -1`) ends the output, never the guarding.
- */
-class LineSink {
-  #pending: string[] = [];
-  #scheduled = false;
-  #writing = false;
-  #broken = false;
-  readonly #direct: boolean;
-  #noWait = true;
-
-  constructor(readonly fd: number) {
-    let regularFile = false;
-    try {
-      regularFile = fstatSync(fd).isFile();
-    } catch {
-      // Not open: the first write finds out.
-    }
-    this.#direct = regularFile;
-  }
-
-  write(line: string): boolean {
-    if (this.#broken) return false;
-    this.#pending.push(line);
-    if (!this.#scheduled && !this.#writing) {
-      this.#scheduled = true;
-      queueMicrotask(() => {
-        this.#scheduled = false;
-        this.#flush();
-      });
-    }
-    return true;
-  }
-
-  #flush(): void {
-    if (this.#writing || this.#pending.length === 0) return;
-    const buffer = Buffer.from(this.#pending.join(''));
-    this.#pending = [];
-    if (this.#direct) {
-      try {
-        for (let done = 0; done < buffer.length;) done += writeSync(this.fd, buffer, done);
-      } catch {
-        this.#broken = true; // the file is gone (EBADF) or the disk full: nothing more to say there
-      }
-      return;
-    }
-    let rest = buffer;
-    if (this.#noWait) {
-      const written = binding.writeNoWait(this.fd, buffer);
-      if (written === buffer.length) return;
-      if (written >= 0) {
-        rest = buffer.subarray(written);
-      } else if (written !== -errno.EAGAIN) {
-        // Not possible here (EOPNOTSUPP): the thread pool from now on. Anything else
-        // (EPIPE, EBADF) the thread pool's write reports as well.
-        this.#noWait = written !== -errno.EOPNOTSUPP && written !== -errno.EINVAL;
-      }
-    }
-    this.#writing = true;
-    this.#writeFrom(rest);
-  }
-
-  #writeFrom(buffer: Buffer): void {
-    write(this.fd, buffer, 0, buffer.length, null, (error, written) => {
-      if (error?.code === 'EAGAIN') {
-        setTimeout(() => this.#writeFrom(buffer), 10);
-        return;
-      }
-      if (error) {
-        // stdout is gone (EPIPE, EBADF): nothing more can be said there.
-        this.#broken = true;
-        this.#pending = [];
-        this.#writing = false;
-        return;
-      }
-      if (written < buffer.length) {
-        this.#writeFrom(buffer.subarray(written));
-        return;
-      }
-      this.#writing = false;
-      this.#flush();
-    });
-  }
-}
-
-/**
- * Where `watch` writes: with --json one JSON object per line, field `event`
- * first, then `time` (ISO 8601) and `level`, then the event's fields;
- * otherwise readable lines. Lines other than guard events wait until `ready`
- * has been written, so that `ready` stays the first line.
- */
-class Output {
-  readonly #sink = new LineSink(1);
-  readonly #held: (() => void)[] = [];
-  #readySeen = false;
-
-  constructor(readonly json: boolean) {}
-
-  guard<Name extends GuardEventName>(
-    event: Name,
-    payload: FlannelGuardEvents[Name][0],
-    extra: object = {},
-  ): void {
-    const body = payload instanceof Error ? errorFields(payload) : payload;
-    this.#write(event, GUARD_LEVELS[event], { ...body, ...extra }, () => describe(event, payload));
-    if (event === 'ready') this.release();
-  }
-
-  /** A line that is not a guard event: the source's state, annotation writes, Events. */
-  readonly line = (event: string, level: Level, fields: object, text: string): void => {
-    if (this.#readySeen) this.#write(event, level, fields, () => text);
-    else this.#held.push(() => this.#write(event, level, fields, () => text));
-  };
-
-  /** Writes the lines held back (after `ready`, or when exiting without it). */
-  release(): void {
-    this.#readySeen = true;
-    for (const write of this.#held.splice(0)) write();
-  }
-
-  /** `text`: the readable line, made only without --json. */
-  #write(event: string, level: Level, fields: object, text: () => string): void {
-    const time = new Date().toISOString();
-    this.#sink.write(
-      this.json ? `${JSON.stringify({ event, time, level, ...fields })}\n` : `${time} ${text()}\n`,
-    );
-  }
-}
-
-function printer(
-  output: Output,
-  services: WatchServices | null,
-): <Name extends GuardEventName>(event: Name, payload: FlannelGuardEvents[Name][0]) => void {
-  return (event, payload) => {
-    output.guard(event, payload, event === 'ready' ? (services?.readyFields() ?? {}) : {});
-  };
 }
 
 // --- Kubernetes, metrics -------------------------------------------------------
@@ -423,7 +173,7 @@ async function startServices(
   process.once('SIGTERM', stop);
   try {
     // Loaded only when used: prom-client alone takes longer to load than the guard.
-    const { WatchServices: Services } = await import('../kubernetes/watch.js');
+    const { WatchServices: Services } = await import('./services.js');
     const services = await Services.start({
       cluster,
       metricsAddress,
@@ -456,16 +206,9 @@ async function watch(flags: WatchFlags): Promise<number> {
   if (!flags.kernelFilter) options.kernelFilter = false;
   options.onNetnsDeleted = flags.onNetnsDeleted;
   if (flags.allowUserNamespace) options.allowUserNamespace = true;
-  if (flags.stateDir !== 'off') {
-    if (!flags.stateDir.startsWith('/')) {
-      throw new UsageError(`--state-dir ${flags.stateDir}: expected an absolute path or off`);
-    }
-    options.stateDir = flags.stateDir;
-  }
-  if (flags.udevRoot === 'off') options.udevRoot = false;
-  else if (!flags.udevRoot.startsWith('/')) {
-    throw new UsageError(`--udev-root ${flags.udevRoot}: expected an absolute path or off`);
-  } else options.udevRoot = flags.udevRoot;
+  // Checked by guardConfig, as a library caller's would be; 'off' is the flags' word for none.
+  if (flags.stateDir !== 'off') options.stateDir = flags.stateDir;
+  options.udevRoot = flags.udevRoot === 'off' ? false : flags.udevRoot;
   if (flags.receiveBuffer !== undefined) {
     options.receiveBuffer = integerFlag(
       '--receive-buffer',
@@ -473,19 +216,17 @@ async function watch(flags: WatchFlags): Promise<number> {
       RANGES.receiveBuffer,
     );
   }
+  // Parsed once, before the cluster is reached; the annotation source joins it when there is one.
+  const config = guardConfig(options);
   const output = new Output(flags.json);
   const services = await startServices(flags, output);
   if (services === 'stopped') return 0;
   const print = printer(output, services);
   let guard: FlannelGuard;
   try {
-    // Parsed once, with the annotation source when there is one, and passed down unchanged.
-    const config = guardConfig({
-      ...options,
-      ...(services?.source ? { source: services.source } : {}),
-      ...(flags.strategy === 'adopt' ? { strategy: 'adopt' } : {}),
-    });
-    guard = FlannelGuard.create(config);
+    guard = FlannelGuard.create(
+      services?.source ? withSource(config, services.source, flags.strategy) : config,
+    );
   } catch (error) {
     await services?.close();
     throw error;
@@ -647,7 +388,7 @@ const watchCommand: CommandSpec = {
       value: '<dir|off>',
       description:
         "where systemd-udevd's machine-id, .link files and database are read, to prove who rewrote a MAC (a container mounts the host's)",
-      default: '/',
+      default: DEFAULT_UDEV_ROOT,
     },
     {
       name: 'allow-user-namespace',

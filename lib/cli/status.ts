@@ -1,6 +1,7 @@
 /** A one-shot view of the managed devices: what `flannel-guard status` prints. */
 import { AF_BRIDGE, AF_UNSPEC } from '../core/constants';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
+import { DEFAULT_INTERFACES } from '../core/defaults';
+import { fixedOffloadPolicy, rejectUnknownOptions } from '../core/options';
 import { openControl } from '../core/oneshot';
 import { toLinkInfo, toNeighbourInfo } from '../core/records';
 import { explicitMacSource } from '../guard/sources';
@@ -59,10 +60,19 @@ async function sysfsInNetns(netns: string): Promise<Pick<SystemProbe, 'addrAssig
   return systemProbe({ netns, fs: new FsRoot('/') });
 }
 
+/** Every name StatusOptions declares: anything else is a caller's mistake (EINVAL). */
+const OPTION_NAMES = [
+  'netns',
+  'interfaces',
+  'mac',
+  'offload',
+] as const satisfies readonly (keyof StatusOptions)[];
+
 export async function readStatus(options: StatusOptions = {}): Promise<StatusReport> {
+  rejectUnknownOptions(options, OPTION_NAMES, 'readStatus');
   const globs = (options.interfaces ?? DEFAULT_INTERFACES).map((g) => compileInterfaceGlob(g));
   const source = options.mac ? explicitMacSource(options.mac) : undefined;
-  const policy = options.offload === 'none' ? {} : (options.offload ?? DEFAULT_OFFLOAD);
+  const policy = fixedOffloadPolicy(options.offload);
   const control = openControl(netnsTarget(options.netns));
   try {
     const matched = (await control.dumpLinks(true))

@@ -21,13 +21,12 @@ export const NUD_NOARP = 0x40;
 export const NUD_PERMANENT = 0x80;
 
 export const NTF_SELF = 0x02;
-export const NTF_MASTER = 0x04;
 
-/** /sys/class/net/IFACE/addr_assign_type values. */
-export const NET_ADDR_PERM = 0;
+/**
+ * /sys/class/net/IFACE/addr_assign_type's "random" (the kernel made the MAC up): udev's
+ * MACAddressPolicy rewrites such a MAC; a write from userspace makes it 3 (NET_ADDR_SET).
+ */
 export const NET_ADDR_RANDOM = 1;
-export const NET_ADDR_STOLEN = 2;
-export const NET_ADDR_SET = 3;
 
 export const OPERSTATES = [
   'unknown',

@@ -11,6 +11,12 @@ export const DEFAULT_OFFLOAD: Readonly<Record<string, boolean>> = Object.freeze(
   'tx-checksum-ip-generic': false,
 });
 
+/** Where the guard keeps the state that survives a crash (the CLI's --state-dir). */
+export const DEFAULT_STATE_DIR = '/run/flannel-guard';
+
+/** Where systemd-udevd's machine-id, `.link` files and database are read (the CLI's --udev-root). */
+export const DEFAULT_UDEV_ROOT = '/';
+
 /** How often the guard reads its namespace's checksum-error counters (/proc/net/snmp). */
 export const DEFAULT_CHECKSUM_ERRORS_POLL_MS = 2_000;
 /** One sample of what arrives on a device after a rise: bounded in time and frames. */

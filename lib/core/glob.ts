@@ -77,11 +77,6 @@ export function fnmatch(pattern: string, value: string): boolean {
   return fnmatchRegExp(pattern).test(value);
 }
 
-/** True when the pattern has no wildcard, i.e. matches only itself. */
-export function isLiteralPattern(pattern: string): boolean {
-  return !/[*?[\\]/.test(pattern);
-}
-
 /** A udev rule value: `a|b|c` alternatives, each an fnmatch pattern. */
 export function udevMatch(pattern: string, value: string): boolean {
   return pattern.split('|').some((alternative) => fnmatch(alternative, value));

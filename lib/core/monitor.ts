@@ -29,7 +29,7 @@ import {
   toRawNeighbourEntries,
 } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
-import { RANGES, integerInRange, macBytes, resolveNetnsPath } from './validate';
+import { RANGES, integerInRange, macBytes, netnsTarget, type NetnsTarget } from './validate';
 
 /** See LinkMonitor.setFilter. */
 export interface LinkFilter {
@@ -40,8 +40,11 @@ export interface LinkFilter {
 }
 
 export interface LinkMonitorOptions {
-  /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
-  netns?: string;
+  /**
+   * Network namespace by `ip netns` name or absolute path, or as the guard's configuration
+   * resolved it already (taken as is); the process's own when omitted.
+   */
+  netns?: string | NetnsTarget;
   /** Socket receive buffer in bytes (the kernel doubles it); the kernel default when omitted. */
   receiveBuffer?: number;
   /**
@@ -300,12 +303,12 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
     ) => new binding.Monitor(rawOptions, onBatch),
   ) {
     super();
-    this.netns = options.netns;
-    const netnsPath = options.netns === undefined ? undefined : resolveNetnsPath(options.netns);
+    const netns = typeof options.netns === 'string' ? netnsTarget(options.netns) : options.netns;
+    this.netns = netns?.label;
     this.#queueLimit = options.queueLimit ?? 10_000;
     this.#native = open(
       {
-        ...(netnsPath === undefined ? {} : { netns: netnsPath, netnsLabel: options.netns }),
+        ...(netns === undefined ? {} : { netns: netns.path, netnsLabel: netns.label }),
         ...(options.receiveBuffer === undefined
           ? {}
           : {

@@ -1,11 +1,5 @@
 /** Raw addon records to the public shapes, and the keys that identify them. */
-import type {
-  RawLink,
-  RawNeighbour,
-  RawNeighbourColumns,
-  RawNeighbourEntries,
-  RawNeighbourEntry,
-} from './binding';
+import type { RawLink, RawNeighbour, RawNeighbourColumns, RawNeighbourEntries } from './binding';
 import {
   AF_BRIDGE,
   AF_INET6,
@@ -155,18 +149,6 @@ export function toRawNeighbourEntries(entries: readonly NeighbourInfo[]): RawNei
     columns.lladdr.push(entry.lladdr);
   });
   return columns;
-}
-
-/** A kept entry as the addon writes it back (the caller checked lladdr is set). */
-export function toRawNeighbourEntry(entry: NeighbourInfo & { lladdr: string }): RawNeighbourEntry {
-  return {
-    family: familyNumber(entry.family),
-    ifindex: entry.ifindex,
-    destination: entry.destination,
-    lladdr: Buffer.from(entry.lladdr.replaceAll(':', ''), 'hex'),
-    state: entry.state,
-    flags: entry.flags,
-  };
 }
 
 export function familyNumber(family: NeighbourFamily): number {

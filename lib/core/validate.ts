@@ -176,6 +176,8 @@ export interface NetnsTarget {
   readonly label: string;
 }
 
+export function netnsTarget(netns: string): NetnsTarget;
+export function netnsTarget(netns: string | undefined): NetnsTarget | null;
 export function netnsTarget(netns: string | undefined): NetnsTarget | null {
   return netns === undefined
     ? null

@@ -5,7 +5,9 @@
  */
 import { isIP } from 'node:net';
 
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
+import { NET_ADDR_RANDOM } from '../core/constants';
+import { DEFAULT_INTERFACES } from '../core/defaults';
+import { fixedOffloadPolicy } from '../core/options';
 import { getFeatures, getLinks, getNeighbours } from '../core/oneshot';
 import type { PeerExpectation } from '../ensure/ensure';
 import type { DesiredMacSource } from '../guard/sources';
@@ -231,7 +233,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
   );
   const peerList = typeof input.peers === 'function' ? await input.peers() : (input.peers ?? []);
   const neighbours = managed.length > 0 ? await getNeighbours(netnsOption) : [];
-  const offload = input.offload === 'none' ? {} : (input.offload ?? DEFAULT_OFFLOAD);
+  const offload = fixedOffloadPolicy(input.offload);
   if (managed.length > 0) {
     // Slow node-wide reads (child processes) run while the devices are read.
     void probe.natRules().catch(() => undefined);
@@ -628,7 +630,7 @@ export function checkAddrAssignType(device: DeviceState): CheckResult {
   const value = device.addrAssignType;
   const named = value === null ? 'unknown' : `${value} (${ASSIGN_TYPES[value] ?? '?'})`;
   const evidence = [`/sys/class/net/${link.name}/addr_assign_type = ${named}`];
-  if (value === 1) {
+  if (value === NET_ADDR_RANDOM) {
     return {
       id: 'addr-assign-type',
       device: link.name,

@@ -5,6 +5,8 @@
 import { execFile } from 'node:child_process';
 
 import { ensureVtep, type EnsureAction } from '../ensure/ensure';
+import { NET_ADDR_RANDOM } from '../core/constants';
+import { absolutePathOption, booleanOption, rejectUnknownOptions } from '../core/options';
 import {
   CHECK_IDS,
   flannelLinkFileContent,
@@ -203,7 +205,7 @@ async function fixDevices(
         ...(device.publishedMac === null ? {} : { mac: device.publishedMac }),
         peers: device.peers,
         offload: input.offload ?? gathered.offload,
-        pin: device.addrAssignType === 1,
+        pin: device.addrAssignType === NET_ADDR_RANDOM,
         ...(device.addrAssignType === null ? {} : { addrAssignType: device.addrAssignType }),
       });
       for (const action of result.actions)
@@ -227,18 +229,42 @@ async function fixDevices(
   }
 }
 
-/** Runs the checks and, with `fix`, the repairs; never throws for what it finds. */
+/** Every name DoctorOptions declares: anything else is a caller's mistake (EINVAL). */
+const OPTION_NAMES = [
+  'root',
+  'netns',
+  'interfaces',
+  'mac',
+  'source',
+  'peers',
+  'offload',
+  'kernelRelease',
+  'probe',
+  'fix',
+  'reloadUdev',
+  'reloadNetworkManager',
+] as const satisfies readonly (keyof DoctorOptions)[];
+
+/**
+ * Runs the checks and, with `fix`, the repairs; never throws for what it finds (a wrong
+ * option is EINVAL before anything is read).
+ */
 export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorReport> {
+  rejectUnknownOptions(options, OPTION_NAMES, 'runDoctor');
+  if (options.root !== undefined) absolutePathOption(options.root, 'root');
+  const fix = booleanOption(options.fix, 'fix', false);
   const input: DoctorOptions = options;
   let gathered = await gather(input);
   let checks = await runChecks(gathered);
   const changes: DoctorChange[] = [];
   let before: DoctorReport['before'] = null;
-  if (options.fix) {
+  if (fix) {
     before = checks.map((c) => ({ id: c.id, device: c.device, verdict: c.verdict }));
     const live = gathered.fs.root === '/';
-    await fixLinkFiles(gathered, checks, changes, options.reloadUdev ?? live);
-    await fixNetworkManager(gathered, checks, changes, options.reloadNetworkManager ?? live);
+    const reloadUdev = booleanOption(options.reloadUdev, 'reloadUdev', live);
+    const reloadNm = booleanOption(options.reloadNetworkManager, 'reloadNetworkManager', live);
+    await fixLinkFiles(gathered, checks, changes, reloadUdev);
+    await fixNetworkManager(gathered, checks, changes, reloadNm);
     await fixDevices(gathered, input, changes);
     gathered = await gather(input);
     checks = await runChecks(gathered);
@@ -254,7 +280,7 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
     verdict: worst(checks),
     counts,
     checks,
-    fixed: options.fix ?? false,
+    fixed: fix,
     changes,
     before,
   };

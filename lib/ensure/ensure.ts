@@ -19,15 +19,17 @@ import {
   AF_INET6,
   AF_UNSPEC,
   NTF_SELF,
+  NET_ADDR_RANDOM,
   NUD_PERMANENT,
 } from '../core/constants';
-import { DEFAULT_OFFLOAD } from '../core/defaults';
+import { booleanOption, fixedOffloadPolicy, rejectUnknownOptions } from '../core/options';
 import { invalidArgument, systemError, type SystemError } from '../core/errors';
 import { openControl, toFeatureSetResult } from '../core/oneshot';
 import { toLinkInfo, toNeighbourInfo } from '../core/records';
 import type { LinkInfo, NeighbourInfo } from '../core/types';
 import { validatePeer, MAX_PEERS, type PeerExpectation } from './peers';
 import {
+  integerInRange,
   ipVersion,
   macBytes,
   netnsTarget,
@@ -134,21 +136,6 @@ export interface EnsureVtepResult {
   durationMs: number;
 }
 
-function validateOffload(offload: unknown): Readonly<Record<string, boolean>> {
-  if (offload === 'none') return {};
-  if (offload === undefined) return DEFAULT_OFFLOAD;
-  if (typeof offload !== 'object' || offload === null) {
-    throw invalidArgument("offload must be an object of feature booleans or 'none'");
-  }
-  const policy = offload as Record<string, unknown>;
-  for (const [name, wanted] of Object.entries(policy)) {
-    if (typeof wanted !== 'boolean') {
-      throw invalidArgument(`offload: the value for ${name} must be a boolean`);
-    }
-  }
-  return policy as Record<string, boolean>;
-}
-
 interface Plan {
   device: string;
   mac: string | undefined;
@@ -160,7 +147,24 @@ interface Plan {
   signal: AbortSignal | undefined;
 }
 
+/** addr_assign_type's values: permanent, random, stolen, set by userspace. */
+const ADDR_ASSIGN_TYPES = { min: 0, max: 3, unit: '' };
+
+/** Every name EnsureVtepOptions declares: anything else is a caller's mistake (EINVAL). */
+const OPTION_NAMES = [
+  'netns',
+  'device',
+  'mac',
+  'peers',
+  'offload',
+  'pin',
+  'addrAssignType',
+  'dryRun',
+  'signal',
+] as const satisfies readonly (keyof EnsureVtepOptions)[];
+
 function plan(options: EnsureVtepOptions): Plan {
+  rejectUnknownOptions(options, OPTION_NAMES, 'ensureVtep');
   const device = validateInterfaceName(options.device ?? 'flannel.1', 'device');
   if ((options.peers?.length ?? 0) > MAX_PEERS) {
     throw invalidArgument(`${options.peers?.length} peers: at most ${MAX_PEERS}`);
@@ -175,10 +179,13 @@ function plan(options: EnsureVtepOptions): Plan {
     device,
     mac: options.mac === undefined ? undefined : parseMac(options.mac, `MAC of ${device}`),
     peers,
-    offload: validateOffload(options.offload),
-    pin: options.pin ?? false,
-    addrAssignType: options.addrAssignType,
-    dryRun: options.dryRun ?? false,
+    offload: fixedOffloadPolicy(options.offload),
+    pin: booleanOption(options.pin, 'pin', false),
+    addrAssignType:
+      options.addrAssignType === undefined
+        ? undefined
+        : integerInRange(options.addrAssignType, ADDR_ASSIGN_TYPES, 'addrAssignType'),
+    dryRun: booleanOption(options.dryRun, 'dryRun', false),
     signal: options.signal,
   };
 }
@@ -307,7 +314,7 @@ function planMac(wanted: Plan, state: VtepState, repair: Repair): void {
       fixable: true,
     });
     repair.mac = { to: wanted.mac, reason: 'drift' };
-  } else if (wanted.pin && state.addrAssignType === 1 && link.mac !== null) {
+  } else if (wanted.pin && state.addrAssignType === NET_ADDR_RANDOM && link.mac !== null) {
     repair.drift.push({ kind: 'addr-assign-type', expected: '3', observed: '1', fixable: true });
     repair.mac = { to: link.mac, reason: 'pin' };
   }

@@ -13,7 +13,11 @@
  */
 import { CHECKSUM_SAMPLE, CHECKSUM_SAMPLE_INTERVAL_MS } from '../core/defaults';
 import type { ChecksumErrorCounters, ChecksumSample } from '../core/types';
-import type { GuardContext, ManagedDevice } from './context';
+import type { GuardContext } from './context';
+import type { GuardMonitor } from './seams';
+import type { GuardPorts } from './ports';
+import type { GuardConfig } from './config';
+import type { ManagedDevice } from './device';
 import type { ChecksumErrorsEvent, ChecksumSender, ChecksumSendersEvent } from './events';
 
 const PROTOCOLS = ['udp', 'tcp', 'udp6'] as const;
@@ -39,8 +43,18 @@ export interface ChecksumErrorWatchParts {
   devices(): ManagedDevice[];
 }
 
+/** What the checksum-error watch may touch: it reads counters and samples, and writes nothing. */
+export type ChecksumErrorWatchContext = Pick<
+  GuardContext,
+  'clock' | 'emit' | 'fail' | 'isClosed'
+> & {
+  readonly config: Pick<GuardConfig, 'checksumErrorsPollMs' | 'netns'>;
+  readonly monitor: Pick<GuardMonitor, 'restoreSet'>;
+  readonly ports: Pick<GuardPorts, 'checksumErrors' | 'forwardingEntries' | 'sampleChecksums'>;
+};
+
 export class ChecksumErrorWatch {
-  readonly #ctx: GuardContext;
+  readonly #ctx: ChecksumErrorWatchContext;
   readonly #parts: ChecksumErrorWatchParts;
   #last: { counters: ChecksumErrorCounters; at: number } | null = null;
   #rising = false;
@@ -50,7 +64,7 @@ export class ChecksumErrorWatch {
   /** A sample failed (no CAP_NET_RAW): said once, not tried again. */
   #sampleFailed = false;
 
-  constructor(context: GuardContext, parts: ChecksumErrorWatchParts) {
+  constructor(context: ChecksumErrorWatchContext, parts: ChecksumErrorWatchParts) {
     this.#ctx = context;
     this.#parts = parts;
   }

@@ -8,9 +8,18 @@ import {
   DEFAULT_CHECKSUM_ERRORS_POLL_MS,
   DEFAULT_INTERFACES,
   DEFAULT_OFFLOAD,
+  DEFAULT_UDEV_ROOT,
 } from '../core/defaults';
 import { invalidArgument } from '../core/errors';
-import { fightPolicy, type FightPolicy } from './fight';
+import {
+  absolutePathOption,
+  booleanOption,
+  choiceOption,
+  listOption,
+  offloadOption,
+  rejectUnknownOptions,
+} from '../core/options';
+import { fightPolicy, type FightPolicy } from './fight-tracker';
 import { explicitMacSource, type DesiredMacSource } from './sources';
 import {
   RANGES,
@@ -20,7 +29,7 @@ import {
   type InterfaceGlob,
   type NetnsTarget,
 } from '../core/validate';
-import { autoOffloadPolicy, type AutoOffloadPolicy } from './offload-auto';
+import { autoOffloadPolicy, type AutoOffloadPolicy } from './offload-auto-policy';
 
 export interface FlannelGuardOptions {
   /** Network namespace by `ip netns` name or absolute path; the process's own when omitted. */
@@ -121,43 +130,123 @@ export interface GuardConfig {
   readonly udevRoot: string | null;
 }
 
-/** Validates, defaults and compiles `options` once; throws EINVAL naming the option. */
-export function guardConfig(options: FlannelGuardOptions = {}): GuardConfig {
-  const strategy = options.strategy ?? 'revert';
-  if (strategy === 'adopt' && !options.source?.adopt) {
+/** Every name FlannelGuardOptions declares: anything else is a caller's mistake (EINVAL). */
+const OPTION_NAMES = [
+  'netns',
+  'interfaces',
+  'mac',
+  'source',
+  'pin',
+  'strategy',
+  'offload',
+  'autoOffload',
+  'checksumErrorsPollMs',
+  'dryRun',
+  'fight',
+  'receiveBuffer',
+  'kernelFilter',
+  'onNetnsDeleted',
+  'allowUserNamespace',
+  'stateDir',
+  'udevRoot',
+] as const satisfies readonly (keyof FlannelGuardOptions)[];
+
+function macSourceOption(source: DesiredMacSource | undefined): DesiredMacSource | undefined {
+  // A JavaScript caller may pass anything.
+  const given: unknown = source;
+  if (
+    given !== undefined &&
+    (typeof given !== 'object' ||
+      given === null ||
+      typeof (given as Partial<DesiredMacSource>).desiredMac !== 'function')
+  ) {
+    throw invalidArgument('option source: expected a DesiredMacSource (desiredMac(device))', {
+      option: 'source',
+    });
+  }
+  return source;
+}
+
+function strategyFor(
+  strategy: GuardConfig['strategy'],
+  source: DesiredMacSource | undefined,
+): GuardConfig['strategy'] {
+  if (strategy === 'adopt' && !source?.adopt) {
     throw invalidArgument(
       "strategy 'adopt' needs a source that can store a MAC (the Kubernetes node annotation)",
       { option: 'strategy' },
     );
   }
+  return strategy;
+}
+
+/**
+ * `config` with the source that was opened after it was parsed (the CLI checks every flag
+ * before it reaches the cluster) and the strategy that needs it.
+ */
+export function withSource(
+  config: GuardConfig,
+  source: DesiredMacSource,
+  strategy: GuardConfig['strategy'],
+): GuardConfig {
+  return Object.freeze({ ...config, source, strategy: strategyFor(strategy, source) });
+}
+
+/**
+ * Validates, defaults and compiles `options` once: an unknown name or a wrong value is EINVAL
+ * naming the option, with the message the CLI gives for the same input.
+ */
+export function guardConfig(options: FlannelGuardOptions = {}): GuardConfig {
+  rejectUnknownOptions(options, OPTION_NAMES, 'FlannelGuard');
+  const source = macSourceOption(options.source);
+  const strategy = strategyFor(
+    choiceOption(options.strategy, ['revert', 'adopt'], 'strategy', 'revert'),
+    source,
+  );
+  const offload = offloadOption(options.offload, ['none', 'auto']) ?? DEFAULT_OFFLOAD;
+  if (options.autoOffload !== undefined && offload !== 'auto') {
+    throw invalidArgument("option autoOffload is only read with offload 'auto'", {
+      option: 'autoOffload',
+    });
+  }
   return Object.freeze({
     netns: netnsTarget(options.netns),
     interfaces: Object.freeze(
-      (options.interfaces ?? DEFAULT_INTERFACES).map((glob) => compileInterfaceGlob(glob)),
+      listOption(options.interfaces ?? DEFAULT_INTERFACES, 'interfaces', (glob) =>
+        compileInterfaceGlob(glob),
+      ),
     ),
-    explicit: options.mac ? explicitMacSource(options.mac) : undefined,
-    source: options.source,
-    pinFirstSeen: (options.pin ?? 'first-seen') === 'first-seen',
+    explicit: options.mac === undefined ? undefined : explicitMacSource(options.mac),
+    source,
+    pinFirstSeen:
+      choiceOption(options.pin, ['first-seen', 'none'], 'pin', 'first-seen') === 'first-seen',
     strategy,
-    autoOffload: options.offload === 'auto' ? autoOffloadPolicy(options.autoOffload) : null,
-    offload:
-      options.offload === 'none' || options.offload === 'auto'
-        ? null
-        : options.offload === undefined
-          ? DEFAULT_OFFLOAD
-          : Object.freeze({ ...options.offload }),
+    autoOffload: offload === 'auto' ? autoOffloadPolicy(options.autoOffload) : null,
+    offload: offload === 'none' || offload === 'auto' ? null : offload,
     checksumErrorsPollMs: integerInRange(
       options.checksumErrorsPollMs ?? DEFAULT_CHECKSUM_ERRORS_POLL_MS,
       { ...RANGES.timerMs, min: 0 },
       'checksumErrorsPollMs',
     ),
     fight: Object.freeze(fightPolicy(options.fight)),
-    dryRun: options.dryRun ?? false,
-    kernelFilter: options.kernelFilter ?? true,
-    receiveBuffer: options.receiveBuffer,
-    stateDir: options.stateDir,
-    allowUserNamespace: options.allowUserNamespace ?? false,
-    onNetnsDeleted: options.onNetnsDeleted ?? 'close',
-    udevRoot: options.udevRoot === false ? null : (options.udevRoot ?? '/'),
+    dryRun: booleanOption(options.dryRun, 'dryRun', false),
+    kernelFilter: booleanOption(options.kernelFilter, 'kernelFilter', true),
+    receiveBuffer:
+      options.receiveBuffer === undefined
+        ? undefined
+        : integerInRange(options.receiveBuffer, RANGES.receiveBuffer, 'receiveBuffer'),
+    stateDir:
+      options.stateDir === undefined ? undefined : absolutePathOption(options.stateDir, 'stateDir'),
+    allowUserNamespace: booleanOption(options.allowUserNamespace, 'allowUserNamespace', false),
+    onNetnsDeleted: choiceOption(
+      options.onNetnsDeleted,
+      ['close', 'continue'],
+      'onNetnsDeleted',
+      'close',
+    ),
+    udevRoot:
+      options.udevRoot === false
+        ? null
+        : absolutePathOption(options.udevRoot ?? DEFAULT_UDEV_ROOT, 'udevRoot'),
   });
 }

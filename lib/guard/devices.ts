@@ -6,7 +6,8 @@
 import { isSystemError, systemError } from '../core/errors';
 import type { LinkInfo } from '../core/types';
 import type { GuardConfig } from './config';
-import type { DesiredMac, GuardEmit, GuardMonitor, ManagedDevice } from './context';
+import type { DesiredMac, ManagedDevice } from './device';
+import type { GuardEmit, GuardMonitor } from './seams';
 import type { FightController } from './fight-control';
 import type { GuardPorts } from './ports';
 

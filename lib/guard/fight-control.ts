@@ -6,8 +6,9 @@
  */
 import type { CorrectionAllowance } from '../core/monitor';
 import type { ContestedEvent, GuardCounters } from './events';
-import { FightTracker, type FightDecision, type FightPolicy } from './fight';
-import type { GuardClock, GuardEmit, ManagedDevice } from './context';
+import { FightTracker, type FightDecision, type FightPolicy } from './fight-tracker';
+import type { ManagedDevice } from './device';
+import type { GuardClock, GuardEmit } from './seams';
 
 /** What is being fought over: a device's MAC, or one of its offload features. */
 export type FightKey =

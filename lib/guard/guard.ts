@@ -25,13 +25,9 @@ import type {
 import type { ChecksumErrorCounters, LinkInfo } from '../core/types';
 import { ChecksumErrorWatch } from './checksum-errors';
 import { guardConfig, type FlannelGuardOptions, type GuardConfig } from './config';
-import {
-  realClock,
-  type GuardClock,
-  type GuardContext,
-  type GuardMonitor,
-  type ManagedDevice,
-} from './context';
+import type { GuardContext } from './context';
+import { newManagedDevice, type ManagedDevice } from './device';
+import { realClock, type GuardClock, type GuardMonitor } from './seams';
 import { DeviceTable } from './devices';
 import {
   zeroCounters,
@@ -47,7 +43,7 @@ import { OffloadEnforcement } from './offload';
 import { OffloadAuto } from './offload-auto';
 import { OtherGuards } from './other-guards';
 import { openGuardParts, type GuardInternals } from './parts';
-import { DeviceStateStore } from './persistence';
+import { DeviceStateStore } from './device-state-store';
 import type { GuardPorts } from './ports';
 
 export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
@@ -426,23 +422,12 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   #track(link: LinkInfo, reason: OffloadEvent['reason'], at: number): ManagedDevice {
     const firstSeen = reason === 'created';
     const { pinFirstSeen, source } = this.#config;
-    const device: ManagedDevice = {
-      ifindex: link.ifindex,
-      name: link.name,
+    const device = newManagedDevice(link.ifindex, link.name, {
       pin: pinFirstSeen ? link.mac : null,
       pinKind: pinFirstSeen ? (firstSeen ? 'first-seen' : 'pinned-at-start') : null,
-      pinFromStateFile: false,
       createdAt: firstSeen ? at : null,
       staleSourceMac: firstSeen ? source?.desiredMac(link.name) : undefined,
-      rewrites: 0,
-      driftSince: null,
-      answerDue: null,
-      vanishing: false,
-      sourceNewer: false,
-      adoptions: { inFlight: [], stored: null },
-      offloads: {},
-      offloadPolicy: null,
-    };
+    });
     this.#devices.add(device);
     this.#monitor.keep(link.ifindex);
     this.#others?.watch(link.name);

@@ -7,7 +7,7 @@ export {
 } from './checksum-errors';
 export { guardConfig } from './config';
 export type { FlannelGuardOptions, GuardConfig } from './config';
-export type { GuardClock, GuardMonitor } from './context';
+export type { GuardClock, GuardMonitor } from './seams';
 export type * from './events';
 
 export { openGuardParts, userNamespaceMapping, type GuardInternals } from './parts';

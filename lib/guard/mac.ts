@@ -9,11 +9,15 @@ import { systemError } from '../core/errors';
 import { MAX_ALLOWANCE_LIMIT, type NativeCorrection } from '../core/monitor';
 import { neighbourKey } from '../core/records';
 import type { LinkInfo } from '../core/types';
-import type { DesiredMac, GuardContext, ManagedDevice } from './context';
+import type { GuardConfig } from './config';
+import type { GuardContext } from './context';
+import type { GuardMonitor } from './seams';
+import type { GuardPorts } from './ports';
+import type { DesiredMac, ManagedDevice } from './device';
 import type { RewriteFound } from './events';
 import { attributeWriter, type WriterAttribution } from '../udev/writer';
 import type { FightActions, FightKey } from './fight-control';
-import type { FightDecision } from './fight';
+import type { FightDecision } from './fight-tracker';
 
 /** Where a MAC change was seen: a notification, a re-dump, or taking the device on. */
 export type MacChangeOrigin = RewriteFound;
@@ -28,12 +32,28 @@ function macKey(device: ManagedDevice): FightKey {
   return { what: 'mac', device };
 }
 
+/**
+ * What MAC correction may touch: it writes a device's MAC and its ARP/NDP entries (nothing else
+ * of the kernel's), arms the native layer, and reads the rest.
+ */
+export type MacCorrectionContext = Omit<GuardContext, 'config' | 'monitor' | 'ports'> & {
+  readonly config: Pick<GuardConfig, 'dryRun' | 'source' | 'strategy'>;
+  readonly monitor: Pick<
+    GuardMonitor,
+    'arm' | 'disarm' | 'neighbours' | 'restoreSet' | 'rewrittenLater'
+  >;
+  readonly ports: Pick<
+    GuardPorts,
+    'getLink' | 'setLinkMac' | 'replaceNeighbours' | 'addrAssignType'
+  >;
+};
+
 export class MacCorrection {
-  readonly #ctx: GuardContext;
+  readonly #ctx: MacCorrectionContext;
   /** Devices whose flush is to be answered once the batch that carried it is handled. */
   readonly #flushed = new Set<ManagedDevice>();
 
-  constructor(context: GuardContext) {
+  constructor(context: MacCorrectionContext) {
     this.#ctx = context;
   }
 

@@ -11,10 +11,14 @@
  * device's verdict holds for its life (never on again after off helped: no flapping), checked
  * again every `slowMs`, and a re-created device starts over.
  */
-import { RANGES, integerInRange } from '../core/validate';
-import type { GuardContext, ManagedDevice } from './context';
+import type { GuardContext } from './context';
+import type { GuardMonitor } from './seams';
+import type { GuardPorts } from './ports';
+import type { GuardConfig } from './config';
+import type { ManagedDevice } from './device';
 import type { PathAnswer, VerdictEvent } from './events';
 import type { OffloadEnforcement } from './offload';
+import type { AutoOffloadPolicy } from './offload-auto-policy';
 
 export type PathVerdict = 'healthy' | 'broken' | 'inconclusive';
 
@@ -47,32 +51,6 @@ export function judgePaths(answers: readonly PathAnswer[]): { verdict: PathVerdi
   };
 }
 
-export interface AutoOffloadPolicy {
-  /** The feature turned off when broken. */
-  readonly feature: string;
-  /** Between rounds; at least the peers' ICMP rate limit (1000 ms). */
-  readonly roundMs: number;
-  /** Rounds in a row that must agree before anything changes. */
-  readonly confirmRounds: number;
-  /** A settled verdict is checked again this often. */
-  readonly slowMs: number;
-  /** Peers probed per round, sampled from the device's permanent ARP entries. */
-  readonly samplePeers: number;
-  /** How long a round waits for answers. */
-  readonly timeoutMs: number;
-}
-
-const DEFAULT_AUTO_OFFLOAD: AutoOffloadPolicy = Object.freeze({
-  feature: 'tx-checksum-ip-generic',
-  roundMs: 1_500,
-  confirmRounds: 2,
-  slowMs: 600_000,
-  samplePeers: 8,
-  timeoutMs: 1_000,
-});
-
-/** The peers' ICMP rate limit (icmp_ratelimit's default): no peer is probed more often. */
-const MIN_ROUND_MS = 1_000;
 /** Closed ports in traceroute's range; one per round. */
 const PROBE_PORT_BASE = 33_434;
 const PROBE_PORT_SPAN = 100;
@@ -85,23 +63,6 @@ const EVIDENCE_ROUNDS = 4;
  * often: a peer that keeps sending bad checksums must not make the slow re-check a fast one.
  */
 const EARLY_RECHECK_MS = 60_000;
-
-/** Validates and completes `offload: 'auto'`'s settings; throws EINVAL naming the key. */
-export function autoOffloadPolicy(policy: Partial<AutoOffloadPolicy> = {}): AutoOffloadPolicy {
-  const complete = { ...DEFAULT_AUTO_OFFLOAD, ...policy };
-  const { timerMs } = RANGES;
-  integerInRange(complete.roundMs, { ...timerMs, min: MIN_ROUND_MS }, 'autoOffload.roundMs');
-  integerInRange(complete.slowMs, timerMs, 'autoOffload.slowMs');
-  integerInRange(
-    complete.confirmRounds,
-    { min: 1, max: 10, unit: '' },
-    'autoOffload.confirmRounds',
-  );
-  // The native prober takes at most 64 addresses and waits at most 10 s.
-  integerInRange(complete.samplePeers, { min: 1, max: 64, unit: '' }, 'autoOffload.samplePeers');
-  integerInRange(complete.timeoutMs, { min: 1, max: 10_000, unit: 'ms' }, 'autoOffload.timeoutMs');
-  return Object.freeze(complete);
-}
 
 type Phase =
   /** Measuring with the feature as the guard found it. */
@@ -127,15 +88,28 @@ interface DeviceProbing {
   cancelTimer: () => void;
 }
 
+/**
+ * What `--offload auto` may touch: it probes paths; the feature it reads and its one write go
+ * through OffloadEnforcement, which keeps the device's offload states.
+ */
+export type OffloadAutoContext = Pick<
+  GuardContext,
+  'clock' | 'devices' | 'emit' | 'fail' | 'isClosed'
+> & {
+  readonly config: Pick<GuardConfig, 'dryRun'>;
+  readonly monitor: Pick<GuardMonitor, 'restoreSet'>;
+  readonly ports: Pick<GuardPorts, 'probePaths'>;
+};
+
 export class OffloadAuto {
-  readonly #ctx: GuardContext;
+  readonly #ctx: OffloadAutoContext;
   readonly #enforcement: OffloadEnforcement;
   readonly #policy: AutoOffloadPolicy;
   readonly #random: () => number;
   readonly #devices = new Map<ManagedDevice, DeviceProbing>();
 
   constructor(
-    context: GuardContext,
+    context: OffloadAutoContext,
     enforcement: OffloadEnforcement,
     policy: AutoOffloadPolicy,
     random: () => number,
@@ -392,12 +366,7 @@ export class OffloadAuto {
   }
 
   #readFeature(device: ManagedDevice): boolean | null {
-    const features = this.#ctx.devices.attempt(device, () =>
-      this.#ctx.ports.getFeatures(device.name),
-    );
-    const state = features?.find((f) => f.name === this.#policy.feature)?.active ?? null;
-    device.offloads[this.#policy.feature] = state;
-    return state;
+    return this.#enforcement.readFeature(device, this.#policy.feature);
   }
 
   /** Whether the round's device is still the one being measured (not released meanwhile). */

@@ -6,7 +6,10 @@
  */
 import { systemError } from '../core/errors';
 import type { FeatureSetResult } from '../core/types';
-import type { GuardContext, ManagedDevice } from './context';
+import type { GuardContext } from './context';
+import type { GuardPorts } from './ports';
+import type { GuardConfig } from './config';
+import type { ManagedDevice } from './device';
 import type { OffloadEvent } from './events';
 import type { FightKey } from './fight-control';
 
@@ -16,11 +19,33 @@ function offloadKey(device: ManagedDevice, feature: string): FightKey {
   return { what: 'offload', device, feature };
 }
 
-export class OffloadEnforcement {
-  readonly #ctx: GuardContext;
+/** What offload enforcement may touch: it reads and writes a device's offload features only. */
+export type OffloadEnforcementContext = Pick<
+  GuardContext,
+  'counters' | 'emit' | 'fight' | 'devices' | 'fail'
+> & {
+  readonly config: Pick<GuardConfig, 'dryRun' | 'offload'>;
+  readonly ports: Pick<GuardPorts, 'getFeatures' | 'setFeatures'>;
+};
 
-  constructor(context: GuardContext) {
+export class OffloadEnforcement {
+  readonly #ctx: OffloadEnforcementContext;
+
+  constructor(context: OffloadEnforcementContext) {
     this.#ctx = context;
+  }
+
+  /**
+   * Reads one feature's state into the device (the device's offload states are this part's to
+   * keep); null when it is unknown or the device vanished.
+   */
+  readFeature(device: ManagedDevice, feature: string): boolean | null {
+    const features = this.#ctx.devices.attempt(device, () =>
+      this.#ctx.ports.getFeatures(device.name),
+    );
+    const state = features?.find((f) => f.name === feature)?.active ?? null;
+    device.offloads[feature] = state;
+    return state;
   }
 
   /** Reads the policy features' state into the device; null when the device vanished. */

@@ -10,8 +10,8 @@ import { isSystemError, systemError } from '../core/errors';
 import { LinkMonitor } from '../core/monitor';
 import { openControl } from '../core/oneshot';
 import type { GuardConfig } from './config';
-import type { GuardClock, GuardMonitor } from './context';
-import { openStateFile } from './persistence';
+import type { GuardClock, GuardMonitor } from './seams';
+import { openStateFile } from './device-state-store';
 import type { ClaimName } from './other-guards';
 import { controlPorts, type GuardPorts } from './ports';
 import type { StateFile } from './state-file';
@@ -107,7 +107,7 @@ export function openGuardParts(config: GuardConfig): GuardInternals {
     if (!config.dryRun) probeWrites(ports, config);
     const state = openStateFile(config, control);
     const monitor = new LinkMonitor({
-      ...(config.netns === null ? {} : { netns: config.netns.label }),
+      ...(config.netns === null ? {} : { netns: config.netns }),
       ...(config.receiveBuffer === undefined ? {} : { receiveBuffer: config.receiveBuffer }),
       // Only what the globs can match is ever read (the guard adds its devices' indexes later).
       ...(config.kernelFilter

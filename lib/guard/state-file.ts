@@ -10,11 +10,11 @@
 import { lutimesSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 
+import { NUD_PERMANENT } from '../core/constants';
 import { readRegularFile, writeFileReplacing } from '../core/files';
 import type { NeighbourInfo } from '../core/types';
 import { ipVersion, parseMac, validateInterfaceName } from '../core/validate';
 
-export const DEFAULT_STATE_DIR = '/run/flannel-guard';
 /** A 5000-node cluster's entries (two per peer, with IPv6) fit several times over. */
 export const MAX_STATE_BYTES = 16 * 1024 * 1024;
 export const MAX_PERSISTED_NEIGHBOURS = 20_000;
@@ -27,7 +27,6 @@ const STATE_VERSION = 1;
  * guard writes it.
  */
 export const STALE_AFTER_MS = 10 * 60 * 1000;
-const NUD_PERMANENT = 0x80;
 
 export interface PersistedDevice {
   name: string;

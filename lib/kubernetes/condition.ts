@@ -12,7 +12,7 @@
 import { EventEmitter } from 'node:events';
 
 import type { DeviceStatus, FlannelGuard } from '../guard';
-import type { KubernetesApi } from './client';
+import type { KubernetesApi } from './api';
 
 /**
  * The condition's type: domain-prefixed, as node-readiness-controller's rules name the

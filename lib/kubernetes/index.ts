@@ -13,22 +13,22 @@ export {
   withVtepMac,
 } from './annotation';
 export type { AddressFamily, BackendDataReading } from './annotation';
-export { KubernetesApiError, createKubernetesClient, isKubernetesApiError } from './client';
+export { KubernetesApiError, isKubernetesApiError } from './api';
+export { createKubernetesClient } from './client';
 export type {
   EventApi,
   EventRepeat,
   KubeEvent,
   KubeNode,
   KubeObjectMeta,
-  KubeconfigOrigin,
   KubernetesApi,
-  KubernetesClientOptions,
   StoredEvent,
   WatchEnd,
   WatchEvent,
   WatchOptions,
   WatchStream,
-} from './client';
+} from './api';
+export type { KubeconfigOrigin, KubernetesClientOptions } from './client';
 export { SERVICE_ACCOUNT_TOKEN, detectCluster, validateNodeName } from './cluster';
 export {
   LEGACY_NODE_CONDITION_TYPE,
@@ -44,7 +44,7 @@ export {
   EventRecorder,
   nodeReference,
   recordGuardEvents,
-} from './events';
+} from './event-recorder';
 export type {
   DroppedEvent,
   EventDropReason,
@@ -53,7 +53,7 @@ export type {
   GuardEventOptions,
   InvolvedObject,
   RecordedEvent,
-} from './events';
+} from './event-recorder';
 export { ADOPT_BUCKETS, GuardMetrics, LATENCY_BUCKETS, METRIC_PREFIX } from './metrics';
 export type { GuardMetricsOptions } from './metrics';
 export { parseListenAddress, type ListenAddress } from './listen';

@@ -16,7 +16,7 @@ import type {
   SharedEvent,
   VerdictEvent,
 } from '../guard';
-import type { EventRecorder } from './events';
+import type { EventRecorder } from './event-recorder';
 import type { KubernetesMacSource, SourceState } from './source';
 
 export const METRIC_PREFIX = 'flannel_guard_';

@@ -7,7 +7,7 @@
  * the senders are named by their addresses alone.
  */
 import { ADDRESS_FAMILIES, DEFAULT_ANNOTATION_PREFIX, readBackendData } from './annotation';
-import { isKubernetesApiError, type KubernetesApi } from './client';
+import { isKubernetesApiError, type KubernetesApi } from './api';
 
 export const PEER_NODES_PAGE = 100;
 export const PEER_NODES_MAX_PAGES = 100;

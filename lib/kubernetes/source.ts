@@ -19,6 +19,7 @@
  */
 import { EventEmitter } from 'node:events';
 
+import { backoffDelay, DEFAULT_JITTER, type BackoffPolicy } from '../core/backoff';
 import { invalidArgument } from '../core/errors';
 import type { DesiredMacSource } from '../guard/sources';
 import { parseMac } from '../core/validate';
@@ -35,7 +36,7 @@ import {
   type KubernetesApi,
   type WatchEnd,
   type WatchEvent,
-} from './client';
+} from './api';
 import { Sleeper } from './sleeper';
 
 export type SourceState = 'starting' | 'synced' | 'degraded';
@@ -116,8 +117,8 @@ export interface KubernetesMacSourceOptions {
   annotationPrefix?: string;
   /** The server is asked to end each watch after a random time in this range (s). */
   watchTimeoutSeconds?: readonly [number, number];
-  /** Reconnection backoff: first delay, cap (ms). Jittered within [delay/2, delay]. */
-  backoff?: { initialMs: number; maxMs: number };
+  /** Reconnection backoff (core/backoff.ts): first delay, cap (ms), jitter (default ±20 %). */
+  backoff?: Partial<BackoffPolicy>;
   /** Conflicts retried by `adopt` before it gives up. */
   maxConflicts?: number;
   /** How long `adopt` retries an unreachable API before it gives up (ms). */
@@ -125,7 +126,7 @@ export interface KubernetesMacSourceOptions {
   random?: () => number;
 }
 
-const DEFAULT_BACKOFF = { initialMs: 500, maxMs: 30_000 };
+const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 500, maxMs: 30_000, jitter: DEFAULT_JITTER };
 /** A watch open this long was healthy: the next restart is immediate and the backoff starts over. */
 const HEALTHY_WATCH_MS = 1_000;
 
@@ -173,7 +174,7 @@ export class KubernetesMacSource
   readonly annotationPrefix: string;
   readonly #api: KubernetesApi;
   readonly #watchTimeout: readonly [number, number];
-  readonly #backoff: { initialMs: number; maxMs: number };
+  readonly #backoff: BackoffPolicy;
   readonly #maxConflicts: number;
   readonly #adoptTimeoutMs: number;
   readonly #random: () => number;
@@ -208,7 +209,7 @@ export class KubernetesMacSource
     this.nodeName = options.nodeName;
     this.annotationPrefix = options.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX;
     this.#watchTimeout = options.watchTimeoutSeconds ?? [300, 600];
-    this.#backoff = options.backoff ?? DEFAULT_BACKOFF;
+    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
     this.#maxConflicts = options.maxConflicts ?? 5;
     this.#adoptTimeoutMs = options.adoptTimeoutMs ?? 30_000;
     this.#random = options.random ?? Math.random;
@@ -576,9 +577,7 @@ export class KubernetesMacSource
   }
 
   #delay(failures: number): number {
-    const { initialMs, maxMs } = this.#backoff;
-    const base = Math.min(maxMs, initialMs * 2 ** Math.min(failures - 1, 30));
-    return Math.round(base / 2 + (this.#random() * base) / 2);
+    return backoffDelay(this.#backoff, failures, this.#random);
   }
 
   #sleep(ms: number): Promise<void> {

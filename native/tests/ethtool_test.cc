@@ -2,7 +2,7 @@
 // ethtool's own test-features.c): each test lists the commands it expects, in order,
 // with the kernel's reply to each; any other command, or one too many, fails the test.
 //
-// Coverage of reliability-cases.md section 2.2:
+// Coverage of docs/reliability.md (E):
 //   E1  interface-name validation is TypeScript's job (before any syscall). This layer
 //       only refuses what cannot be passed safely (empty, >= IFNAMSIZ, embedded NUL):
 //       "ethtool: invalid interface name ...", "ethtool: SocketIoctl refuses ...".

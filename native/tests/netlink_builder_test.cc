@@ -3,7 +3,7 @@
 // read back, through ParseDatagram where the parser knows the message type (requests
 // of a GET type are re-typed to the matching NEW type, whose body has the same layout).
 //
-// Coverage of reliability-cases.md:
+// Coverage of docs/reliability.md:
 //   N22 dump requests carry a fully zeroed family header apart from the family
 //       ("builder: dump ...").
 //   S15 the set-link request carries exactly one attribute, IFLA_ADDRESS of 6 bytes

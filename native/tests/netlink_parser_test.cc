@@ -4,7 +4,7 @@
 // Every datagram is handed to the parser in a heap block of exactly its size, so
 // under FG_SANITIZE=ON any read past its end is an ASan report.
 //
-// Coverage of reliability-cases.md:
+// Coverage of docs/reliability.md:
 //   N4  "parser: N4 ..."  Admit() rejects MSG_TRUNC before anything is parsed.
 //   N5  "parser: N5 ..."  unaligned datagrams, a last message of 133 bytes, padding.
 //   N6  "parser: N6 ..."  nlmsg_len < 16, == 0, > remaining, trailing bytes.
@@ -16,7 +16,7 @@
 //       such a datagram (S12: no item, no resync, only a counter).
 //   N16 "parser: N16 ..." IFLA_LINK_NETNSID.
 //   S12 = N12; S13 "parser: S13 ..." oversize IFLA_IFNAME / IFLA_IFALIAS.
-//   4.1 "parser: real ..." fixtures captured from Linux 6.18.
+//   and "parser: real ..." on fixtures captured from Linux 6.18.
 #include "netlink_parser.h"
 
 #include <linux/if_arp.h>

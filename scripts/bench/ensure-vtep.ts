@@ -21,6 +21,7 @@ import { performance } from 'node:perf_hooks';
 import { ensureVtep } from '../../lib/ensure/ensure';
 import { destroyAll, Netns } from '../../test/support/netns';
 import { FlannelTestbed, VTEP } from '../../test/support/testbed';
+import { percentile } from './stats';
 
 const PLUGIN = join(__dirname, '..', '..', 'lib', 'cni', 'main.js');
 
@@ -29,10 +30,6 @@ function argument(name: string, fallback: number): number {
   const value = index >= 0 ? Number(process.argv[index + 1]) : fallback;
   if (!Number.isInteger(value) || value <= 0) throw new Error(`${name}: expected a count`);
   return value;
-}
-
-function percentile(sorted: number[], fraction: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(fraction * sorted.length) - 1)] ?? NaN;
 }
 
 function summary(label: string, values: number[]): string {

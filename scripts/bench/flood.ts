@@ -15,6 +15,7 @@ import { promisify } from 'node:util';
 import { buildBenchTool, startFlood } from '../../test/support/flooder';
 import { GuardProcess } from '../../test/support/guard-process';
 import { Netns, destroyAll, claimStateRoot, releaseStateRoot } from '../../test/support/netns';
+import { percentile } from './stats';
 
 const execFileAsync = promisify(execFile);
 const DEVICES = 300;
@@ -23,12 +24,6 @@ const NEIGHBOURS = 10;
 function argument(name: string, fallback: number): number {
   const index = process.argv.indexOf(name);
   return index >= 0 ? Number(process.argv[index + 1]) : fallback;
-}
-
-function percentile(sorted: number[], fraction: number): number {
-  return (
-    sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(fraction * sorted.length) - 1))] ?? NaN
-  );
 }
 
 interface Run {

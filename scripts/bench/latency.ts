@@ -70,6 +70,7 @@ import {
 import { BENCH_BIN, buildBenchTool } from '../../test/support/flooder';
 import { CLI_NODE_FLAGS } from '../../test/support/node-child';
 import { PROBE_MARKS } from './probe-marks';
+import { percentile } from './stats';
 
 const ROOT = join(__dirname, '..', '..', '..');
 const CLI = join(ROOT, 'dist', 'lib', 'cli', 'main.js');
@@ -163,14 +164,6 @@ export function parseOptions(argv: string[]): Options {
 }
 
 // --- statistics ---------------------------------------------------------------
-
-/** Nearest-rank percentile of an ascending list. */
-function percentile(sorted: readonly number[], fraction: number): number {
-  if (sorted.length === 0) return NaN;
-  return (
-    sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(fraction * sorted.length) - 1))] ?? NaN
-  );
-}
 
 export interface Distribution {
   n: number;

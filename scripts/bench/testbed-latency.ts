@@ -19,6 +19,7 @@ import { LinkMonitor } from '../../lib/core/monitor';
 import { GuardProcess } from '../../test/support/guard-process';
 import { destroyAll, claimStateRoot, releaseStateRoot } from '../../test/support/netns';
 import { FlannelTestbed, VTEP } from '../../test/support/testbed';
+import { percentile } from './stats';
 
 interface Sample {
   kind: 'udev' | 'ip-link';
@@ -32,11 +33,6 @@ function argument(name: string, fallback: number): number {
   const value = index >= 0 ? Number(process.argv[index + 1]) : fallback;
   if (!Number.isInteger(value) || value < 0) throw new Error(`${name}: expected a count`);
   return value;
-}
-
-function percentile(sorted: number[], fraction: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.ceil(fraction * sorted.length) - 1)] ?? NaN;
 }
 
 function summary(label: string, values: number[]): string {

@@ -10,7 +10,7 @@ import { existsSync, lstatSync, mkdtempSync, readdirSync, readlinkSync, rmSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { DEFAULT_STATE_DIR } from '../../lib/guard/state-file';
+import { DEFAULT_STATE_DIR } from '../../lib/core/defaults';
 
 /** Options for running a command. */
 export interface RunOptions {

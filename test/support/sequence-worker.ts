@@ -7,7 +7,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 
 import { FlannelGuard } from '../../lib/guard';
 import { guardConfig, type FlannelGuardOptions } from '../../lib/guard/config';
-import type { FightPolicy } from '../../lib/guard/fight';
+import type { FightPolicy } from '../../lib/guard/fight-tracker';
 import { createKubernetesClient } from '../../lib/kubernetes/client';
 import { KubernetesMacSource } from '../../lib/kubernetes/source';
 

@@ -9,16 +9,17 @@ import { constants } from 'node:os';
 
 import { isSystemError, systemError, type ErrnoCode } from '../core/errors';
 import type { FlannelGuard } from '../guard';
-import { backendDataKey } from './annotation';
-import { createKubernetesClient, type KubernetesApi } from './client';
-import type { ClusterSettings } from './cluster';
-import { NODE_CONDITION_TYPE, NodeConditionReporter } from './condition';
-import { EventRecorder, nodeReference, recordGuardEvents } from './events';
-import { GuardMetrics } from './metrics';
-import type { ListenAddress } from './listen';
-import { GuardHealth, startMetricsServer, type MetricsServer } from './server';
-import { PeerNodes } from './peer-nodes';
-import { KubernetesMacSource, type SourceStatus } from './source';
+import { backendDataKey } from '../kubernetes/annotation';
+import { createKubernetesClient } from '../kubernetes/client';
+import type { KubernetesApi } from '../kubernetes/api';
+import type { ClusterSettings } from '../kubernetes/cluster';
+import { NODE_CONDITION_TYPE, NodeConditionReporter } from '../kubernetes/condition';
+import { EventRecorder, nodeReference, recordGuardEvents } from '../kubernetes/event-recorder';
+import { GuardMetrics } from '../kubernetes/metrics';
+import type { ListenAddress } from '../kubernetes/listen';
+import { GuardHealth, startMetricsServer, type MetricsServer } from '../kubernetes/server';
+import { PeerNodes } from '../kubernetes/peer-nodes';
+import { KubernetesMacSource, type SourceStatus } from '../kubernetes/source';
 
 export type LogLevel = 'info' | 'warn' | 'error';
 

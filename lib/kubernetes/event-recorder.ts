@@ -19,6 +19,7 @@
  */
 import { EventEmitter } from 'node:events';
 
+import { backoffDelay, DEFAULT_JITTER, type BackoffPolicy } from '../core/backoff';
 import {
   describeChecksumErrors,
   describeChecksumSender,
@@ -35,7 +36,7 @@ import {
   type KubeEvent,
   type KubernetesApi,
   type StoredEvent,
-} from './client';
+} from './api';
 import type { PeerNodes } from './peer-nodes';
 import { Sleeper } from './sleeper';
 
@@ -94,6 +95,8 @@ export interface EventRecorderOptions {
   maxTries?: number;
   retryInitialMs?: number;
   retryMaxMs?: number;
+  /** The retries' jitter draws from this (tests); Math.random by default. */
+  random?: () => number;
   /** Events waiting beyond this are dropped. */
   queueLimit?: number;
 }
@@ -186,8 +189,8 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
   readonly #aggregateMax: number;
   readonly #aggregateIntervalMs: number;
   readonly #maxTries: number;
-  readonly #retryInitialMs: number;
-  readonly #retryMaxMs: number;
+  readonly #retry: BackoffPolicy;
+  readonly #random: () => number;
   readonly #queueLimit: number;
   readonly #queue: Pending[] = [];
   readonly #logged = new LruCache<LoggedEvent>(CACHE_ENTRIES);
@@ -210,8 +213,12 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
     this.#aggregateMax = options.aggregateMaxEvents ?? 10;
     this.#aggregateIntervalMs = options.aggregateIntervalMs ?? 600_000;
     this.#maxTries = options.maxTries ?? 12;
-    this.#retryInitialMs = options.retryInitialMs ?? 1_000;
-    this.#retryMaxMs = options.retryMaxMs ?? 10_000;
+    this.#retry = {
+      initialMs: options.retryInitialMs ?? 1_000,
+      maxMs: options.retryMaxMs ?? 10_000,
+      jitter: DEFAULT_JITTER,
+    };
+    this.#random = options.random ?? Math.random;
     this.#queueLimit = options.queueLimit ?? 1_000;
   }
 
@@ -360,8 +367,7 @@ export class EventRecorder extends EventEmitter<EventRecorderEvents> {
           });
           return;
         }
-        const base = Math.min(this.#retryMaxMs, this.#retryInitialMs * 2 ** (attempt - 1));
-        await this.#sleeper.sleep(base / 2 + (Math.random() * base) / 2);
+        await this.#sleeper.sleep(backoffDelay(this.#retry, attempt, this.#random));
       }
     }
   }

@@ -10,7 +10,8 @@ import { systemError, type SystemError } from '../core/errors';
 import { neighbourKey } from '../core/records';
 import type { LinkInfo } from '../core/types';
 import type { GuardConfig } from './config';
-import type { GuardClock, GuardMonitor, ManagedDevice } from './context';
+import type { ManagedDevice } from './device';
+import type { GuardClock, GuardMonitor } from './seams';
 import type { DeviceTable } from './devices';
 import { STALE_AFTER_MS, StateFile, liveNetnsInodes, type PersistedDevice } from './state-file';
 

@@ -4,6 +4,8 @@
  * value, 77 without the privileges to read the namespace. What --fix cannot change is listed
  * as "NOT FIXED".
  */
+import { resolve } from 'node:path';
+
 import {
   EXIT_FAILURE,
   checkNetnsFlag,
@@ -15,12 +17,12 @@ import {
   parseIfaceFlags,
   parseMacFlags,
   parseOffloadFlags,
-} from '../cli/common';
-import { UsageError, type CommandSpec, type Flags } from '../cli/flags';
+} from './common';
+import { UsageError, type CommandSpec, type Flags } from './flags';
 import { readRegularFile } from '../core/files';
 import { parsePeerSpec, validatePeer, type PeerExpectation } from '../ensure/peers';
-import { writeOut } from '../cli/stdio';
-import type { DoctorOptions } from './index';
+import { writeOut } from './stdio';
+import type { DoctorOptions } from '../doctor';
 
 /** Room for the peers of a 5000-node cluster several times over. */
 const MAX_PEERS_FILE_BYTES = 16 * 1024 * 1024;
@@ -52,7 +54,8 @@ function options(flags: Flags): DoctorOptions {
   const netns = flags.value('netns');
   checkNetnsFlag(netns);
   const result: DoctorOptions = {
-    root: flags.required('root'),
+    // A folder given relative to where the command runs, as a shell user means it.
+    root: resolve(flags.required('root')),
     interfaces: parseIfaceFlags(flags.list('iface')),
     fix: flags.has('fix'),
   };
@@ -65,7 +68,7 @@ function options(flags: Flags): DoctorOptions {
     ...(peersFile === undefined ? [] : readPeersFile(peersFile)),
   ];
   if (peers.length > 0) result.peers = peers;
-  const offload = parseOffloadFlags(flags.list('offload'), netns);
+  const offload = parseOffloadFlags(flags.list('offload'));
   if (offload === 'auto') {
     throw new UsageError(
       '--offload auto: the doctor probes the paths in its offload-probe check; give a fixed policy or none',
@@ -79,8 +82,8 @@ async function doctor(flags: Flags): Promise<number> {
   const doctorOptions = options(flags);
   // Loaded when the doctor runs: `watch` and `status` never need its checks.
   const [{ runDoctor }, { formatReport }] = await Promise.all([
-    import('./index.js'),
-    import('./format.js'),
+    import('../doctor/index.js'),
+    import('../doctor/format.js'),
   ]);
   const report = await runDoctor(doctorOptions);
   writeOut(

@@ -10,6 +10,8 @@
 
 import { invalidArgument } from '../core/errors';
 import type { CorrectionAllowance } from '../core/monitor';
+import { backoffDelay, DEFAULT_JITTER } from '../core/backoff';
+import { rejectUnknownOptions } from '../core/options';
 import { RANGES, integerInRange } from '../core/validate';
 
 export interface FightPolicy {
@@ -33,7 +35,7 @@ export const DEFAULT_FIGHT_POLICY: FightPolicy = {
   burst: 2,
   backoffInitialMs: 1_000,
   backoffMaxMs: 300_000,
-  jitter: 0.2,
+  jitter: DEFAULT_JITTER,
   quietMs: 300_000,
 };
 
@@ -56,6 +58,7 @@ interface FightState {
 
 /** A complete fight policy: `policy` over the defaults, every value checked (EINVAL). */
 export function fightPolicy(policy: Partial<FightPolicy> = {}): FightPolicy {
+  rejectUnknownOptions(policy, Object.keys(DEFAULT_FIGHT_POLICY), 'fight policy', 'fight.');
   const complete = { ...DEFAULT_FIGHT_POLICY, ...policy };
   const { count, timerMs } = RANGES;
   integerInRange(complete.maxRewrites, count, 'fight.maxRewrites');
@@ -103,12 +106,13 @@ export class FightTracker {
       return { action: 'contested', rewrites: count };
     }
     if (count <= this.policy.burst) return { action: 'correct' };
-    const base = Math.min(
-      this.policy.backoffInitialMs * 2 ** (count - this.policy.burst - 1),
-      this.policy.backoffMaxMs,
+    const { backoffInitialMs: initialMs, backoffMaxMs: maxMs, jitter } = this.policy;
+    const delayMs = backoffDelay(
+      { initialMs, maxMs, jitter },
+      count - this.policy.burst,
+      this.#random,
     );
-    const spread = 1 + this.policy.jitter * (2 * this.#random() - 1);
-    return { action: 'defer', delayMs: Math.max(0, Math.round(base * spread)) };
+    return { action: 'defer', delayMs };
   }
 
   /** Whether a rewrite of `key` now would be corrected at once (read-only). */
