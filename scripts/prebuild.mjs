@@ -249,8 +249,8 @@ function placePlatformTests(getZig) {
 }
 
 /**
- * One prebuild at a time per checkout (.ci/run starts one beside the tests, and the package
- * test runs its own, which then finds the cache warm): a lock folder with the holder's pid; one
+ * One prebuild at a time per checkout (a pack and a test run, or two test runs, in one
+ * checkout: the second waits, then finds the cache warm): a lock folder with the holder's pid; one
  * left by a process that is gone is taken over.
  */
 function lock() {
