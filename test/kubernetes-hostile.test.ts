@@ -186,9 +186,8 @@ describe('Kubernetes: a hostile API server (fake API server, real client and sou
       }, 50);
       timers.push(timer);
     };
-    const stream = api.watchNode(
-      'node1',
-      { resourceVersion: '1', timeoutSeconds: 60, idleTimeoutMs: 600 },
+    const stream = api.watchNodes(
+      { name: 'node1', resourceVersion: '1', timeoutSeconds: 60, idleTimeoutMs: 600 },
       () => undefined,
     );
     const started = Date.now();
@@ -206,9 +205,8 @@ describe('Kubernetes: a hostile API server (fake API server, real client and sou
       res.write(JSON.stringify(status(403, 'forbidden', 'Forbidden')));
       res.end(Buffer.alloc(1024 * 1024, ' '));
     };
-    const stream = api.watchNode(
-      'node1',
-      { resourceVersion: '1', timeoutSeconds: 60, idleTimeoutMs: 5000 },
+    const stream = api.watchNodes(
+      { name: 'node1', resourceVersion: '1', timeoutSeconds: 60, idleTimeoutMs: 5000 },
       () => undefined,
     );
     const end = await stream.ended;

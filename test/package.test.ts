@@ -226,10 +226,11 @@ const byName = (a: string, b: string): number => a.localeCompare(b);
 
 /**
  * The bound on the one zig step (scripts/prebuild.mjs --platform-tests: the four prebuilds and
- * the native tests for musl). .ci/run runs it before the tests, and here it copies from the
+ * the native tests for musl). .ci/run starts it beside the tests at nice 19 and this suite runs
+ * last (.mocharc.json): it waits for that run on the script's lock, then copies from the
  * content-keyed cache in a second; a developer's run may start cold: fetching zig and
  * compiling libc++ for the four prebuilds took 1 422 s here with two CPU hogs beside it (912 s
- * without), and the two musl test builds add about half of that. Three times the prebuilds'
+ * without), and the two musl test builds add about a third of that. Three times the prebuilds'
  * time, so a slower machine is not a failure.
  */
 const PREBUILD_BOUND_MS = 3 * 1_422_000;

@@ -24,6 +24,8 @@ export interface KubeNode {
 
 export interface KubeNodePage {
   items: KubeNode[];
+  /** The list's resourceVersion: where a watch of every Node starts after the last page. */
+  resourceVersion: string;
   /** Set when there are more: the token for the next page. */
   continue?: string;
 }
@@ -109,8 +111,14 @@ export interface KubernetesApi {
   getNode(name: string): Promise<KubeNode>;
   /** One page of the Nodes (GET /api/v1/nodes?limit=); `continue` asks for the next one. */
   listNodes(page: { limit: number; continue?: string }): Promise<KubeNodePage>;
-  /** Watches one Node (a field selector on its name): GET /api/v1/nodes?watch=true. */
-  watchNode(name: string, options: WatchOptions, onEvent: (event: WatchEvent) => void): WatchStream;
+  /**
+   * Watches every Node, or the one named (a field selector on its name):
+   * GET /api/v1/nodes?watch=true.
+   */
+  watchNodes(
+    options: WatchOptions & { name?: string },
+    onEvent: (event: WatchEvent) => void,
+  ): WatchStream;
   /** A JSON merge patch (RFC 7386) of the Node. */
   patchNode(name: string, patch: object): Promise<KubeNode>;
   /** Through events.k8s.io/v1, or core/v1 once the server said it lacks that group. */
@@ -196,4 +204,44 @@ export function transportError(error: unknown, what: string): KubernetesApiError
       : undefined;
   const message = error instanceof Error ? error.message : String(error);
   return new KubernetesApiError(`${what}: ${message}`, { statusCode: 0, code });
+}
+
+/**
+ * Every Node, read `pageSize` at a time (at most `maxPages` pages: a bound, not a cluster size
+ * anyone runs), with the list's resourceVersion to watch from.
+ */
+export async function listAllNodes(
+  api: Pick<KubernetesApi, 'listNodes'>,
+  bounds: { pageSize: number; maxPages: number },
+): Promise<{ items: KubeNode[]; resourceVersion: string }> {
+  const items: KubeNode[] = [];
+  let next: string | undefined;
+  let resourceVersion = '';
+  for (let page = 0; page < bounds.maxPages; page += 1) {
+    const result = await api.listNodes({
+      limit: bounds.pageSize,
+      ...(next === undefined ? {} : { continue: next }),
+    });
+    items.push(...result.items);
+    resourceVersion = result.resourceVersion;
+    next = result.continue;
+    if (next === undefined) break;
+  }
+  return { items, resourceVersion };
+}
+
+/** A Node of a watch event, as the guard keeps it; undefined without a name. */
+export function decodeNode(object: Record<string, unknown>): KubeNode | undefined {
+  const metadata = object.metadata as Record<string, unknown> | undefined;
+  if (typeof metadata?.name !== 'string') return undefined;
+  const node: KubeNode = { metadata: { name: metadata.name } };
+  if (typeof metadata.uid === 'string') node.metadata.uid = metadata.uid;
+  if (typeof metadata.resourceVersion === 'string') {
+    node.metadata.resourceVersion = metadata.resourceVersion;
+  }
+  const annotations = metadata.annotations;
+  if (typeof annotations === 'object' && annotations !== null) {
+    node.metadata.annotations = { ...(annotations as Record<string, string>) };
+  }
+  return node;
 }

@@ -73,7 +73,7 @@ export interface EventApiLike {
 export interface CoreV1ApiLike extends EventApiLike {
   readNode(param: { name: string }): Promise<{ metadata?: ObjectMetaLike }>;
   listNode(param: { limit: number; _continue?: string }): Promise<{
-    metadata?: { _continue?: string };
+    metadata?: { _continue?: string; resourceVersion?: string };
     items?: { metadata?: ObjectMetaLike }[];
   }>;
   patchNode(

@@ -219,19 +219,20 @@ class ClientNodeApi implements KubernetesApi {
       }),
     );
     const items = (list.items ?? []).map((node) => ({ metadata: objectMeta(node.metadata, what) }));
+    const resourceVersion = list.metadata?.resourceVersion ?? '';
     const next = list.metadata?._continue;
-    return next ? { items, continue: next } : { items };
+    return next ? { items, resourceVersion, continue: next } : { items, resourceVersion };
   }
 
-  watchNode(
-    name: string,
-    options: WatchOptions,
+  watchNodes(
+    options: WatchOptions & { name?: string },
     onEvent: (event: WatchEvent) => void,
   ): WatchStream {
-    const what = `watch node ${name}`;
+    const { name } = options;
+    const what = name === undefined ? 'watch nodes' : `watch node ${name}`;
     const url = new URL(`${this.server}/api/v1/nodes`);
     url.searchParams.set('allowWatchBookmarks', 'true');
-    url.searchParams.set('fieldSelector', `metadata.name=${name}`);
+    if (name !== undefined) url.searchParams.set('fieldSelector', `metadata.name=${name}`);
     url.searchParams.set('resourceVersion', options.resourceVersion);
     url.searchParams.set('timeoutSeconds', String(options.timeoutSeconds));
     url.searchParams.set('watch', 'true');

@@ -7,7 +7,7 @@
  * the senders are named by their addresses alone.
  */
 import { ADDRESS_FAMILIES, DEFAULT_ANNOTATION_PREFIX, readBackendData } from './annotation';
-import { isKubernetesApiError, type KubernetesApi } from './api';
+import { isKubernetesApiError, listAllNodes, type KubernetesApi } from './api';
 
 export const PEER_NODES_PAGE = 100;
 export const PEER_NODES_MAX_PAGES = 100;
@@ -49,21 +49,16 @@ export class PeerNodes {
   async #list(): Promise<Map<string, string> | null> {
     const prefix = this.#options.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX;
     const byMac = new Map<string, string>();
-    let next: string | undefined;
     try {
-      for (let page = 0; page < PEER_NODES_MAX_PAGES; page += 1) {
-        const result = await this.#options.api.listNodes({
-          limit: PEER_NODES_PAGE,
-          ...(next === undefined ? {} : { continue: next }),
-        });
-        for (const node of result.items) {
-          for (const family of ADDRESS_FAMILIES) {
-            const reading = readBackendData(node.metadata.annotations, family, prefix);
-            if (reading.state === 'valid') byMac.set(reading.mac, node.metadata.name);
-          }
+      const { items } = await listAllNodes(this.#options.api, {
+        pageSize: PEER_NODES_PAGE,
+        maxPages: PEER_NODES_MAX_PAGES,
+      });
+      for (const node of items) {
+        for (const family of ADDRESS_FAMILIES) {
+          const reading = readBackendData(node.metadata.annotations, family, prefix);
+          if (reading.state === 'valid') byMac.set(reading.mac, node.metadata.name);
         }
-        next = result.continue;
-        if (next === undefined) break;
       }
     } catch (error) {
       const forbidden = isKubernetesApiError(error) && error.statusCode === 403;

@@ -3,19 +3,15 @@
  * guard's own Node object - the annotation every other node's flanneld
  * programs its ARP and FDB entries from.
  *
- * It reads the Node (a GET: the list of a single named object), then watches
- * it from that resourceVersion with bookmarks, following every change within
- * one watch event. A watch the server ends is resumed from the last
- * resourceVersion seen (events or bookmarks); `410 Gone` (too old a version,
- * as an HTTP status or an ERROR event) makes it read the Node again; a
- * dropped, refused or stalled connection is retried with a bounded, jittered
- * exponential backoff. Meanwhile the last valid value is kept and the
- * condition reported (`state` events, `status()`); it recovers by itself.
+ * The Node is followed by a Reflector (reflector.ts: a GET - the list of a
+ * single named object - then a watch from its resourceVersion with bookmarks,
+ * resumed, relisted on 410 and backed off by it); this class reads what the
+ * annotation says of each change. Meanwhile the last valid value is kept and
+ * the condition reported (`state` events, `status()`); it recovers by itself.
  *
- * `adopt` stores a new MAC: a JSON merge patch of that one annotation (every
- * other annotation and every other field of its value kept), carrying the
- * resourceVersion it was computed from, so a concurrent writer makes it fail
- * with 409 Conflict; it is then recomputed from a fresh read and retried.
+ * `adopt` stores a new MAC through vtep-mac-writer.ts (a merge patch with a
+ * resourceVersion precondition, recomputed and retried on 409), answering the
+ * new MAC while the patch is in flight.
  */
 import { EventEmitter } from 'node:events';
 
@@ -27,17 +23,15 @@ import {
   ADDRESS_FAMILIES,
   DEFAULT_ANNOTATION_PREFIX,
   readBackendData,
-  withVtepMac,
   type AddressFamily,
 } from './annotation';
-import {
-  isKubernetesApiError,
-  type KubeNode,
-  type KubernetesApi,
-  type WatchEnd,
-  type WatchEvent,
-} from './api';
+import { decodeNode, isKubernetesApiError, type KubeNode, type KubernetesApi } from './api';
+import { Reflector, type ObjectChange, type WatchRestartEvent } from './reflector';
 import { Sleeper } from './sleeper';
+import { writeVtepMac, type AdoptEvent, type VtepMacWriterPorts } from './vtep-mac-writer';
+
+export type { WatchRestartEvent, WatchRestartReason } from './reflector';
+export type { AdoptEvent } from './vtep-mac-writer';
 
 export type SourceState = 'starting' | 'synced' | 'degraded';
 
@@ -68,39 +62,6 @@ export interface SourceStatus {
   macs: Record<string, string>;
 }
 
-export type WatchRestartReason =
-  /** The server ended the watch (its timeout): resumed at once. */
-  | 'closed'
-  /** 410 Gone: the Node is read again. */
-  | 'expired'
-  /** The connection broke in the middle of the stream. */
-  | 'dropped'
-  /** Nothing arrived (not even a bookmark) for longer than the server's timeout. */
-  | 'stalled'
-  /** The watch request failed. */
-  | 'error';
-
-export interface WatchRestartEvent {
-  reason: WatchRestartReason;
-  /** Wait before the next attempt (0: at once). */
-  delayMs: number;
-  message?: string;
-}
-
-export interface AdoptEvent {
-  device: string;
-  mac: string;
-  /** The MAC the annotation published before. */
-  previous: string;
-  annotation: string;
-  result: 'stored' | 'failed';
-  attempts: number;
-  /** 409 Conflicts met (and retried). */
-  conflicts: number;
-  resourceVersion?: string;
-  error?: string;
-}
-
 export interface KubernetesMacSourceEvents {
   state: [SourceStatus];
   /** The desired MACs changed. */
@@ -127,8 +88,6 @@ export interface KubernetesMacSourceOptions {
 }
 
 const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 500, maxMs: 30_000, jitter: DEFAULT_JITTER };
-/** A watch open this long was healthy: the next restart is immediate and the backoff starts over. */
-const HEALTHY_WATCH_MS = 1_000;
 
 /** resourceVersions are opaque, but etcd's are integers: compared only when both are. */
 function isOlder(candidate: string | undefined, than: string | undefined): boolean {
@@ -137,12 +96,12 @@ function isOlder(candidate: string | undefined, than: string | undefined): boole
   return BigInt(candidate) < BigInt(than);
 }
 
-function problemOf(error: unknown, reading: 'get' | 'watch'): SourceProblem {
+function problemOf(error: unknown, reading: 'list' | 'watch'): SourceProblem {
   if (!isKubernetesApiError(error)) return 'api-error';
   if (error.transient) return 'api-unreachable';
   if (error.statusCode === 401 || error.code === 'ECREDENTIALS') return 'unauthorized';
   if (error.statusCode === 403) return 'forbidden';
-  if (error.statusCode === 404 && reading === 'get') return 'node-not-found';
+  if (error.statusCode === 404 && reading === 'list') return 'node-not-found';
   return 'api-error';
 }
 
@@ -173,10 +132,9 @@ export class KubernetesMacSource
   readonly nodeName: string;
   readonly annotationPrefix: string;
   readonly #api: KubernetesApi;
-  readonly #watchTimeout: readonly [number, number];
+  readonly #reflector: Reflector<KubeNode>;
   readonly #backoff: BackoffPolicy;
-  readonly #maxConflicts: number;
-  readonly #adoptTimeoutMs: number;
+  readonly #writerPorts: VtepMacWriterPorts;
   readonly #random: () => number;
   readonly #listeners = new Set<() => void>();
   /** Last valid value of each family's annotation. */
@@ -184,8 +142,6 @@ export class KubernetesMacSource
   /** MACs being stored by `adopt`, answered while the patch is in flight. */
   readonly #optimistic = new Map<string, Optimistic>();
   #node: KubeNode | undefined;
-  /** Where the watch resumes: the last resourceVersion of its stream (events and bookmarks). */
-  #watchRv: string | null = null;
   #apiProblem: Problem | null = null;
   #annotationProblem: Problem | null = null;
   #everSynced = false;
@@ -194,9 +150,7 @@ export class KubernetesMacSource
   #reported = 'starting||';
   #since = new Date();
   #lastSync: Date | null = null;
-  #expired = false;
-  #watchFailure: Error | null = null;
-  #stream: { abort(): void } | undefined;
+  /** Adopt's waits between retries, cut short by close(). */
   readonly #sleeper = new Sleeper();
   #running = false;
   #adoptions: Promise<void> = Promise.resolve();
@@ -208,11 +162,62 @@ export class KubernetesMacSource
     this.#api = options.api;
     this.nodeName = options.nodeName;
     this.annotationPrefix = options.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX;
-    this.#watchTimeout = options.watchTimeoutSeconds ?? [300, 600];
     this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
-    this.#maxConflicts = options.maxConflicts ?? 5;
-    this.#adoptTimeoutMs = options.adoptTimeoutMs ?? 30_000;
     this.#random = options.random ?? Math.random;
+    this.#writerPorts = {
+      api: this.#api,
+      nodeName: this.nodeName,
+      annotationPrefix: this.annotationPrefix,
+      maxConflicts: options.maxConflicts ?? 5,
+      timeoutMs: options.adoptTimeoutMs ?? 30_000,
+      random: this.#random,
+      seen: (node) => {
+        // Older than what the source has (a watch event overtook the answer): nothing new.
+        if (
+          this.#isClosed() ||
+          isOlder(node.metadata.resourceVersion, this.#node?.metadata.resourceVersion)
+        )
+          return;
+        this.#apply(node, false);
+      },
+      isClosed: () => this.#isClosed(),
+      sleep: (ms) => this.#sleep(ms),
+      retryDelay: (failures) => backoffDelay(this.#backoff, failures, this.#random),
+      report: (event) => this.emit('adopt', event),
+    };
+    const api = this.#api;
+    const name = this.nodeName;
+    this.#reflector = new Reflector<KubeNode>(
+      {
+        what: `node ${name}`,
+        list: async () => {
+          const node = await api.getNode(name);
+          return { items: [node], resourceVersion: node.metadata.resourceVersion ?? '' };
+        },
+        watch: (watchOptions, onEvent) => api.watchNodes({ ...watchOptions, name }, onEvent),
+        decode: decodeNode,
+        ...(options.watchTimeoutSeconds
+          ? { watchTimeoutSeconds: options.watchTimeoutSeconds }
+          : {}),
+        backoff: this.#backoff,
+        random: this.#random,
+      },
+      {
+        listed: ([node]) => {
+          if (node) this.#apply(node, true);
+        },
+        changed: (type, node, rv) => {
+          this.#onChange(type, node, rv);
+        },
+        reachable: () => {
+          this.#apiOk();
+        },
+        failed: (error, reading) => {
+          this.#apiFailed(problemOf(error, reading), messageOf(error));
+        },
+        restarted: (event) => this.emit('watch', event),
+      },
+    );
   }
 
   // --- DesiredMacSource -----------------------------------------------------------
@@ -254,7 +259,13 @@ export class KubernetesMacSource
     this.#optimistic.set(device, { mac: canonical, token });
     const run = async (): Promise<void> => {
       try {
-        await this.#store(family, device, canonical);
+        await writeVtepMac(this.#writerPorts, {
+          family,
+          device,
+          mac: canonical,
+          previous: this.#families.get(family)?.mac ?? '',
+          node: this.#node,
+        });
       } catch (error) {
         if (this.#optimistic.get(device)?.token === token) {
           this.#optimistic.delete(device);
@@ -276,10 +287,7 @@ export class KubernetesMacSource
     if (this.#closed) throw new Error('the Kubernetes source is closed');
     if (this.#running) return this;
     this.#running = true;
-    this.#run().catch((error: unknown) => {
-      // #run handles every API failure itself; anything else is a bug worth seeing.
-      process.emitWarning(error instanceof Error ? error : new Error(String(error)));
-    });
+    this.#reflector.start();
     return this;
   }
 
@@ -340,7 +348,7 @@ export class KubernetesMacSource
 
   /** Where the watch resumes after a disconnection: the last resourceVersion it delivered. */
   get resumeVersion(): string | null {
-    return this.#watchRv;
+    return this.#reflector.resumeVersion;
   }
 
   /** The Node's uid, once read. */
@@ -352,7 +360,7 @@ export class KubernetesMacSource
   close(): void {
     if (this.#isClosed()) return;
     this.#closed = true;
-    this.#stream?.abort();
+    this.#reflector.close();
     this.#sleeper.wake();
     this.#listeners.clear();
   }
@@ -362,150 +370,23 @@ export class KubernetesMacSource
     return this.#closed;
   }
 
-  // --- the list/watch loop ------------------------------------------------------------
+  // --- what the watch says -----------------------------------------------------------
 
-  async #run(): Promise<void> {
-    // Consecutive restarts without a healthy watch in between. Only a watch
-    // that stayed open HEALTHY_WATCH_MS forgets them: a server answering every
-    // watch with 410 or an instant close (and every read with success) must
-    // meet the same growing delay as one that refuses, so that no answer of
-    // the server's makes this loop spin.
-    let failures = 0;
-    while (!this.#closed) {
-      if (this.#watchRv === null) {
-        try {
-          const node = await this.#api.getNode(this.nodeName);
-          if (this.#isClosed()) return;
-          this.#watchRv = node.metadata.resourceVersion ?? '';
-          this.#apiOk();
-          this.#apply(node, true);
-        } catch (error) {
-          if (this.#isClosed()) return;
-          this.#apiFailed(problemOf(error, 'get'), messageOf(error));
-          failures += 1;
-          const delayMs = this.#delay(failures);
-          this.emit('watch', { reason: 'error', delayMs, message: messageOf(error) });
-          await this.#sleep(delayMs);
-          continue;
-        }
-      }
-      const { end, opened, lastedMs } = await this.#watchOnce(this.#watchRv);
-      if (this.#isClosed()) return;
-      const healthy = opened && lastedMs >= HEALTHY_WATCH_MS;
-      failures = healthy ? 0 : failures + 1;
-      // After a healthy watch the first restart is immediate; repeated ones back off.
-      const delayMs = failures === 0 ? 0 : this.#delay(failures);
-      const failure = this.#watchFailure;
-      this.#watchFailure = null;
-      const gone =
-        this.#expired ||
-        (end.kind === 'error' && isKubernetesApiError(end.error) && end.error.statusCode === 410);
-      this.#expired = false;
-      if (gone) {
-        // 410 Gone: the resourceVersion is too old; read the Node again.
-        this.#watchRv = null;
-        this.emit('watch', { reason: 'expired', delayMs });
-        if (delayMs > 0) await this.#sleep(delayMs);
-        continue;
-      }
-      let reason: WatchRestartReason;
-      let message: string | undefined;
-      if (failure) {
-        reason = 'error';
-        message = failure.message;
-      } else if (end.kind === 'closed') {
-        reason = 'closed';
-      } else if (end.kind === 'stalled') {
-        reason = 'stalled';
-      } else if (end.kind === 'error') {
-        reason = opened ? 'dropped' : 'error';
-        message = end.error.message;
-        if (!opened) this.#apiFailed(problemOf(end.error, 'watch'), message);
-      } else {
-        return; // aborted: closing
-      }
-      this.emit(
-        'watch',
-        message === undefined ? { reason, delayMs } : { reason, delayMs, message },
-      );
-      if (delayMs > 0) await this.#sleep(delayMs);
+  #onChange(type: ObjectChange, node: KubeNode, resourceVersion: string | undefined): void {
+    if (node.metadata.name !== this.nodeName) return;
+    this.#lastSync = new Date();
+    if (type === 'DELETED') {
+      this.#annotationProblem = {
+        problem: 'node-deleted',
+        message: `node ${this.nodeName} was deleted; keeping the last known MACs`,
+      };
+      this.#updateState();
+      return;
     }
-  }
-
-  async #watchOnce(
-    resourceVersion: string,
-  ): Promise<{ end: WatchEnd; opened: boolean; lastedMs: number }> {
-    const [min, max] = this.#watchTimeout;
-    const timeoutSeconds = Math.round(min + this.#random() * (max - min));
-    const stream = this.#api.watchNode(
-      this.nodeName,
-      { resourceVersion, timeoutSeconds, idleTimeoutMs: (timeoutSeconds + 30) * 1000 },
-      (event) => {
-        this.#onWatchEvent(event, stream);
-      },
-    );
-    this.#stream = stream;
-    let opened = false;
-    const started = Date.now();
-    stream.opened.then(
-      () => {
-        opened = true;
-        this.#apiOk();
-      },
-      () => undefined,
-    );
-    const end = await stream.ended;
-    this.#stream = undefined;
-    return { end, opened, lastedMs: Date.now() - started };
-  }
-
-  #onWatchEvent(event: WatchEvent, stream: { abort(): void }): void {
-    if (this.#isClosed()) return;
-    const object = event.object as { metadata?: { resourceVersion?: unknown; name?: unknown } };
-    const rv =
-      typeof object.metadata?.resourceVersion === 'string'
-        ? object.metadata.resourceVersion
-        : undefined;
-    switch (event.type) {
-      case 'ADDED':
-      case 'MODIFIED': {
-        if (rv !== undefined) this.#watchRv = rv;
-        const node = toNode(event.object);
-        if (!node || node.metadata.name !== this.nodeName) return;
-        this.#lastSync = new Date();
-        // Older than what a patch response already told us: the watch is catching up.
-        if (isOlder(rv, this.#node?.metadata.resourceVersion)) return;
-        if (this.#annotationProblem?.problem === 'node-deleted') this.#annotationProblem = null;
-        this.#apply(node, false);
-        return;
-      }
-      case 'DELETED':
-        if (rv !== undefined) this.#watchRv = rv;
-        this.#lastSync = new Date();
-        this.#annotationProblem = {
-          problem: 'node-deleted',
-          message: `node ${this.nodeName} was deleted; keeping the last known MACs`,
-        };
-        this.#updateState();
-        return;
-      case 'BOOKMARK':
-        if (rv !== undefined) this.#watchRv = rv;
-        return;
-      case 'ERROR': {
-        const status = event.object as { code?: unknown; message?: unknown; reason?: unknown };
-        if (status.code === 410) {
-          this.#expired = true;
-        } else {
-          this.#watchFailure = new Error(
-            `watch node ${this.nodeName}: ${String(status.code)} ${String(status.reason)}: ${String(status.message)}`,
-          );
-        }
-        stream.abort();
-        return;
-      }
-      default:
-        return;
-    }
+    // Older than what a patch response already told us: the watch is catching up.
+    if (isOlder(resourceVersion, this.#node?.metadata.resourceVersion)) return;
+    if (this.#annotationProblem?.problem === 'node-deleted') this.#annotationProblem = null;
+    this.#apply(node, false);
   }
 
   /** Takes a Node object's annotations; `relisted` also tells subscribers (a fresh read). */
@@ -576,10 +457,6 @@ export class KubernetesMacSource
     for (const listener of [...this.#listeners]) listener();
   }
 
-  #delay(failures: number): number {
-    return backoffDelay(this.#backoff, failures, this.#random);
-  }
-
   #sleep(ms: number): Promise<void> {
     return this.#closed ? Promise.resolve() : this.#sleeper.sleep(ms);
   }
@@ -590,115 +467,4 @@ export class KubernetesMacSource
     for (const [family, value] of this.#families) if (value.device === device) return family;
     return undefined;
   }
-
-  async #store(family: AddressFamily, device: string, mac: string): Promise<void> {
-    const deadline = Date.now() + this.#adoptTimeoutMs;
-    let attempts = 0;
-    let conflicts = 0;
-    let failures = 0;
-    let previous = this.#families.get(family)?.mac ?? '';
-    const report = (
-      result: AdoptEvent['result'],
-      key: string,
-      extra: Partial<AdoptEvent> = {},
-    ): void => {
-      this.emit('adopt', {
-        device,
-        mac,
-        previous,
-        annotation: key,
-        result,
-        attempts,
-        conflicts,
-        ...extra,
-      });
-    };
-    let node = this.#node;
-    for (;;) {
-      if (this.#closed) throw new Error(`adopt ${device}: the Kubernetes source is closed`);
-      attempts += 1;
-      try {
-        if (!node) {
-          node = await this.#api.getNode(this.nodeName);
-          if (
-            !this.#isClosed() &&
-            !isOlder(node.metadata.resourceVersion, this.#node?.metadata.resourceVersion)
-          ) {
-            this.#apply(node, false);
-          }
-        }
-      } catch (error) {
-        if (isKubernetesApiError(error) && error.transient && Date.now() < deadline) {
-          node = undefined;
-          await this.#sleep(this.#delay(++failures));
-          continue;
-        }
-        throw error;
-      }
-      const reading = readBackendData(node.metadata.annotations, family, this.annotationPrefix);
-      if (reading.state !== 'valid' || reading.device !== device) {
-        const why =
-          reading.state === 'invalid'
-            ? `is invalid (${reading.reason})`
-            : reading.state === 'absent'
-              ? 'is missing'
-              : `names ${reading.device}`;
-        const error = invalidArgument(
-          `adopt ${device}: ${reading.key} on node ${this.nodeName} ${why}; not writing it`,
-        );
-        report('failed', reading.key, { error: error.message });
-        throw error;
-      }
-      previous = reading.mac;
-      if (reading.mac === mac) {
-        report('stored', reading.key, { resourceVersion: node.metadata.resourceVersion ?? '' });
-        return;
-      }
-      const patch = {
-        metadata: {
-          resourceVersion: node.metadata.resourceVersion,
-          annotations: { [reading.key]: withVtepMac(reading.data, mac) },
-        },
-      };
-      try {
-        const updated = await this.#api.patchNode(this.nodeName, patch);
-        if (!this.#isClosed()) this.#apply(updated, false);
-        report('stored', reading.key, { resourceVersion: updated.metadata.resourceVersion ?? '' });
-        return;
-      } catch (error) {
-        if (isKubernetesApiError(error) && error.statusCode === 409) {
-          conflicts += 1;
-          if (conflicts > this.#maxConflicts) {
-            report('failed', reading.key, { error: messageOf(error) });
-            throw error;
-          }
-          // Someone else changed the Node: recompute from a fresh read.
-          node = undefined;
-          await this.#sleep(Math.round(20 + this.#random() * 80));
-          continue;
-        }
-        if (isKubernetesApiError(error) && error.transient && Date.now() < deadline) {
-          await this.#sleep(this.#delay(++failures));
-          continue;
-        }
-        report('failed', reading.key, { error: messageOf(error) });
-        throw error;
-      }
-    }
-  }
-}
-
-function toNode(object: Record<string, unknown>): KubeNode | undefined {
-  const metadata = object.metadata as Record<string, unknown> | undefined;
-  if (typeof metadata?.name !== 'string') return undefined;
-  const node: KubeNode = { metadata: { name: metadata.name } };
-  if (typeof metadata.uid === 'string') node.metadata.uid = metadata.uid;
-  if (typeof metadata.resourceVersion === 'string') {
-    node.metadata.resourceVersion = metadata.resourceVersion;
-  }
-  const annotations = metadata.annotations;
-  if (typeof annotations === 'object' && annotations !== null) {
-    node.metadata.annotations = { ...(annotations as Record<string, string>) };
-  }
-  return node;
 }
