@@ -4,16 +4,14 @@
  * `flannel-guard/kubernetes`; everything else is internal.
  */
 export { LinkMonitor } from './core/monitor';
+export type { CorrectionAllowance, LinkFilter, LinkMonitorOptions } from './core/monitor';
 export type {
   ChangeSource,
-  CorrectionAllowance,
   LinkAddedEvent,
   LinkChangedEvent,
-  LinkFilter,
   LinkKernelEvent,
   LinkMonitorEvent,
   LinkMonitorEvents,
-  LinkMonitorOptions,
   LinkMonitorStats,
   LinkRemovedEvent,
   MonitorWarning,
@@ -24,7 +22,7 @@ export type {
   NeighbourRemovedEvent,
   OverrunEvent,
   ResyncEvent,
-} from './core/monitor';
+} from './core/monitor-events';
 export {
   getChecksumErrors,
   getDriverInfo,

@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { MAX_EXPECT_FILE_BYTES, MAX_STDIN_BYTES } from '../lib/cni/main';
+import { MAX_EXPECT_FILE_BYTES, MAX_STDIN_BYTES } from '../lib/cni/request';
 import { MAX_PEERS } from '../lib/ensure/ensure';
 import {
   CniRuntime,

@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 
-import { parsePluginConfig, SUPPORTED_VERSIONS } from '../lib/cni/main';
+import { parsePluginConfig, SUPPORTED_VERSIONS } from '../lib/cni/request';
 import { Netns, registerSyncCleanup, tempDirPrefix } from './support/netns';
 import {
   CniRuntime,

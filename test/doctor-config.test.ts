@@ -8,15 +8,15 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
+import { fixCommands } from '../lib/doctor/check-types';
 import {
   checkLinkFiles,
   checkNetworkManager,
   networkManagerDropIn,
   checkUdevRules,
-  fixCommands,
   flannelLinkFileContent,
-  kernelAffectedByRandomFully,
-} from '../lib/doctor/checks';
+} from '../lib/doctor/config-checks';
+import { kernelAffectedByRandomFully } from '../lib/doctor/offload-checks';
 import { FsRoot, NETWORK_DIRS } from '../lib/core/fsroot';
 import { fnmatch, nmGlob, udevMatch } from '../lib/core/glob';
 import { parseKeyFile, parseSystemdIni, splitNmList, splitWords } from '../lib/core/ini';

@@ -27,7 +27,7 @@ import {
 } from '../lib/guard';
 import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../lib/core/defaults';
 import { guardConfig } from '../lib/guard/config';
-import type { OverrunEvent, ResyncEvent } from '../lib/core/monitor';
+import type { OverrunEvent, ResyncEvent } from '../lib/core/monitor-events';
 import type { DesiredMacSource } from '../lib/guard/sources';
 import { udevPersistentMac } from '../lib/udev/persistent-mac';
 import { UdevView } from '../lib/udev/view';

@@ -27,7 +27,7 @@ import {
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
-import { CniError, parsePluginConfig } from '../lib/cni/main';
+import { CniError, parsePluginConfig } from '../lib/cni/request';
 import { FightTracker } from '../lib/guard/fight-tracker';
 import { FlannelGuard, type RestoredEvent } from '../lib/guard';
 import { LinkMonitor } from '../lib/core/monitor';

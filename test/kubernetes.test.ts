@@ -65,11 +65,10 @@ import { detectCluster, SERVICE_ACCOUNT_TOKEN } from '../lib/kubernetes/cluster'
 import {
   EVENT_REASONS,
   EventRecorder,
-  nodeReference,
-  recordGuardEvents,
   type DroppedEvent,
   type RecordedEvent,
 } from '../lib/kubernetes/event-recorder';
+import { nodeReference, recordGuardEvents } from '../lib/kubernetes/guard-events';
 import { GuardMetrics } from '../lib/kubernetes/metrics';
 import { PEER_NODES_PAGE, PeerNodes } from '../lib/kubernetes/peer-nodes';
 import { parseListenAddress } from '../lib/kubernetes/listen';

@@ -10,7 +10,8 @@ import { Worker } from 'node:worker_threads';
 
 import { binding, type RawMonitorItem } from '../lib/core/binding';
 import { isSystemError, type SystemError } from '../lib/core/errors';
-import { LINK_MONITOR_EVENTS, LinkMonitor } from '../lib/core/monitor';
+import { LinkMonitor } from '../lib/core/monitor';
+import { LINK_MONITOR_EVENTS } from '../lib/core/monitor-events';
 import { getDriverInfo, getFeatures, getLink, getLinks, setLinkMac } from '../lib/core/oneshot';
 import { collectEvents, nextEvent } from './support/events';
 import type { ErrorReport } from './support/lifecycle-child';

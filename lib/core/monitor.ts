@@ -10,26 +10,24 @@ import {
   binding,
   type RawAllowance,
   type RawBatchListener,
-  type RawCorrection,
   type RawLinkItem,
-  type RawMirroredLink,
   type RawMonitor,
   type RawMonitorItem,
   type RawMonitorOptions,
-  type RawMonitorStats,
-  type RawNeighbour,
-  type RawNeighbourItem,
 } from './binding';
-import type { SystemError } from './errors';
-import {
-  neighbourInfos,
-  neighbourKey,
-  toLinkInfo,
-  toNeighbourInfo,
-  toRawNeighbourEntries,
-} from './records';
+import { neighbourInfos, neighbourKey, toNeighbourInfo, toRawNeighbourEntries } from './records';
 import type { LinkInfo, NeighbourInfo } from './types';
 import { RANGES, integerInRange, macBytes, netnsTarget, type NetnsTarget } from './validate';
+import {
+  emitChange,
+  linkInfo,
+  toNativeCorrection,
+  type LinkMonitorEvents,
+  type LinkMonitorEvent,
+  type LinkMonitorStats,
+} from './monitor-events';
+import { iterateEvents } from './monitor-iterator';
+import { BatchChanges, LaterChanges } from './batch-changes';
 
 /** See LinkMonitor.setFilter. */
 export interface LinkFilter {
@@ -82,186 +80,6 @@ export type CorrectionAllowance = RawAllowance;
 
 /** The largest `limit` an allowance may have (the native layer's bound, native/addon/monitor_wrap.cc). */
 export const MAX_ALLOWANCE_LIMIT = 16;
-
-export type ChangeSource = 'event' | 'resync';
-
-/**
- * A correction the native layer made for an armed device (see arm()) in the
- * same read that saw the drift, before the event reached JS.
- */
-export interface NativeCorrection {
-  /** The MAC written back. */
-  mac: string;
-  /** Permanent neighbour entries re-added. */
-  neighbours: number;
-  /** From the notification's arrival to its reading (time the event loop was busy). */
-  queuedMs: number;
-  /** From reading the notification to the MAC write's acknowledgement. */
-  macMs: number;
-  /** ... to the last neighbour entry's acknowledgement. */
-  doneMs: number;
-  /** Set when a write failed (what was written before it stays written). */
-  error?: SystemError;
-  /** The device re-read after the writes: null when it is gone. */
-  after: { name: string; mac: string | null } | null;
-  /**
-   * The kernel's notification of the MAC write itself came in the same read and changed
-   * nothing else: it is not reported as another `linkChanged` (links() shows the device as
-   * corrected). False when it comes later, or with other changes: then it is its own event.
-   */
-  echoed: boolean;
-}
-
-/**
- * When the kernel's notification reached the monitor's socket, in ms of
- * CLOCK_MONOTONIC (`Number(process.hrtime.bigint()) / 1e6`): noted by a native
- * thread, so it holds even when the event loop was busy, or the report of a
- * correction was held (see reportIntervalMs). The origin of the guard's latencies.
- */
-export interface Arrival {
-  receivedAt: number;
-}
-
-export interface LinkAddedEvent extends Partial<Arrival> {
-  link: LinkInfo;
-  source: ChangeSource;
-  /** The kernel announced the device's creation (not just first seen by us). */
-  created: boolean;
-}
-
-/** IFLA_EVENT: why the kernel re-announced a device whose state may be unchanged. */
-export type LinkKernelEvent =
-  'reboot' | 'features' | 'bonding-failover' | 'notify-peers' | 'igmp-resend' | 'bonding-options';
-
-const KERNEL_EVENTS: readonly (LinkKernelEvent | null)[] = [
-  null,
-  'reboot',
-  'features',
-  'bonding-failover',
-  'notify-peers',
-  'igmp-resend',
-  'bonding-options',
-];
-
-export interface LinkChangedEvent extends Partial<Arrival> {
-  link: LinkInfo;
-  previous: LinkInfo;
-  source: ChangeSource;
-  /** Set when the kernel said why it re-announced the device ('features': offloads changed). */
-  kernelEvent: LinkKernelEvent | null;
-  /** Set when an armed correction answered this change already. */
-  correction?: NativeCorrection;
-}
-
-export interface LinkRemovedEvent {
-  link: LinkInfo;
-  source: ChangeSource;
-}
-
-export interface NeighbourAddedEvent {
-  neighbour: NeighbourInfo;
-  source: ChangeSource;
-  /** Netlink port id of the process whose request made the change (0 when the kernel does not say). */
-  portid: number;
-}
-
-export interface NeighbourChangedEvent extends NeighbourAddedEvent {
-  previous: NeighbourInfo;
-}
-
-/**
- * Why an entry went away. 'flush': the kernel dropped it because its device's
- * MAC changed or the device went down (it was not removed on purpose);
- * 'device-removed': its device was deleted; 'resync': it was missing from a
- * re-dump after lost notifications; 'deleted': anything else.
- */
-export type NeighbourRemovalCause = 'deleted' | 'flush' | 'device-removed' | 'resync';
-
-export interface NeighbourRemovedEvent {
-  neighbour: NeighbourInfo;
-  source: ChangeSource;
-  cause: NeighbourRemovalCause;
-  portid: number;
-}
-
-export interface OverrunEvent {
-  /** 'ENOBUFS': the kernel dropped notifications; 'queue': an async iterator fell behind. */
-  cause: 'ENOBUFS' | 'truncated' | 'queue';
-}
-
-export interface ResyncEvent {
-  phase: 'begin' | 'end';
-  reason?: 'initial' | 'overrun' | 'requested';
-  /** End only: every dump completed without interruption, so removals were applied. */
-  consistent?: boolean;
-}
-
-export interface MonitorWarning {
-  code: string;
-  message: string;
-}
-
-export interface LinkMonitorEvents {
-  ready: [];
-  linkAdded: [LinkAddedEvent];
-  linkChanged: [LinkChangedEvent];
-  linkRemoved: [LinkRemovedEvent];
-  neighbourAdded: [NeighbourAddedEvent];
-  neighbourChanged: [NeighbourChangedEvent];
-  neighbourRemoved: [NeighbourRemovedEvent];
-  overrun: [OverrunEvent];
-  resync: [ResyncEvent];
-  warning: [MonitorWarning];
-  error: [SystemError];
-  close: [];
-}
-
-/** One event as yielded by async iteration: its name and its payload. */
-export type LinkMonitorEvent = {
-  [Name in Exclude<keyof LinkMonitorEvents, 'close'>]: LinkMonitorEvents[Name] extends [
-    infer Payload,
-  ]
-    ? { type: Name } & Payload
-    : { type: Name };
-}[Exclude<keyof LinkMonitorEvents, 'close'>];
-
-export interface LinkMonitorStats extends RawMonitorStats {
-  queueOverruns: number;
-}
-
-/** Every LinkMonitor event but `close`: what async iteration yields. */
-export const LINK_MONITOR_EVENTS = [
-  'ready',
-  'linkAdded',
-  'linkChanged',
-  'linkRemoved',
-  'neighbourAdded',
-  'neighbourChanged',
-  'neighbourRemoved',
-  'overrun',
-  'resync',
-  'warning',
-  'error',
-] as const satisfies readonly (keyof LinkMonitorEvents)[];
-
-function toNativeCorrection(raw: RawCorrection): NativeCorrection {
-  return {
-    mac: raw.mac,
-    neighbours: raw.neighbours,
-    queuedMs: raw.queuedNs / 1e6,
-    macMs: raw.macNs / 1e6,
-    doneMs: raw.doneNs / 1e6,
-    after: raw.afterName === '' ? null : { name: raw.afterName, mac: raw.afterMac },
-    echoed: raw.echoed === true,
-    ...(raw.error ? { error: raw.error } : {}),
-  };
-}
-
-function abortError(signal: AbortSignal): Error {
-  const error = new Error('The operation was aborted', { cause: signal.reason });
-  error.name = 'AbortError';
-  return Object.assign(error, { code: 'ABORT_ERR' });
-}
 
 export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
   readonly netns: string | undefined;
@@ -592,78 +410,14 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
    * the monitor closes; an aborted signal rejects with an AbortError.
    */
   events(options: { signal?: AbortSignal } = {}): AsyncIterableIterator<LinkMonitorEvent> {
-    const { signal } = options;
-    const queue: LinkMonitorEvent[] = [];
-    const waiting: {
-      resolve: (r: IteratorResult<LinkMonitorEvent>) => void;
-      reject: (e: Error) => void;
-    }[] = [];
-    let finished = this.#closed;
-    let failure: Error | undefined = signal?.aborted ? abortError(signal) : undefined;
-
-    // After an overflow the queue holds only the overrun marker until it is read:
-    // the events in between are dropped, not queued again.
-    let overflowed = false;
-    const push = (event: LinkMonitorEvent): void => {
-      const waiter = waiting.shift();
-      if (waiter) {
-        waiter.resolve({ value: event, done: false });
-        return;
-      }
-      if (overflowed) return;
-      if (queue.length >= this.#queueLimit) {
-        queue.length = 0;
-        queue.push({ type: 'overrun', cause: 'queue' });
-        overflowed = true;
+    return iterateEvents(this, {
+      signal: options.signal,
+      closed: this.#closed,
+      queueLimit: this.#queueLimit,
+      onQueueOverrun: () => {
         this.#queueOverruns += 1;
-        return;
-      }
-      queue.push(event);
-    };
-    const listeners = LINK_MONITOR_EVENTS.map((type) => {
-      const listener = (payload?: object): void => push({ type, ...payload } as LinkMonitorEvent);
-      this.on(type, listener);
-      return [type, listener] as const;
+      },
     });
-    const cleanup = (): void => {
-      finished = true;
-      for (const [type, listener] of listeners) this.off(type, listener);
-      this.off('close', onClose);
-      signal?.removeEventListener('abort', onAbort);
-      for (const waiter of waiting.splice(0)) {
-        if (failure) waiter.reject(failure);
-        else waiter.resolve({ value: undefined, done: true });
-      }
-    };
-    const onClose = (): void => cleanup();
-    const onAbort = (): void => {
-      if (signal) failure = abortError(signal);
-      queue.length = 0;
-      cleanup();
-    };
-    this.on('close', onClose);
-    signal?.addEventListener('abort', onAbort, { once: true });
-    if (finished || failure) cleanup();
-
-    const iterator: AsyncIterableIterator<LinkMonitorEvent> = {
-      next: () => {
-        const event = queue.shift();
-        if (event) {
-          if (queue.length === 0) overflowed = false;
-          return Promise.resolve({ value: event, done: false });
-        }
-        if (failure) return Promise.reject(failure);
-        if (finished) return Promise.resolve({ value: undefined, done: true });
-        return new Promise((resolve, reject) => waiting.push({ resolve, reject }));
-      },
-      return: () => {
-        queue.length = 0;
-        cleanup();
-        return Promise.resolve({ value: undefined, done: true });
-      },
-      [Symbol.asyncIterator]: () => iterator,
-    };
-    return iterator;
   }
 
   #onBatch(batch: RawMonitorItem[], arrivalMs: number): void {
@@ -729,109 +483,3 @@ export class LinkMonitor extends EventEmitter<LinkMonitorEvents> {
 }
 
 /** Emits the event a change of the native mirror is. */
-function emitChange(
-  target: EventEmitter<LinkMonitorEvents>,
-  item: RawLinkItem | RawNeighbourItem,
-  extra: Partial<Arrival> & { correction?: NativeCorrection } = {},
-): void {
-  const arrival = extra.receivedAt === undefined ? {} : { receivedAt: extra.receivedAt };
-  if (item.kind === 'neigh') {
-    const neighbour = toNeighbourInfo(item.record);
-    const source: ChangeSource = item.fromDump ? 'resync' : 'event';
-    const { portid } = item;
-    if (item.change === 'removed') {
-      target.emit('neighbourRemoved', {
-        neighbour,
-        source,
-        cause: item.cause ?? 'deleted',
-        portid,
-      });
-    } else if (item.change === 'added') {
-      target.emit('neighbourAdded', { neighbour, source, portid });
-    } else if (item.previous !== undefined) {
-      target.emit('neighbourChanged', {
-        neighbour,
-        previous: toNeighbourInfo(item.previous),
-        source,
-        portid,
-      });
-    }
-    return;
-  }
-  const { record, change } = item;
-  if (record === undefined || change === undefined) return;
-  const source: ChangeSource = item.fromDump === true ? 'resync' : 'event';
-  const link = linkInfo(record);
-  if (change === 'removed') {
-    target.emit('linkRemoved', { link, source });
-  } else if (change === 'added') {
-    target.emit('linkAdded', { link, source, created: item.created === true, ...arrival });
-  } else if (item.previous !== undefined) {
-    target.emit('linkChanged', {
-      link,
-      previous: linkInfo(item.previous),
-      source,
-      kernelEvent: KERNEL_EVENTS[record.event ?? 0] ?? null,
-      ...arrival,
-      ...(extra.correction ? { correction: extra.correction } : {}),
-    });
-  }
-}
-
-/** The first change of each link and entry in the rest of a batch. */
-/** Where each link and entry changes in a batch: keyed once, when the first query needs it. */
-class BatchChanges {
-  readonly links = new Map<number, { position: number; item: RawLinkItem }[]>();
-  readonly neighbours = new Map<string, { position: number; item: RawNeighbourItem }[]>();
-
-  constructor(batch: readonly RawMonitorItem[]) {
-    batch.forEach((item, position) => {
-      if (item.kind === 'link' && item.change !== undefined) {
-        const changes = this.links.get(item.ifindex) ?? [];
-        changes.push({ position, item });
-        this.links.set(item.ifindex, changes);
-      } else if (item.kind === 'neigh') {
-        const key = neighbourKey(toNeighbourInfo(item.record));
-        const changes = this.neighbours.get(key) ?? [];
-        changes.push({ position, item });
-        this.neighbours.set(key, changes);
-      }
-    });
-  }
-}
-
-/** The first change of each link and entry after a position of a batch. */
-class LaterChanges {
-  readonly links = new Map<number, RawLinkItem>();
-  readonly neighbours = new Map<string, RawNeighbourItem>();
-
-  constructor(batch: BatchChanges, after: number) {
-    for (const [ifindex, changes] of batch.links) {
-      const first = changes.find((change) => change.position > after);
-      if (first) this.links.set(ifindex, first.item);
-    }
-    for (const [key, changes] of batch.neighbours) {
-      const first = changes.find((change) => change.position > after);
-      if (first) this.neighbours.set(key, first.item);
-    }
-  }
-
-  /** The link before its first later change; null when it did not exist yet, undefined when unchanged. */
-  link(ifindex: number): RawMirroredLink | null | undefined {
-    const item = this.links.get(ifindex);
-    if (item === undefined) return undefined;
-    if (item.change === 'added') return null;
-    return (item.change === 'removed' ? item.record : item.previous) ?? null;
-  }
-
-  neighbour(key: string): RawNeighbour | null | undefined {
-    const item = this.neighbours.get(key);
-    if (item === undefined) return undefined;
-    if (item.change === 'added') return null;
-    return (item.change === 'removed' ? item.record : item.previous) ?? null;
-  }
-}
-
-function linkInfo(raw: RawMirroredLink): LinkInfo {
-  return toLinkInfo(raw, raw.addrAssignType);
-}

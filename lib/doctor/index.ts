@@ -9,16 +9,15 @@ import { NET_ADDR_RANDOM } from '../core/constants';
 import { absolutePathOption, booleanOption, rejectUnknownOptions } from '../core/options';
 import {
   CHECK_IDS,
-  flannelLinkFileContent,
-  networkManagerDropIn,
-  gather,
-  runChecks,
   type CheckId,
   type CheckResult,
   type DoctorInput,
   type Gathered,
   type Verdict,
-} from './checks';
+} from './check-types';
+import { runChecks } from './checks';
+import { flannelLinkFileContent, networkManagerDropIn } from './config-checks';
+import { gather } from './gather';
 import { evaluateLinkFiles, macEffect, type LinkFile } from '../udev/link-files';
 
 export { CHECK_IDS };

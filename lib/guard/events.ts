@@ -1,6 +1,6 @@
 /** What a guard reports: its events, its devices' status and its counters. */
 import type { SystemError } from '../core/errors';
-import type { OverrunEvent, ResyncEvent } from '../core/monitor';
+import type { OverrunEvent, ResyncEvent } from '../core/monitor-events';
 import type { ChecksumErrorCounters, FeatureSetResult } from '../core/types';
 import type { MacWriter, WriterEvidence } from '../udev/writer';
 

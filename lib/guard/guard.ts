@@ -21,7 +21,7 @@ import type {
   NeighbourAddedEvent,
   NeighbourRemovedEvent,
   ResyncEvent,
-} from '../core/monitor';
+} from '../core/monitor-events';
 import type { ChecksumErrorCounters, LinkInfo } from '../core/types';
 import { ChecksumErrorWatch } from './checksum-errors';
 import { guardConfig, type FlannelGuardOptions, type GuardConfig } from './config';

@@ -6,7 +6,8 @@
  * then accounts for it, as for one it makes itself.
  */
 import { systemError } from '../core/errors';
-import { MAX_ALLOWANCE_LIMIT, type NativeCorrection } from '../core/monitor';
+import { MAX_ALLOWANCE_LIMIT } from '../core/monitor';
+import { type NativeCorrection } from '../core/monitor-events';
 import { neighbourKey } from '../core/records';
 import type { LinkInfo } from '../core/types';
 import type { GuardConfig } from './config';

@@ -5,7 +5,8 @@
 import type { EventEmitter } from 'node:events';
 
 import { monotonicMs } from '../core/clock';
-import type { CorrectionAllowance, LinkFilter, LinkMonitorEvents } from '../core/monitor';
+import type { CorrectionAllowance, LinkFilter } from '../core/monitor';
+import type { LinkMonitorEvents } from '../core/monitor-events';
 import type { LinkInfo, NeighbourInfo } from '../core/types';
 import type { FlannelGuardEvents } from './events';
 

@@ -38,22 +38,16 @@ export {
 } from './condition';
 export type { NodeConditionEvents, NodeConditionOptions, NodeConditionValue } from './condition';
 export type { ClusterOptions, ClusterSettings } from './cluster';
-export {
-  EVENT_COMPONENT,
-  EVENT_REASONS,
-  EventRecorder,
-  nodeReference,
-  recordGuardEvents,
-} from './event-recorder';
+export { EVENT_COMPONENT, EVENT_REASONS, EventRecorder } from './event-recorder';
 export type {
   DroppedEvent,
   EventDropReason,
   EventRecorderEvents,
   EventRecorderOptions,
-  GuardEventOptions,
   InvolvedObject,
   RecordedEvent,
 } from './event-recorder';
+export { nodeReference, recordGuardEvents, type GuardEventOptions } from './guard-events';
 export { ADOPT_BUCKETS, GuardMetrics, LATENCY_BUCKETS, METRIC_PREFIX } from './metrics';
 export type { GuardMetricsOptions } from './metrics';
 export { parseListenAddress, type ListenAddress } from './listen';

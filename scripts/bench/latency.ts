@@ -54,7 +54,7 @@ import {
   watch,
 } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
 import {
@@ -96,12 +96,17 @@ export interface Options {
   realtime: boolean;
   rewriterSleeps: boolean;
   pinCpus: boolean;
+  /** Another checkout whose guard runs side by side with this one (its dist/ built). */
+  compare: string | undefined;
+  /** Turns each guard takes per mode (the rewrites split among them). */
+  blocks: number;
 }
 
 const USAGE =
   'usage: latency.js [--rewrites N] [--warmup N] [--interval-ms MS] [--neighbours K] [--links L]\n' +
   '                  [--idle-seconds S] [--startups N] [--timeout-ms MS] [--b2b-gap-us US]\n' +
-  '                  [--breakdown] [--realtime] [--rewriter-sleeps] [--no-pin]';
+  '                  [--breakdown] [--realtime] [--rewriter-sleeps] [--no-pin]\n' +
+  '                  [--compare CHECKOUT] [--blocks N]';
 
 export function parseOptions(argv: string[]): Options {
   const options: Options = {
@@ -118,6 +123,8 @@ export function parseOptions(argv: string[]): Options {
     realtime: false,
     rewriterSleeps: false,
     pinCpus: availableParallelism() >= 2,
+    compare: undefined,
+    blocks: 1,
   };
   const numeric: Record<string, [keyof Options, number, number]> = {
     '--rewrites': ['rewrites', 1, 100_000],
@@ -129,6 +136,7 @@ export function parseOptions(argv: string[]): Options {
     '--startups': ['startups', 0, 100],
     '--timeout-ms': ['timeoutMs', 10, 60_000],
     '--b2b-gap-us': ['gapUs', 0, 1_000_000],
+    '--blocks': ['blocks', 1, 100],
   };
   for (let i = 0; i < argv.length; i += 1) {
     const flag = argv[i] ?? '';
@@ -144,6 +152,15 @@ export function parseOptions(argv: string[]): Options {
     }
     if (flag === '--no-pin') {
       options.pinCpus = false;
+      continue;
+    }
+    if (flag === '--compare') {
+      const dir = argv[i + 1];
+      if (dir === undefined || !existsSync(join(dir, 'dist', 'lib', 'cli', 'main.js'))) {
+        throw new Error(`--compare: expected a checkout with dist/lib/cli/main.js built`);
+      }
+      options.compare = dir;
+      i += 1;
       continue;
     }
     if (flag === '--help' || flag === '-h') {
@@ -627,11 +644,11 @@ export function referenceSpec(bench: Bench, trace = false): GuardSpec {
   return { label: 'C reference', command, args };
 }
 
-export function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
+export function flannelGuardSpec(bench: Bench, probeOut?: string, checkout?: string): GuardSpec {
   const [command, args] = scheduled(bench, process.execPath, [
     ...CLI_NODE_FLAGS,
     ...(probeOut === undefined ? [] : ['-r', PROBE]),
-    CLI,
+    checkout === undefined ? CLI : join(checkout, 'dist', 'lib', 'cli', 'main.js'),
     'watch',
     '--netns',
     bench.ns.name,
@@ -644,7 +661,7 @@ export function flannelGuardSpec(bench: Bench, probeOut?: string): GuardSpec {
     '--json',
   ]);
   return {
-    label: 'flannel-guard',
+    label: checkout === undefined ? 'flannel-guard' : `flannel-guard @ ${basename(checkout)}`,
     command,
     args,
     ...(probeOut === undefined ? {} : { env: { ...process.env, FG_PROBE_OUT: probeOut } }),
@@ -1269,20 +1286,23 @@ function latencyRows(phases: readonly Phase[]): string[][] {
     ],
   ];
   for (const phase of phases) {
-    const [reference, guard] = phase.guards;
-    if (!reference || !guard) continue;
+    const [reference] = phase.guards;
+    if (!reference) continue;
     for (const mode of ['paced', 'back-to-back'] as const) {
       for (const measure of ['mac', 'full'] as const) {
         const label = measure === 'mac' ? 'MAC back' : 'MAC + neigh back';
-        const pair = [reference, guard].map((g) => g.modes.find((m) => m.mode === mode));
-        pair.forEach((m, i) => {
-          if (!m) return;
+        const figures = phase.guards.map((g) => ({
+          label: g.label,
+          m: g.modes.find((x) => x.mode === mode),
+        }));
+        for (const { label: guard, m } of figures) {
+          if (!m) continue;
           const d = m[measure];
           rows.push([
             phase.name,
             mode,
             label,
-            i === 0 ? 'C reference' : 'flannel-guard',
+            guard,
             String(d.n),
             fmt(d.p50),
             fmt(d.p90),
@@ -1292,14 +1312,15 @@ function latencyRows(phases: readonly Phase[]): string[][] {
             m.deferred === m.excluded ? String(m.deferred) : `${m.deferred} (${m.excluded} excl.)`,
             `${fmt(m.hostBusy * 100, 0)} %`,
           ]);
-        });
-        const [r, g] = pair;
-        if (r && g) {
+        }
+        const r = figures[0]?.m;
+        for (const { label: guard, m: g } of figures.slice(1)) {
+          if (!r || !g) continue;
           rows.push([
             phase.name,
             mode,
             label,
-            'ratio FG/C',
+            `ratio ${guard}/C`,
             '',
             ratio(g[measure].p50, r[measure].p50),
             ratio(g[measure].p90, r[measure].p90),
@@ -1532,9 +1553,11 @@ async function main(): Promise<void> {
   const notes: string[] = [];
   const loadAtStart = loadAverage();
   const bench = await setUp(options);
+  const benches = [bench];
   let keptGuard: GuardRun | undefined;
   claimStateRoot();
   try {
+    if (options.compare !== undefined) benches.push(await setUp(options), await setUp(options));
     const phases: Phase[] = [];
     const log = (message: string): void => {
       process.stderr.write(`[${fmt((performance.now() - started) / 1000)} s] ${message}\n`);
@@ -1542,16 +1565,36 @@ async function main(): Promise<void> {
     const runPhase = async (name: string, keepFlannelGuard: boolean): Promise<Phase> => {
       const links = await linkCount(bench);
       log(`${name}: ${links} links in ${bench.ns.name}; start-ups`);
-      const startups = {
-        'C reference': await measureStartups(bench, referenceSpec(bench), options.startups),
-        'flannel-guard': await measureStartups(bench, flannelGuardSpec(bench), options.startups),
-      };
-      log(`${name}: C reference`);
-      const reference = await measureGuard(bench, referenceSpec(bench));
-      log(`${name}: flannel-guard`);
-      const guard = await measureGuard(bench, flannelGuardSpec(bench), keepFlannelGuard);
-      if (keepFlannelGuard) keptGuard = guard.guard;
-      return { name, links, startups, guards: [reference.figures, guard.figures] };
+      // Alone, the guards run one after the other on one bench. Compared with another
+      // checkout, each has a bench of its own, all run at once and they take turns block by
+      // block (measureGuards), so the machine's drift reaches every guard alike.
+      const [referenceBench = bench, guardBench = bench, comparedBench] = benches;
+      const specs = [referenceSpec(referenceBench), flannelGuardSpec(guardBench)];
+      if (comparedBench && options.compare !== undefined) {
+        specs.push(flannelGuardSpec(comparedBench, undefined, options.compare));
+      }
+      const startups: Record<string, number[]> = {};
+      for (const [i, spec] of specs.entries()) {
+        startups[spec.label] = await measureStartups(benches[i] ?? bench, spec, options.startups);
+      }
+      let measured: { figures: GuardFigures; guard: GuardRun }[];
+      if (benches.length === 1) {
+        measured = [];
+        for (const [i, spec] of specs.entries()) {
+          log(`${name}: ${spec.label}`);
+          measured.push(await measureGuard(bench, spec, keepFlannelGuard && i === 1));
+        }
+      } else {
+        log(`${name}: ${specs.map((spec) => spec.label).join(', ')}, ${options.blocks} turn(s)`);
+        measured = await measureGuards(
+          specs.map((spec, i) => ({ bench: benches[i] ?? bench, spec })),
+          options.blocks,
+          keepFlannelGuard,
+        );
+        for (const [i, run] of measured.entries()) if (i !== 1) await run.guard.stop();
+      }
+      if (keepFlannelGuard) keptGuard = measured[1]?.guard;
+      return { name, links, startups, guards: measured.map((m) => m.figures) };
     };
 
     phases.push(await runPhase('base', options.idleSeconds > 0));
@@ -1564,7 +1607,8 @@ async function main(): Promise<void> {
     }
     if (options.links > 0) {
       log(`adding ${options.links} ifb links`);
-      const ms = await addLinks(bench, options.links);
+      let ms = 0;
+      for (const each of benches) ms += await addLinks(each, options.links);
       notes.push(`${options.links} ifb links created in ${fmt(ms / 1000, 2)} s (ip -batch).`);
       phases.push(await runPhase(`+${options.links} links`, false));
     }
@@ -1590,7 +1634,7 @@ async function main(): Promise<void> {
     report(options, phases, idle, breakdown, notes);
   } finally {
     await keptGuard?.stop();
-    await bench.ns.destroy();
+    for (const each of benches) await each.ns.destroy();
     await destroyAll();
     releaseStateRoot();
   }

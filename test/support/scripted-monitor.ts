@@ -29,7 +29,8 @@ import {
 import { systemError, type SystemError } from '../../lib/core/errors';
 import type { GuardClock, GuardMonitor } from '../../lib/guard';
 import { binding, type RawScriptedMonitor } from '../../lib/core/binding';
-import { LinkMonitor, type LinkKernelEvent, type LinkMonitorEvents } from '../../lib/core/monitor';
+import { LinkMonitor } from '../../lib/core/monitor';
+import { type LinkKernelEvent, type LinkMonitorEvents } from '../../lib/core/monitor-events';
 import type { GuardPorts } from '../../lib/guard/ports';
 import type { PathAnswer } from '../../lib/guard/events';
 import { neighbourKey } from '../../lib/core/records';
