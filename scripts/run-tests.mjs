@@ -14,10 +14,11 @@
 // server), for contributors: seconds, without privileges. `npm test` runs them
 // too, and once more with every capability dropped (test/unit-suite.test.ts)
 // to keep this list honest. `--no-build` skips compiling.
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -80,8 +81,80 @@ if (build && !unit) {
   run('cmake', ['--build', 'build/native-tests', '-j', '2'], 'building the native unit tests');
 }
 
+/**
+ * A full run goes in two lanes, two mocha processes at once: most suites wait (on the kernel,
+ * udevd, child processes and timers) far more than they compute, so one CPU is idle most of
+ * the time a single mocha runs. The suites that load a CPU by themselves (the linters and tsc,
+ * the first-run builds, libFuzzer, valgrind, the image build, other Node versions) share one
+ * lane, so none of them runs beside another; the package test ends that lane, since it waits
+ * for the zig step CI runs beside the tests. A run with mocha arguments (`--grep`, files) is
+ * one lane.
+ */
+const HEAVY_SUITES = ['lint', 'first-run', 'fuzz', 'valgrind', 'node-versions', 'image', 'package'];
+
+function testFiles() {
+  const dir = join(root, 'dist', 'test');
+  return readdirSync(dir)
+    .filter((name) => name.endsWith('.test.js'))
+    .sort()
+    .map((name) => join('dist', 'test', name));
+}
+
+function lanes() {
+  if (unit || mochaArgs.length > 0) return [{ name: '', files: [], results: resultsFile }];
+  const files = testFiles();
+  const heavy = HEAVY_SUITES.map((suite) => join('dist', 'test', `${suite}.test.js`)).filter(
+    (file) => files.includes(file),
+  );
+  const rest = files.filter((file) => !heavy.includes(file));
+  return [
+    { name: 'a', files: rest, results: resultsFile.replace(/\.json$/, '-a.json') },
+    { name: 'b', files: heavy, results: resultsFile.replace(/\.json$/, '-b.json') },
+  ];
+}
+
+/** Runs one lane's mocha; its lines go out whole, prefixed with the lane's name. */
+function runLane(lane) {
+  rmSync(lane.results, { force: true });
+  const child = spawn(
+    bin('mocha'),
+    [
+      '--reporter',
+      join(root, 'scripts', 'mocha-reporter.cjs'),
+      '--reporter-option',
+      `output=${lane.results}`,
+      ...selection,
+      ...(lane.files.length > 0 ? ['--no-config', ...configArgs(), ...lane.files] : []),
+      ...mochaArgs,
+    ],
+    { cwd: root, stdio: lane.name === '' ? 'inherit' : ['ignore', 'pipe', 'pipe'] },
+  );
+  if (lane.name !== '') {
+    for (const stream of [child.stdout, child.stderr]) {
+      createInterface({ input: stream }).on('line', (line) => {
+        process.stdout.write(`[${lane.name}] ${line}\n`);
+      });
+    }
+  }
+  return new Promise((resolve) => {
+    child.on('close', (status, signal) => resolve({ lane, status, signal }));
+  });
+}
+
+/** .mocharc.json's settings but its spec, for a lane that names its own files. */
+function configArgs() {
+  const config = JSON.parse(readFileSync(join(root, '.mocharc.json'), 'utf8'));
+  return [
+    ...(config.require ?? []).flatMap((module) => ['--require', module]),
+    '--timeout',
+    String(config.timeout),
+    '--slow',
+    String(config.slow),
+    ...(config.forbidOnly ? ['--forbid-only'] : []),
+  ];
+}
+
 mkdirSync(dirname(resultsFile), { recursive: true });
-rmSync(resultsFile, { force: true });
 const selection = unit
   ? [
       '--no-config',
@@ -91,31 +164,23 @@ const selection = unit
       ...UNIT_SUITES.map((suite) => join('dist', 'test', `${suite}.test.js`)),
     ]
   : [];
-const mocha = spawnSync(
-  bin('mocha'),
-  [
-    '--reporter',
-    join(root, 'scripts', 'mocha-reporter.cjs'),
-    '--reporter-option',
-    `output=${resultsFile}`,
-    ...selection,
-    ...mochaArgs,
-  ],
-  { cwd: root, stdio: 'inherit' },
-);
+const ended = await Promise.all(lanes().map(runLane));
 
-if (!existsSync(resultsFile)) {
-  console.error(`mocha wrote no results (exit status ${mocha.status}, signal ${mocha.signal})`);
-  console.log('0 passed, 1 failed');
-  process.exit(1);
-}
-const { stats } = JSON.parse(readFileSync(resultsFile, 'utf8'));
 const problems = [];
-if (stats.pending > 0) problems.push(`${stats.pending} test(s) skipped: skipping is not allowed`);
-if (stats.tests === 0) problems.push('no tests ran');
-if (mocha.status !== 0 && stats.failures === 0)
-  problems.push(`mocha exited with status ${mocha.status}`);
+const totals = { passes: 0, failures: 0, pending: 0, tests: 0 };
+for (const { lane, status, signal } of ended) {
+  const label = lane.name === '' ? 'mocha' : `lane ${lane.name}`;
+  if (!existsSync(lane.results)) {
+    problems.push(`${label} wrote no results (exit status ${status}, signal ${signal})`);
+    continue;
+  }
+  const { stats } = JSON.parse(readFileSync(lane.results, 'utf8'));
+  for (const key of Object.keys(totals)) totals[key] += stats[key];
+  if (status !== 0 && stats.failures === 0) problems.push(`${label} exited with status ${status}`);
+}
+if (totals.pending > 0) problems.push(`${totals.pending} test(s) skipped: skipping is not allowed`);
+if (totals.tests === 0) problems.push('no tests ran');
 for (const problem of problems) console.error(problem);
-const failed = stats.failures + (problems.length > 0 ? 1 : 0);
-console.log(`${stats.passes} passed, ${failed} failed`);
+const failed = totals.failures + (problems.length > 0 ? 1 : 0);
+console.log(`${totals.passes} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
