@@ -223,7 +223,8 @@ export async function listAllNodes(
       ...(next === undefined ? {} : { continue: next }),
     });
     items.push(...result.items);
-    resourceVersion = result.resourceVersion;
+    // The API server cuts every page from the first one's snapshot: the watch starts there.
+    if (page === 0) resourceVersion = result.resourceVersion;
     next = result.continue;
     if (next === undefined) break;
   }
