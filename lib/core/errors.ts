@@ -65,3 +65,8 @@ export function invalidArgument(
 ): SystemError {
   return systemError('EINVAL', message, fields, RangeError);
 }
+
+/** An error's message, or what was thrown as text. */
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

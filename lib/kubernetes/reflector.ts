@@ -10,6 +10,7 @@
  * each change in stream order, and is told when the API fails and recovers.
  */
 import { backoffDelay, DEFAULT_JITTER, type BackoffPolicy } from '../core/backoff';
+import { messageOf } from '../core/errors';
 import { isKubernetesApiError, type WatchEnd, type WatchEvent, type WatchStream } from './api';
 import { Sleeper } from './sleeper';
 
@@ -67,13 +68,14 @@ export interface ReflectorOptions<T> {
   random?: () => number;
 }
 
-const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 500, maxMs: 30_000, jitter: DEFAULT_JITTER };
+/** The API's reconnection backoff, also adopt's retries (KubernetesMacSource). */
+export const DEFAULT_API_BACKOFF: BackoffPolicy = {
+  initialMs: 500,
+  maxMs: 30_000,
+  jitter: DEFAULT_JITTER,
+};
 /** A watch open this long was healthy: the next restart is immediate and the backoff starts over. */
 const HEALTHY_WATCH_MS = 1_000;
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
 
 function resourceVersionOf(object: Record<string, unknown>): string | undefined {
   const metadata = object.metadata as { resourceVersion?: unknown } | undefined;
@@ -99,7 +101,7 @@ export class Reflector<T> {
     this.#options = options;
     this.#handlers = handlers;
     this.#watchTimeout = options.watchTimeoutSeconds ?? [300, 600];
-    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.#backoff = { ...DEFAULT_API_BACKOFF, ...options.backoff };
     this.#random = options.random ?? Math.random;
   }
 

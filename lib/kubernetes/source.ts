@@ -15,8 +15,8 @@
  */
 import { EventEmitter } from 'node:events';
 
-import { backoffDelay, DEFAULT_JITTER, type BackoffPolicy } from '../core/backoff';
-import { invalidArgument } from '../core/errors';
+import { backoffDelay, type BackoffPolicy } from '../core/backoff';
+import { invalidArgument, messageOf } from '../core/errors';
 import type { DesiredMacSource } from '../guard/sources';
 import { parseMac } from '../core/validate';
 import {
@@ -26,7 +26,12 @@ import {
   type AddressFamily,
 } from './annotation';
 import { decodeNode, isKubernetesApiError, type KubeNode, type KubernetesApi } from './api';
-import { Reflector, type ObjectChange, type WatchRestartEvent } from './reflector';
+import {
+  DEFAULT_API_BACKOFF,
+  Reflector,
+  type ObjectChange,
+  type WatchRestartEvent,
+} from './reflector';
 import { Sleeper } from './sleeper';
 import { writeVtepMac, type AdoptEvent, type VtepMacWriterPorts } from './vtep-mac-writer';
 
@@ -87,8 +92,6 @@ export interface KubernetesMacSourceOptions {
   random?: () => number;
 }
 
-const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 500, maxMs: 30_000, jitter: DEFAULT_JITTER };
-
 /** resourceVersions are opaque, but etcd's are integers: compared only when both are. */
 function isOlder(candidate: string | undefined, than: string | undefined): boolean {
   if (candidate === undefined || than === undefined) return false;
@@ -103,10 +106,6 @@ function problemOf(error: unknown, reading: 'list' | 'watch'): SourceProblem {
   if (error.statusCode === 403) return 'forbidden';
   if (error.statusCode === 404 && reading === 'list') return 'node-not-found';
   return 'api-error';
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 interface FamilyValue {
@@ -162,7 +161,7 @@ export class KubernetesMacSource
     this.#api = options.api;
     this.nodeName = options.nodeName;
     this.annotationPrefix = options.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX;
-    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.#backoff = { ...DEFAULT_API_BACKOFF, ...options.backoff };
     this.#random = options.random ?? Math.random;
     this.#writerPorts = {
       api: this.#api,

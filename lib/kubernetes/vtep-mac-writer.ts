@@ -5,7 +5,7 @@
  * it fail with 409 Conflict; it is then recomputed from a fresh read and retried. An API that
  * does not answer is retried with the source's backoff until the deadline.
  */
-import { invalidArgument } from '../core/errors';
+import { invalidArgument, messageOf } from '../core/errors';
 import { readBackendData, withVtepMac, type AddressFamily } from './annotation';
 import { isKubernetesApiError, type KubeNode, type KubernetesApi } from './api';
 
@@ -50,10 +50,6 @@ export interface VtepMacWrite {
   previous: string;
   /** The Node as last read; undefined to read it first. */
   node: KubeNode | undefined;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 export async function writeVtepMac(ports: VtepMacWriterPorts, write: VtepMacWrite): Promise<void> {
