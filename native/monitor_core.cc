@@ -250,21 +250,25 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
     return std::nullopt;  // nothing to correct; stays armed
   }
   const int64_t started = clock_();
-  // The record may predate a write already made (the guard's own, queued
-  // behind it): the device is re-read, and written only if it still differs.
-  // A MAC write flushes the device's permanent entries even when it changes
-  // nothing, so a second write of the same MAC would cost the whole table.
-  Result<netlink::LinkRecord> current = writer_->GetLink(link.ifindex);
-  if (current.ok() &&
-      (current.value().name != armed->second.name || current.value().kind != "vxlan")) {
-    armed_.erase(armed);  // another device now: its own notification follows
-    *disarmed = true;
-    return std::nullopt;
-  }
-  if (current.ok() && current.value().mac.state == netlink::MacField::State::kValid &&
-      current.value().mac.bytes == armed->second.mac) {
-    ++stats_.staleRecords;
-    return std::nullopt;  // already back: nothing to write; stays armed
+  // The record may predate a write already made (the guard's own, or another writer's,
+  // queued behind it): then the device is re-read, and written only if it still differs.
+  // A MAC write flushes the device's permanent entries even when it changes nothing, so a
+  // second write of the same MAC would cost the whole table.
+  if (MayPredateAWrite(link.ifindex)) {
+    Result<netlink::LinkRecord> current = writer_->GetLink(link.ifindex);
+    if (current.ok() &&
+        (current.value().name != armed->second.name || current.value().kind != "vxlan")) {
+      armed_.erase(armed);  // another device now: its own notification follows
+      *disarmed = true;
+      return std::nullopt;
+    }
+    if (current.ok() && current.value().mac.state == netlink::MacField::State::kValid &&
+        current.value().mac.bytes == armed->second.mac) {
+      ++stats_.staleRecords;
+      return std::nullopt;  // already back: nothing to write; stays armed
+    }
+  } else {
+    ++stats_.currentRecords;
   }
   const std::array<uint8_t, 6> mac = armed->second.mac;
   std::optional<CorrectionAllowance>& allowance = armed->second.allowance;
@@ -321,6 +325,39 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   // re-read once the batch is read (RereadUnconfirmed).
   if (correction.error) correction.error->interface = link.name;
   return correction;
+}
+
+// rtnetlink queues a change's notification on every listening socket before the request that
+// made it returns. So a record with nothing read or queued behind it is the device as it is now:
+// no write (the guard's own, the JS path's, anyone's) came after it, and the round trip of a
+// re-read is saved. Anything behind it, an unread write of ours, or an error on the socket
+// (lost notifications) may be such a write.
+bool MonitorCore::MayPredateAWrite(int32_t ifindex) {
+  if (unreadWrites_.count(ifindex) > 0) return true;
+  // Read already: the rest of this datagram, then the rest of this read's datagrams.
+  if (lookahead_.datagram != nullptr) {
+    const std::vector<netlink::Message>& messages = lookahead_.datagram->messages;
+    for (size_t i = lookahead_.message + 1; i < messages.size(); ++i) {
+      const auto* link = std::get_if<netlink::LinkRecord>(&messages[i].body);
+      if ((link != nullptr && link->ifindex == ifindex) ||
+          std::holds_alternative<netlink::MalformedRecord>(messages[i].body)) {
+        return true;
+      }
+    }
+    if (lookahead_.datagram->error) return true;
+  }
+  for (size_t i = lookahead_.nextDatagram; i < datagrams_.size(); ++i) {
+    const NetlinkSocket::Datagram& datagram = datagrams_[i];
+    if (datagram.kind == NetlinkSocket::Received::kOverrun ||
+        datagram.kind == NetlinkSocket::Received::kTruncated ||
+        (datagram.kind == NetlinkSocket::Received::kDatagram &&
+         netlink::MayNotifyLink(datagram.data, datagram.length, ifindex))) {
+      return true;
+    }
+  }
+  // Not read yet: anything at all.
+  Result<bool> readable = source_->WaitReadable(0);
+  return !readable.ok() || readable.value();
 }
 
 void MonitorCore::RequestResync(const char* reason) {
@@ -648,7 +685,9 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
     }
     wrote_ = false;
     const int64_t readNs = clock_();
-    for (const NetlinkSocket::Datagram& datagram : datagrams_) {
+    for (size_t i = 0; i < datagrams_.size(); ++i) {
+      const NetlinkSocket::Datagram& datagram = datagrams_[i];
+      lookahead_.nextDatagram = i + 1;
       ++count;
       if (handledOne_) datagramArrivalNs_ = readNs;
       switch (datagram.kind) {
@@ -696,7 +735,12 @@ void MonitorCore::HandleDatagram(const uint8_t* data, size_t length,
                                  std::vector<MonitorItem>* out) {
   ++stats_.datagrams;
   netlink::ParsedDatagram parsed = netlink::ParseDatagram(data, length);
-  for (netlink::Message& message : parsed.messages) HandleMessage(message, out);
+  lookahead_.datagram = &parsed;
+  for (size_t i = 0; i < parsed.messages.size(); ++i) {
+    lookahead_.message = i;
+    HandleMessage(parsed.messages[i], out);
+  }
+  lookahead_ = Lookahead{};
   if (parsed.error) {
     ++stats_.malformed;
     // The rest of the datagram is lost; if it held dump replies, walk the table again.

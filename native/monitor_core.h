@@ -155,6 +155,7 @@ struct MonitorStats {
   uint64_t correctionEchoes = 0;    // neighbour notifications of a correction, not passed on
   uint64_t foldedEchoes = 0;        // a correction's own RTM_NEWLINK, folded into its item
   uint64_t staleRecords = 0;        // an armed drift the re-read found already put back
+  uint64_t currentRecords = 0;      // an armed drift with nothing behind it: not re-read
   uint64_t carriedCorrections = 0;  // moved to a later rewrite the write answered too
 };
 
@@ -253,6 +254,8 @@ class MonitorCore {
   // Answers a link record for an armed device whose MAC drifted; `disarmed`
   // is set when the arming is gone after it (spent or void).
   std::optional<Correction> CorrectIfArmed(const netlink::LinkRecord& link, bool* disarmed);
+  // Whether a write (anyone's) may have followed the record of `ifindex` being handled.
+  bool MayPredateAWrite(int32_t ifindex);
   // Whether a neighbour notification is the echo of a correction: the flush of
   // an entry it put back (the rewrite's, still queued) or its own re-add.
   bool IsCorrectionEcho(const netlink::NeighRecord& neigh);
@@ -355,6 +358,14 @@ class MonitorCore {
   DatagramSlots slots_;
   std::vector<NetlinkSocket::Datagram> datagrams_;  // scratch: one read's
   bool wrote_ = false;                              // a correction wrote since the last read
+  // Where the message being handled is in what was read: what follows it is looked at for a
+  // later notification of its device (MayPredateAWrite).
+  struct Lookahead {
+    const netlink::ParsedDatagram* datagram = nullptr;  // the one being handled
+    size_t message = 0;                                 // its message being handled
+    size_t nextDatagram = 0;                            // in datagrams_
+  };
+  Lookahead lookahead_;
   MonitorStats stats_;
   int64_t batchArrivalNs_ = 0;
   // The arrival of the datagram being handled: the batch's for its first; a later one

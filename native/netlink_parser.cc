@@ -337,6 +337,22 @@ ParsedDatagram ParseDatagram(const uint8_t* data, size_t length) {
   return result;
 }
 
+bool MayNotifyLink(const uint8_t* data, size_t length, int32_t ifindex) {
+  size_t offset = 0;
+  while (offset < length) {
+    const size_t remaining = length - offset;
+    if (remaining < kHeaderSize) return true;
+    const auto header = Load<nlmsghdr>(data + offset);
+    if (header.nlmsg_len < kHeaderSize || header.nlmsg_len > remaining) return true;
+    if (header.nlmsg_type == RTM_NEWLINK || header.nlmsg_type == RTM_DELLINK) {
+      if (header.nlmsg_len < kHeaderSize + sizeof(ifinfomsg)) return true;
+      if (Load<ifinfomsg>(data + offset + kHeaderSize).ifi_index == ifindex) return true;
+    }
+    offset += std::min(Align(header.nlmsg_len), remaining);
+  }
+  return false;
+}
+
 Admission Admit(uint32_t senderPortid, int msgFlags) {
   // The sender first: a foreign datagram is dropped whatever its shape, and
   // must never be taken for lost kernel data (which would trigger a resync).

@@ -56,7 +56,7 @@ Result<Unit> ScriptedSource::ReceiveMany(DatagramSlots* slots, size_t max,
 
 Result<bool> ScriptedSource::WaitReadable(int timeoutMs) {
   (void)timeoutMs;
-  return !queue_.empty();
+  return !queue_.empty() || (unfed_ && unfed_());
 }
 
 Result<Unit> ScriptedSource::SetFilter(const std::vector<sock_filter>& program) {

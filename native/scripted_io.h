@@ -19,8 +19,11 @@ class ScriptedSource final : public NotificationSource {
   // `answer`: called with each request the core sends (its dumps), to feed the replies at
   // once, as the kernel answers when asked; without it, requests wait for TakeRequests().
   using Answer = std::function<void(const std::vector<uint8_t>& request)>;
-  explicit ScriptedSource(uint32_t portid, Answer answer = {})
-      : portid_(portid), answer_(std::move(answer)) {}
+  // `unfed`: whether the script's kernel holds notifications for this socket that it has not
+  // fed yet (a real socket would hold them already: they count as readable).
+  using Unfed = std::function<bool()>;
+  explicit ScriptedSource(uint32_t portid, Answer answer = {}, Unfed unfed = {})
+      : portid_(portid), answer_(std::move(answer)), unfed_(std::move(unfed)) {}
 
   // Queues a datagram as the kernel would (read in order, one per datagram).
   void Feed(std::vector<uint8_t> datagram);
@@ -50,6 +53,7 @@ class ScriptedSource final : public NotificationSource {
   };
   uint32_t portid_;
   Answer answer_;
+  Unfed unfed_;
   uint32_t seq_ = 0;
   int receiveBuffer_ = 212992;  // the kernel's usual default
   std::vector<std::string> warnings_;

@@ -19,10 +19,10 @@
 // a change to the native sources builds again. Cold, the four targets take 15-25 minutes on
 // two cores (zig compiles libc++ and the C library stubs once per target); warm, a second.
 //
-// `--platform-tests` also builds the native core's C++ unit tests for musl on x64 and arm64
-// (build/platform-tests/<zig target>/native_tests, static), kept the same way, which the
-// package test runs (arm64 under qemu-user): the one zig step of a test run.
-import { spawnSync } from 'node:child_process';
+// `--platform-tests` also builds the native core's C++ unit tests for musl on x64 and for arm64
+// (build/platform-tests/<target>/native_tests), kept the same way, which the package test runs
+// (arm64 under qemu-user): the one zig step of a test run.
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
   chmodSync,
@@ -58,9 +58,11 @@ const PREBUILDS = [
 
 const prebuildPath = ({ arch, libc }) => `prebuilds/linux-${arch}/node.napi.${libc}.node`;
 
+/** A failure of this script: its message is printed alone, and the script exits 1. */
+class PrebuildError extends Error {}
+
 function fail(message) {
-  console.error(`prebuild: ${message}`);
-  process.exit(1);
+  throw new PrebuildError(message);
 }
 
 const nodeDir = process.env.npm_config_nodedir ?? join(dirname(process.execPath), '..');
@@ -89,8 +91,23 @@ function contentKey() {
   return hash.digest('hex').slice(0, 32);
 }
 
+/** Runs a command to its end: its exit status and the end of its output. */
+function run(command, args, options) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    const keep = (chunk) => {
+      output = (output + chunk).slice(-4000);
+    };
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
+    child.on('error', reject);
+    child.on('close', (status) => resolve({ status, output }));
+  });
+}
+
 /** Builds one prebuild in a scratch copy of the sources (build/ stays as it is). */
-function build(zig, prebuild, cached) {
+async function build(zig, prebuild, cached) {
   const scratch = mkdtempSync(join(tmpdir(), `fg-prebuild-${prebuild.arch}-${prebuild.libc}-`));
   try {
     cpSync(join(root, 'native'), join(scratch, 'native'), { recursive: true });
@@ -115,7 +132,7 @@ function build(zig, prebuild, cached) {
       ZIG_GLOBAL_CACHE_DIR: zigCache,
       ZIG_LOCAL_CACHE_DIR: zigCache,
     };
-    const built = spawnSync(
+    const built = await run(
       process.execPath,
       [
         join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'),
@@ -126,13 +143,9 @@ function build(zig, prebuild, cached) {
         '-j',
         '2',
       ],
-      { cwd: scratch, env, encoding: 'utf8' },
+      { cwd: scratch, env },
     );
-    if (built.status !== 0) {
-      fail(
-        `the ${prebuild.zigTarget} build failed:\n${(built.stdout + built.stderr).slice(-4000)}`,
-      );
-    }
+    if (built.status !== 0) fail(`the ${prebuild.zigTarget} build failed:\n${built.output}`);
     // Into the cache whole or not at all: a build stopped half-way leaves nothing there.
     mkdirSync(dirname(cached), { recursive: true });
     copyFileSync(join(scratch, 'build', 'Release', 'flannel_guard.node'), `${cached}.partial`);
@@ -143,10 +156,10 @@ function build(zig, prebuild, cached) {
 }
 
 /** The prebuild for `prebuild` from the cache, built first when the cache lacks it. */
-function place(prebuild, key, getZig) {
+async function place(prebuild, key, getZig) {
   const cached = join(cacheRoot, key, `${prebuild.arch}-${prebuild.libc}.node`);
   const fresh = !existsSync(cached);
-  if (fresh) build(getZig(), prebuild, cached);
+  if (fresh) await build(getZig(), prebuild, cached);
   const target = join(root, prebuildPath(prebuild));
   mkdirSync(dirname(target), { recursive: true });
   copyFileSync(cached, target);
@@ -154,7 +167,6 @@ function place(prebuild, key, getZig) {
   console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
 }
 
-if (process.platform !== 'linux') fail('prebuilt addons are made on Linux');
 let zig;
 const getZig = () => {
   try {
@@ -164,8 +176,42 @@ const getZig = () => {
   }
   return zig;
 };
-/** The native unit tests for the platforms the host's own build does not cover (musl). */
-const PLATFORM_TEST_TARGETS = ['x86_64-linux-musl', 'aarch64-linux-musl'];
+/**
+ * The native unit tests for the platforms the host's own build (x64, glibc) does not cover: musl
+ * on x64, built by zig like the musl prebuild, and arm64, built by Debian's cross compiler and run
+ * under qemu-user (so the core's tests cover each libc and each architecture the prebuilds ship;
+ * the arm64 musl prebuild is checked by its imports). Both are linked dynamically, against the
+ * C library that runs them: zig links a musl executable statically unless it is handed a shared
+ * library, which then compiles musl's libc.a from ~1 500 sources per target (a third of the
+ * step's CPU time when both targets were static musl). The x64 tests are linked with the musl
+ * prebuild's link options (unoptimised, stripped, PIC), so that zig's libc++ for it serves both.
+ */
+const PLATFORM_TESTS = [
+  {
+    name: 'x86_64-linux-musl',
+    compilers: (getZig) => [
+      `${getZig()} cc -target x86_64-linux-musl`,
+      `${getZig()} c++ -target x86_64-linux-musl`,
+    ],
+    cmakeArgs: [
+      '-DCMAKE_CXX_FLAGS=-O0 -fPIC',
+      '-DCMAKE_EXE_LINKER_FLAGS=-s',
+      '-DCMAKE_CXX_STANDARD_LIBRARIES=/lib/x86_64-linux-musl/libc.so', // Debian's (package musl)
+      // zig's clang, told rather than identified: cmake identifies a compiler by linking a
+      // program with it, for which zig would compile musl's libc.a and a libc++ in another mode.
+      '-DCMAKE_CXX_COMPILER_ID_RUN=ON',
+      '-DCMAKE_CXX_COMPILER_ID=Clang',
+      '-DCMAKE_CXX_COMPILER_VERSION=17.0',
+      '-DCMAKE_CXX_STANDARD_COMPUTED_DEFAULT=17',
+      '-DCMAKE_CXX_EXTENSIONS_COMPUTED_DEFAULT=ON',
+    ],
+  },
+  {
+    name: 'aarch64-linux-gnu',
+    compilers: () => ['aarch64-linux-gnu-gcc', 'aarch64-linux-gnu-g++'], // g++-aarch64-linux-gnu
+    cmakeArgs: ['-DCMAKE_CXX_FLAGS=-O0'],
+  },
+];
 const platformTestsDir = join(root, 'build', 'platform-tests');
 
 /** What the platform tests are made of: every file of native/ (tests included), and this script. */
@@ -188,22 +234,21 @@ function platformTestsKey() {
   return hash.digest('hex').slice(0, 32);
 }
 
-/** Builds the native tests for `zigTarget` with zig's clang through cmake into `cached`. */
-function buildPlatformTests(zig, zigTarget, cached) {
-  const scratch = mkdtempSync(join(tmpdir(), `fg-platform-tests-${zigTarget}-`));
+/** Builds the native tests for `platform` through cmake into `cached`. */
+async function buildPlatformTests(getZig, platform, cached) {
+  const scratch = mkdtempSync(join(tmpdir(), `fg-platform-tests-${platform.name}-`));
   try {
+    const [cc, cxx] = platform.compilers(getZig);
     const env = {
       ...process.env,
-      CC: `${zig} cc -target ${zigTarget}`,
-      CXX: `${zig} c++ -target ${zigTarget}`,
+      CC: cc,
+      CXX: cxx,
       ZIG_GLOBAL_CACHE_DIR: zigCache,
       ZIG_LOCAL_CACHE_DIR: zigCache,
     };
-    // -O0 and no compiler checks: these tests check the core's behaviour on musl and arm64, not
-    // the optimiser (the prebuilds are -O3; the ASan/UBSan and valgrind runs cover undefined
-    // behaviour). At -O3 each target took ~10 min cold: cmake's checks link in Debug mode and
-    // the tests in Release, so zig built musl's libc twice, and -O3 compiles the tests 4x slower.
-    // At -O0 one libc serves both: ~4 min.
+    // -O0: these tests check the core's behaviour on musl and arm64, not the optimiser (the
+    // prebuilds are -O3; the ASan/UBSan and valgrind runs cover undefined behaviour). cmake's
+    // checks build static libraries, linking nothing, for the same reason as above.
     const steps = [
       [
         '-S',
@@ -211,8 +256,8 @@ function buildPlatformTests(zig, zigTarget, cached) {
         '-B',
         scratch,
         '-DCMAKE_BUILD_TYPE=',
-        '-DCMAKE_CXX_FLAGS=-O0',
-        '-DCMAKE_CXX_COMPILER_WORKS=ON',
+        ...platform.cmakeArgs,
+        '-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY',
         '-DCMAKE_SYSTEM_NAME=Linux',
         '-DCMAKE_AR=/usr/bin/llvm-ar',
         '-DCMAKE_RANLIB=/usr/bin/llvm-ranlib',
@@ -220,10 +265,9 @@ function buildPlatformTests(zig, zigTarget, cached) {
       ['--build', scratch, '--target', 'native_tests', '-j', '2'],
     ];
     for (const args of steps) {
-      const step = spawnSync('cmake', args, { env, encoding: 'utf8' });
+      const step = await run('cmake', args, { env });
       if (step.status !== 0) {
-        const output = (step.stdout + step.stderr).slice(-4000);
-        fail(`the ${zigTarget} native tests: cmake ${args.join(' ')}:\n${output}`);
+        fail(`the ${platform.name} native tests: cmake ${args.join(' ')}:\n${step.output}`);
       }
     }
     mkdirSync(dirname(cached), { recursive: true });
@@ -234,8 +278,8 @@ function buildPlatformTests(zig, zigTarget, cached) {
   }
 }
 
-/** The platform tests from their cache, built first when it lacks them. */
-function placePlatformTests(getZig) {
+/** Where the platform tests are kept: only the current sources' (older keys are removed). */
+function platformTestsCache() {
   const key = platformTestsKey();
   const cacheDir = join(root, 'build', 'platform-tests-cache');
   if (existsSync(cacheDir)) {
@@ -243,16 +287,19 @@ function placePlatformTests(getZig) {
       if (old !== key) rmSync(join(cacheDir, old), { recursive: true, force: true });
     }
   }
-  for (const zigTarget of PLATFORM_TEST_TARGETS) {
-    const cached = join(cacheDir, key, zigTarget, 'native_tests');
-    const fresh = !existsSync(cached);
-    if (fresh) buildPlatformTests(getZig(), zigTarget, cached);
-    const target = join(platformTestsDir, zigTarget, 'native_tests');
-    mkdirSync(dirname(target), { recursive: true });
-    copyFileSync(cached, target);
-    chmodSync(target, 0o755);
-    console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
-  }
+  return join(cacheDir, key);
+}
+
+/** The platform tests for `platform` from their cache, built first when it lacks them. */
+async function placePlatformTests(platform, cacheDir, getZig) {
+  const cached = join(cacheDir, platform.name, 'native_tests');
+  const fresh = !existsSync(cached);
+  if (fresh) await buildPlatformTests(getZig, platform, cached);
+  const target = join(platformTestsDir, platform.name, 'native_tests');
+  mkdirSync(dirname(target), { recursive: true });
+  copyFileSync(cached, target);
+  chmodSync(target, 0o755);
+  console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
 }
 
 /**
@@ -297,17 +344,35 @@ function isAlive(pid) {
   }
 }
 
-const unlock = lock();
-try {
-  const key = contentKey();
-  // Only the current sources' builds are kept.
-  if (existsSync(cacheRoot)) {
-    for (const old of readdirSync(cacheRoot)) {
-      if (old !== key) rmSync(join(cacheRoot, old), { recursive: true, force: true });
+/** Places every prebuild (and with --platform-tests the platform tests), building what is missing. */
+async function main() {
+  if (process.platform !== 'linux') fail('prebuilt addons are made on Linux');
+  const unlock = lock();
+  try {
+    const key = contentKey();
+    // Only the current sources' builds are kept.
+    if (existsSync(cacheRoot)) {
+      for (const old of readdirSync(cacheRoot)) {
+        if (old !== key) rmSync(join(cacheRoot, old), { recursive: true, force: true });
+      }
     }
+    const jobs = PREBUILDS.map((prebuild) => () => place(prebuild, key, getZig));
+    if (process.argv.includes('--platform-tests')) {
+      const cacheDir = platformTestsCache();
+      jobs.push(
+        ...PLATFORM_TESTS.map((platform) => () => placePlatformTests(platform, cacheDir, getZig)),
+      );
+    }
+    for (const job of jobs) await job();
+  } finally {
+    unlock();
   }
-  for (const prebuild of PREBUILDS) place(prebuild, key, getZig);
-  if (process.argv.includes('--platform-tests')) placePlatformTests(getZig);
-} finally {
-  unlock();
+}
+
+try {
+  await main();
+} catch (error) {
+  if (!(error instanceof PrebuildError)) throw error;
+  console.error(`prebuild: ${error.message}`);
+  process.exitCode = 1;
 }

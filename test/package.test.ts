@@ -125,6 +125,8 @@ const GLIBC_FLOOR = '2.28';
 const GLIBC_LIBRARIES = ['libc.so.6', 'libdl.so.2', 'libm.so.6', 'libpthread.so.0'];
 /** Debian's musl (package musl), the C library of Alpine-like systems, here. */
 const MUSL_LIBC = '/lib/x86_64-linux-musl/libc.so';
+/** An arm64 program's runner here: qemu-user, with Debian's arm64 libraries (package libc6-arm64-cross). */
+const AARCH64 = ['qemu-aarch64-static', '-L', '/usr/aarch64-linux-gnu'];
 
 const ARM64_PROBE = `
 const { execFileSync } = require('node:child_process');
@@ -226,12 +228,12 @@ const byName = (a: string, b: string): number => a.localeCompare(b);
 
 /**
  * The bound on the one zig step (scripts/prebuild.mjs --platform-tests: the four prebuilds and
- * the native tests for musl). .ci/run starts it beside the tests at nice 19 and this suite runs
- * last (.mocharc.json): it waits for that run on the script's lock, then copies from the
- * content-keyed cache in a second; a developer's run may start cold: fetching zig and
+ * the native tests for musl and arm64). .ci/run starts it beside the tests at nice 19 and this
+ * suite runs last (.mocharc.json): it waits for that run on the script's lock, then copies from
+ * the content-keyed cache in a second; a developer's run may start cold: fetching zig and
  * compiling libc++ for the four prebuilds took 1 422 s here with two CPU hogs beside it (912 s
- * without), and the two musl test builds add about a third of that. Three times the prebuilds'
- * time, so a slower machine is not a failure.
+ * without), and the two native test builds add a few minutes. Three times the prebuilds' time,
+ * so a slower machine is not a failure.
  */
 const PREBUILD_BOUND_MS = 3 * 1_422_000;
 
@@ -518,25 +520,26 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     assert.equal(resolved.trim(), join(installed, prebuildOf(process.arch, 'musl')));
   });
 
-  it('the native core built for musl passes its C++ unit tests: x64 here, arm64 under qemu-user', function () {
+  it('the native core passes its C++ unit tests on musl (x64) and on arm64 (under qemu-user)', function () {
     this.timeout(300_000);
-    // Built by zig with the prebuilds, in before() (scripts/prebuild.mjs --platform-tests).
-    for (const [zigTarget, runner] of [
-      ['x86_64-linux-musl', []],
-      ['aarch64-linux-musl', ['qemu-aarch64-static']],
+    // Built in before() (scripts/prebuild.mjs --platform-tests): musl's by zig, arm64's by
+    // Debian's cross compiler, each linked against the C library that runs it.
+    for (const [platform, needed, runner] of [
+      ['x86_64-linux-musl', [MUSL_LIBC], []],
+      ['aarch64-linux-gnu', ['libc.so.6', 'libgcc_s.so.1', 'libstdc++.so.6'], AARCH64],
     ] as const) {
-      const binary = join(root, 'build', 'platform-tests', zigTarget, 'native_tests');
-      assert.deepEqual(elfImports(binary).needed, [], `${zigTarget}: linked statically`);
+      const binary = join(root, 'build', 'platform-tests', platform, 'native_tests');
+      assert.deepEqual(elfImports(binary).needed, needed, `${platform}: its C library`);
       const [command = binary, ...args] = [...runner, binary];
       const tested = run(command, args, { cwd: workDir(), timeoutMs: 120_000 });
       const lines = tested.stdout.split('\n').filter((line) => line !== '');
       assert.ok(
         lines.filter((line) => line.startsWith('ok ')).length > 150,
-        `${zigTarget}: ${tested.stdout}${tested.stderr}`,
+        `${platform}: ${tested.stdout}${tested.stderr}`,
       );
       const failed = lines.filter((line) => line.startsWith('not ok '));
       if (runner.length === 0) {
-        assert.deepEqual(failed, [], zigTarget);
+        assert.deepEqual(failed, [], platform);
       } else {
         // qemu-user does not translate SIOCETHTOOL: ENOSYS (38) there, the one thing allowed to fail.
         for (const line of failed) assert.match(line, /^not ok ethtool: .*\(got -?38 vs -?\d+\)$/);
@@ -563,9 +566,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
           'netns',
           'exec',
           netns(),
-          'qemu-aarch64-static',
-          '-L',
-          '/usr/aarch64-linux-gnu',
+          ...AARCH64,
           join(workDir(), 'package', 'bin', 'node'),
           'arm64-probe.js',
         ],

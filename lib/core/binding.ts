@@ -160,6 +160,8 @@ export interface RawMonitorStats {
   foldedEchoes: number;
   /** An armed drift the re-read before writing found put back already: nothing written. */
   staleRecords: number;
+  /** An armed drift with nothing read or queued behind it: written without a re-read. */
+  currentRecords: number;
   /** A native correction reported with a later rewrite its write answered too (queued before its echo). */
   carriedCorrections: number;
   receiveBuffer: number;
@@ -373,6 +375,8 @@ export interface RawScriptedKernel {
   }): void;
   /** Answers a request the monitor sends (a dump) through feed(), at once, as the kernel does. */
   answer?(request: Buffer): void;
+  /** Whether notifications for the monitor are queued but not fed yet (a socket holds them). */
+  unfed?(): boolean;
 }
 
 export interface RawScriptedMonitorOptions {

@@ -138,6 +138,7 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportSta
   set("correctionEchoes", stats.correctionEchoes);
   set("foldedEchoes", stats.foldedEchoes);
   set("staleRecords", stats.staleRecords);
+  set("currentRecords", stats.currentRecords);
   set("carriedCorrections", stats.carriedCorrections);
   set("reports", reports.reports);
   set("heldCorrections", reports.heldCorrections);

@@ -59,7 +59,8 @@ Napi::Function ScriptedMonitorWrap::Define(Napi::Env env) {
 // new ScriptedMonitor({ neighbours?, neighbourEvents?, portid, writerPortid, corrections?,
 //                       clock?: () => ms (the core's time: arrivals, timings) },
 //                     script: { getLink(ifindex): Buffer | null, setLinkAddress(ifindex, mac),
-//                               replaceNeighbour(entry), answer?(request) }, onBatch)
+//                               replaceNeighbour(entry), answer?(request),
+//                               unfed?(): notifications queued but not fed yet }, onBatch)
 ScriptedMonitorWrap::ScriptedMonitorWrap(const Napi::CallbackInfo& info)
     : Napi::ObjectWrap<ScriptedMonitorWrap>(info) {
   Napi::Env env = info.Env();
@@ -82,7 +83,13 @@ ScriptedMonitorWrap::ScriptedMonitorWrap(const Napi::CallbackInfo& info)
           script_.Value(), {Napi::Buffer<uint8_t>::Copy(env, request.data(), request.size())});
     };
   }
-  auto source = std::make_unique<ScriptedSource>(portid, std::move(answer));
+  ScriptedSource::Unfed unfed;
+  if (script_.Get("unfed").IsFunction()) {
+    unfed = [this] {
+      return script_.Get("unfed").As<Napi::Function>().Call(script_.Value(), {}).ToBoolean();
+    };
+  }
+  auto source = std::make_unique<ScriptedSource>(portid, std::move(answer), std::move(unfed));
   source_ = source.get();
   WriterScript script = ScriptFrom(env);
   core_ = std::make_unique<MonitorCore>(

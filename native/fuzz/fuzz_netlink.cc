@@ -9,7 +9,8 @@
 //      chosen by the first byte, behind a sound header.
 // Every parsed field is touched (formatted, measured), the parser's promises are
 // checked (names <= 15 bytes, a MAC only from a 6-byte attribute, addresses of 4 or
-// 16 bytes, errors inside the datagram, ...), and every record the addon could write
+// 16 bytes, errors inside the datagram, the monitor's header-only look ahead finding every
+// link record, ...), and every record the addon could write
 // back is round-tripped: a link with a valid MAC through BuildSetLinkAddressRequest,
 // a neighbour with a valid lladdr through BuildNeighbourReplaceRequest, a name through
 // BuildGetLinkByNameRequest. A broken promise or a lost field is a trap (a crash that
@@ -172,11 +173,24 @@ void Inspect(const ParsedDatagram& parsed, size_t length) {
   gSink = sink;
 }
 
+// The monitor's look ahead from the headers alone (MayNotifyLink) never misses a link record
+// the parser finds, nor a datagram the parser gives up on.
+void CheckLinkLookahead(const std::vector<uint8_t>& bytes, const ParsedDatagram& parsed) {
+  for (const Message& message : parsed.messages) {
+    if (const auto* link = std::get_if<LinkRecord>(&message.body)) {
+      Check(fg::netlink::MayNotifyLink(bytes.data(), bytes.size(), link->ifindex));
+    }
+  }
+  if (parsed.error) Check(fg::netlink::MayNotifyLink(bytes.data(), bytes.size(), 0));
+}
+
 // Parses a heap copy of exactly `length` bytes, so that ASan sees any read past the end
 // (libFuzzer's own buffer is exact too, but the rewritten copies below are not always).
 void ParseExact(const uint8_t* data, size_t length) {
   const std::vector<uint8_t> exact(data, data + length);  // allocates exactly `length`
-  Inspect(fg::netlink::ParseDatagram(exact.data(), exact.size()), length);
+  const ParsedDatagram parsed = fg::netlink::ParseDatagram(exact.data(), exact.size());
+  Inspect(parsed, length);
+  CheckLinkLookahead(exact, parsed);
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ class ScriptedKernel {
   Mac mac = kDesired;
   std::map<uint8_t, Mac> arp;  // 198.18.0.N -> lladdr
   size_t macWrites = 0;        // by the core's writer
+  size_t linkReads = 0;        // RTM_GETLINKs the core's writer sent
   size_t neighbourWrites = 0;
   // The core's kernel filter at work: its writer's re-adds are never read.
   bool ownReaddsFiltered = false;
@@ -129,6 +130,7 @@ class ScriptedKernel {
   WriterScript Script() {
     WriterScript script;
     script.getLink = [this](int32_t ifindex) -> Result<LinkRecord> {
+      ++linkReads;
       fg::netlink::ParsedDatagram parsed =
           ParseDatagram(LinkMessage().data(), LinkMessage().size());
       if (ifindex != kIfindex) return SysError(ENODEV, "getlink", "no such device");
@@ -260,11 +262,52 @@ TEST_CASE("monitor core: a record queued before the MAC was put back is not writ
   bed.kernel->mac = stale;
   bed.source->Feed(bed.kernel->LinkMessage());  // queued: MAC B
   bed.kernel->mac = kDesired;                   // and put back since (not read yet)
+  bed.source->Feed(bed.kernel->LinkMessage());  // whose notification is queued behind
   const std::vector<MonitorItem> items = bed.Read();
   EXPECT_TRUE(Correcting(items) == nullptr);
   EXPECT_EQ(bed.kernel->macWrites, size_t{0});
   EXPECT_EQ(bed.core->stats().staleRecords, uint64_t{1});
   EXPECT_EQ(bed.kernel->arp.size(), size_t{1});
+}
+
+TEST_CASE("monitor core: a rewrite with no later notification of its device is not re-read") {
+  // rtnetlink queues a notification before the write that caused it returns: with no later
+  // notification of the device read or queued, the record is the device as it is, and the
+  // round trip is saved. The rewrite's own flush behind it is no write of the MAC.
+  Bed bed({{2, MacOf(0x22)}, {3, MacOf(0x33)}});
+  bed.Arm();
+  bed.kernel->WriteMac(MacOf(0xbb));
+  EXPECT_TRUE(Correcting(bed.Read()) != nullptr);
+  EXPECT_EQ(bed.kernel->linkReads, size_t{0});
+  EXPECT_EQ(bed.core->stats().currentRecords, uint64_t{1});
+  EXPECT_TRUE(bed.kernel->mac == kDesired);
+  EXPECT_EQ(bed.kernel->arp.size(), size_t{2});
+}
+
+TEST_CASE("monitor core: a rewrite with a later notification of its device read is re-read") {
+  Bed bed({{2, MacOf(0x22)}});
+  bed.Arm();
+  bed.kernel->WriteMac(MacOf(0xbb));
+  bed.kernel->WriteMac(MacOf(0xcc));
+  EXPECT_TRUE(Correcting(bed.Read()) != nullptr);
+  // The first record (the second is behind it), which the one correction armed answers.
+  EXPECT_EQ(bed.kernel->linkReads, size_t{1});
+  EXPECT_EQ(bed.core->stats().currentRecords, uint64_t{0});
+  EXPECT_EQ(bed.kernel->macWrites, size_t{1});
+  EXPECT_TRUE(bed.kernel->mac == kDesired);
+}
+
+TEST_CASE("monitor core: a rewrite with notifications not read yet behind it is re-read") {
+  // Whatever the socket still holds may be a write of the MAC.
+  Bed bed({});
+  bed.Arm();
+  bed.kernel->WriteMac(MacOf(0xbb));
+  for (uint8_t last = 1; last <= 70; ++last) bed.kernel->AddArp(last, MacOf(last), kIpPort);
+  EXPECT_TRUE(Correcting(bed.Read()) != nullptr);
+  // Before the write; and after the read, whose bound left the write's notification unread.
+  EXPECT_EQ(bed.kernel->linkReads, size_t{2});
+  EXPECT_EQ(bed.core->stats().currentRecords, uint64_t{0});
+  EXPECT_EQ(bed.kernel->macWrites, size_t{1});
 }
 
 // The items of the device's MAC changes, in order.

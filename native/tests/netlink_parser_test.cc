@@ -37,6 +37,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <variant>
 #include <vector>
@@ -57,6 +58,7 @@ using fg::netlink::FormatMac;
 using fg::netlink::LinkRecord;
 using fg::netlink::MacField;
 using fg::netlink::MalformedRecord;
+using fg::netlink::MayNotifyLink;
 using fg::netlink::Message;
 using fg::netlink::NeighRecord;
 using fg::netlink::ParseDatagram;
@@ -1239,4 +1241,55 @@ TEST_CASE("parser: N12 Admit judges the sender before truncation") {
   // A truncated datagram from another process is foreign, never lost kernel data.
   EXPECT_TRUE(Admit(77, MSG_TRUNC) == Admission::kForeignSender);
   EXPECT_TRUE(Admit(0, MSG_TRUNC) == Admission::kTruncated);
+}
+
+TEST_CASE("parser: MayNotifyLink finds a link message of the device from its headers") {
+  const Bytes neigh = Msg(RTM_NEWNEIGH, NdMsg(AF_INET, 4, NUD_PERMANENT));
+  const Bytes other = Msg(RTM_NEWLINK, IfInfo(5));
+  const Bytes mine = Msg(RTM_DELLINK, IfInfo(4));
+  const Bytes datagram = Cat({neigh, other, mine});
+  EXPECT_TRUE(MayNotifyLink(datagram.data(), datagram.size(), 4));
+  EXPECT_TRUE(MayNotifyLink(datagram.data(), datagram.size(), 5));
+  EXPECT_FALSE(MayNotifyLink(datagram.data(), datagram.size(), 6));
+  EXPECT_FALSE(MayNotifyLink(neigh.data(), neigh.size(), 4));
+  // Too short to tell which device, or to tell what follows: counted as the device's.
+  const Bytes headerOnly = Msg(RTM_NEWLINK, Bytes{});
+  EXPECT_TRUE(MayNotifyLink(headerOnly.data(), headerOnly.size(), 4));
+  const Bytes cut(datagram.begin(), datagram.end() - 3);
+  EXPECT_TRUE(MayNotifyLink(cut.data(), cut.size(), 6));
+}
+
+TEST_CASE("parser: seeded datagrams: MayNotifyLink agrees with the parser's link records") {
+  for (uint32_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937 random(seed);
+    Bytes datagram;
+    std::vector<int32_t> links;
+    const int messages = 1 + static_cast<int>(random() % 8);
+    for (int i = 0; i < messages; ++i) {
+      const auto ifindex = static_cast<int32_t>(1 + random() % 6);
+      switch (random() % 3) {
+        case 0:
+          datagram =
+              Cat({datagram, Msg(RTM_NEWLINK, Cat({IfInfo(ifindex), Attr(IFLA_IFNAME, CStr("vx")),
+                                                   Attr(IFLA_ADDRESS, Fill(6, 2))}))});
+          break;
+        case 1:
+          datagram = Cat({datagram, Msg(RTM_DELLINK, IfInfo(ifindex))});
+          break;
+        default:
+          datagram = Cat({datagram, Msg(random() % 2 ? RTM_NEWNEIGH : RTM_DELNEIGH,
+                                        NdMsg(AF_INET, ifindex, NUD_PERMANENT))});
+          break;
+      }
+    }
+    const ParsedDatagram parsed = ParseDatagram(datagram.data(), datagram.size());
+    EXPECT_FALSE(parsed.error.has_value());
+    for (const Message& message : parsed.messages) {
+      if (const auto* link = std::get_if<LinkRecord>(&message.body)) links.push_back(link->ifindex);
+    }
+    for (int32_t ifindex = 0; ifindex <= 7; ++ifindex) {
+      const bool parsedOne = std::find(links.begin(), links.end(), ifindex) != links.end();
+      EXPECT_EQ(MayNotifyLink(datagram.data(), datagram.size(), ifindex), parsedOne);
+    }
+  }
 }

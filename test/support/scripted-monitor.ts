@@ -440,9 +440,11 @@ function writerScript(
   kernel: FakeKernel,
   writes: NativeWrite[],
   answer: (request: Buffer) => void,
+  unfed: () => boolean,
 ): ConstructorParameters<typeof binding.ScriptedMonitor>[1] {
   return {
     answer,
+    unfed,
     getLink: (ifindex) => {
       const link = kernel.links.get(ifindex);
       return link === undefined ? null : linkMessage(link);
@@ -499,6 +501,9 @@ export class ScriptedMonitor extends LinkMonitor implements GuardMonitor {
     const writes: NativeWrite[] = [];
     // Dumps are answered when asked (from the kernel's state then), once the monitor exists.
     const answering: { to?: (request: Buffer) => void } = {};
+    // What this monitor's socket holds unread (a notification is queued there before the
+    // write that caused it returns).
+    const queue = options.queue ?? kernel.queue;
     // As the guard opens its monitor (lib/guard/parts.ts).
     super(
       { neighbours: 'ip', neighbourEvents: 'permanent', addrAssignType: false },
@@ -511,7 +516,12 @@ export class ScriptedMonitor extends LinkMonitor implements GuardMonitor {
             corrections: options.corrections ?? false,
             ...(options.clock ? { clock: options.clock.now.bind(options.clock) } : {}),
           },
-          writerScript(kernel, writes, (request) => answering.to?.(request)),
+          writerScript(
+            kernel,
+            writes,
+            (request) => answering.to?.(request),
+            () => queue.length > 0,
+          ),
           onBatch,
         );
         return raw;
@@ -520,7 +530,7 @@ export class ScriptedMonitor extends LinkMonitor implements GuardMonitor {
     if (!raw) throw new Error('LinkMonitor opened no native monitor');
     this.#raw = raw;
     this.kernel = kernel;
-    this.queue = options.queue ?? kernel.queue;
+    this.queue = queue;
     this.nativeWrites = writes;
     answering.to = (request) => {
       this.#answer(request);
