@@ -262,6 +262,20 @@ describe('the first run from a checkout', function () {
       unit,
       /^ExecStart=\/usr\/local\/bin\/flannel-guard watch --state-dir \/run\/flannel-guard$/m,
     );
+    // Every address family the native code opens a socket of is allowed (AF_PACKET for the
+    // checksum sample was not: systemd-analyze cannot see that).
+    const allowed = /^RestrictAddressFamilies=(.+)$/m.exec(unit)?.[1]?.split(' ') ?? [];
+    const native = join(CHECKOUT, 'native');
+    const opened = new Set(
+      readdirSync(native)
+        .filter((name) => name.endsWith('.cc'))
+        .flatMap((name) => [
+          ...readFileSync(join(native, name), 'utf8').matchAll(/\bsocket\((AF_[A-Z0-9]+)/g),
+        ])
+        .map((match) => match[1] ?? ''),
+    );
+    assert.ok(opened.has('AF_NETLINK') && opened.has('AF_PACKET'), [...opened].join(' '));
+    for (const family of opened) assert.ok(allowed.includes(family), `${family}: ${unit}`);
     // verify also checks that ExecStart's program exists: this checkout's bin stands in for the
     // one `npm install -g` puts in /usr/local/bin.
     const dir = mkdtempSync(tempDirPrefix('unit'));

@@ -196,6 +196,28 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
     });
   }
 
+  it("every hostPath the DaemonSet mounts has its row in the README's permission table", function () {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const start = readme.indexOf('\n| permission | what for |');
+    assert.ok(start >= 0, 'the README has the permission table');
+    const rows = readme
+      .slice(start, readme.indexOf('\n\n', start))
+      .split('\n')
+      .map((line) => line.split('|')[1] ?? '')
+      .filter((permission) => permission.includes('`hostPath`'));
+    const paths = (podSpec().volumes as JsonObject[]).flatMap((volume) => {
+      const hostPath = volume.hostPath as JsonObject | undefined;
+      return hostPath ? [String(hostPath.path)] : [];
+    });
+    assert.ok(paths.includes('/etc/machine-id') && paths.length >= 6, paths.join(' '));
+    for (const path of paths) {
+      assert.ok(
+        rows.some((row) => row.includes(`\`${path}\``)),
+        `${path}: no row of its own in ${rows.join('\n')}`,
+      );
+    }
+  });
+
   it("the image's ENTRYPOINT runs node with the bin's interpreter flags", function () {
     assert.deepEqual(imageNodeFlags(), CLI_NODE_FLAGS);
     assert.ok(CLI_NODE_FLAGS.includes('--max-opt=1'), CLI_NODE_FLAGS.join(' '));
