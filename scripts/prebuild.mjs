@@ -22,7 +22,7 @@
 // `--platform-tests` also builds the native core's C++ unit tests for musl on x64 and for arm64
 // (build/platform-tests/<target>/native_tests), kept the same way, which the package test runs
 // (arm64 under qemu-user): the one zig step of a test run.
-import { spawn } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
   chmodSync,
@@ -58,11 +58,9 @@ const PREBUILDS = [
 
 const prebuildPath = ({ arch, libc }) => `prebuilds/linux-${arch}/node.napi.${libc}.node`;
 
-/** A failure of this script: its message is printed alone, and the script exits 1. */
-class PrebuildError extends Error {}
-
 function fail(message) {
-  throw new PrebuildError(message);
+  console.error(`prebuild: ${message}`);
+  process.exit(1);
 }
 
 const nodeDir = process.env.npm_config_nodedir ?? join(dirname(process.execPath), '..');
@@ -91,23 +89,8 @@ function contentKey() {
   return hash.digest('hex').slice(0, 32);
 }
 
-/** Runs a command to its end: its exit status and the end of its output. */
-function run(command, args, options) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    const keep = (chunk) => {
-      output = (output + chunk).slice(-4000);
-    };
-    child.stdout.on('data', keep);
-    child.stderr.on('data', keep);
-    child.on('error', reject);
-    child.on('close', (status) => resolve({ status, output }));
-  });
-}
-
 /** Builds one prebuild in a scratch copy of the sources (build/ stays as it is). */
-async function build(zig, prebuild, cached) {
+function build(zig, prebuild, cached) {
   const scratch = mkdtempSync(join(tmpdir(), `fg-prebuild-${prebuild.arch}-${prebuild.libc}-`));
   try {
     cpSync(join(root, 'native'), join(scratch, 'native'), { recursive: true });
@@ -132,7 +115,7 @@ async function build(zig, prebuild, cached) {
       ZIG_GLOBAL_CACHE_DIR: zigCache,
       ZIG_LOCAL_CACHE_DIR: zigCache,
     };
-    const built = await run(
+    const built = spawnSync(
       process.execPath,
       [
         join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'),
@@ -143,9 +126,13 @@ async function build(zig, prebuild, cached) {
         '-j',
         '2',
       ],
-      { cwd: scratch, env },
+      { cwd: scratch, env, encoding: 'utf8' },
     );
-    if (built.status !== 0) fail(`the ${prebuild.zigTarget} build failed:\n${built.output}`);
+    if (built.status !== 0) {
+      fail(
+        `the ${prebuild.zigTarget} build failed:\n${(built.stdout + built.stderr).slice(-4000)}`,
+      );
+    }
     // Into the cache whole or not at all: a build stopped half-way leaves nothing there.
     mkdirSync(dirname(cached), { recursive: true });
     copyFileSync(join(scratch, 'build', 'Release', 'flannel_guard.node'), `${cached}.partial`);
@@ -156,10 +143,10 @@ async function build(zig, prebuild, cached) {
 }
 
 /** The prebuild for `prebuild` from the cache, built first when the cache lacks it. */
-async function place(prebuild, key, getZig) {
+function place(prebuild, key, getZig) {
   const cached = join(cacheRoot, key, `${prebuild.arch}-${prebuild.libc}.node`);
   const fresh = !existsSync(cached);
-  if (fresh) await build(getZig(), prebuild, cached);
+  if (fresh) build(getZig(), prebuild, cached);
   const target = join(root, prebuildPath(prebuild));
   mkdirSync(dirname(target), { recursive: true });
   copyFileSync(cached, target);
@@ -167,6 +154,7 @@ async function place(prebuild, key, getZig) {
   console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
 }
 
+if (process.platform !== 'linux') fail('prebuilt addons are made on Linux');
 let zig;
 const getZig = () => {
   try {
@@ -235,7 +223,7 @@ function platformTestsKey() {
 }
 
 /** Builds the native tests for `platform` through cmake into `cached`. */
-async function buildPlatformTests(getZig, platform, cached) {
+function buildPlatformTests(getZig, platform, cached) {
   const scratch = mkdtempSync(join(tmpdir(), `fg-platform-tests-${platform.name}-`));
   try {
     const [cc, cxx] = platform.compilers(getZig);
@@ -265,9 +253,10 @@ async function buildPlatformTests(getZig, platform, cached) {
       ['--build', scratch, '--target', 'native_tests', '-j', '2'],
     ];
     for (const args of steps) {
-      const step = await run('cmake', args, { env });
+      const step = spawnSync('cmake', args, { env, encoding: 'utf8' });
       if (step.status !== 0) {
-        fail(`the ${platform.name} native tests: cmake ${args.join(' ')}:\n${step.output}`);
+        const output = (step.stdout + step.stderr).slice(-4000);
+        fail(`the ${platform.name} native tests: cmake ${args.join(' ')}:\n${output}`);
       }
     }
     mkdirSync(dirname(cached), { recursive: true });
@@ -278,8 +267,8 @@ async function buildPlatformTests(getZig, platform, cached) {
   }
 }
 
-/** Where the platform tests are kept: only the current sources' (older keys are removed). */
-function platformTestsCache() {
+/** The platform tests from their cache, built first when it lacks them. */
+function placePlatformTests(getZig) {
   const key = platformTestsKey();
   const cacheDir = join(root, 'build', 'platform-tests-cache');
   if (existsSync(cacheDir)) {
@@ -287,19 +276,16 @@ function platformTestsCache() {
       if (old !== key) rmSync(join(cacheDir, old), { recursive: true, force: true });
     }
   }
-  return join(cacheDir, key);
-}
-
-/** The platform tests for `platform` from their cache, built first when it lacks them. */
-async function placePlatformTests(platform, cacheDir, getZig) {
-  const cached = join(cacheDir, platform.name, 'native_tests');
-  const fresh = !existsSync(cached);
-  if (fresh) await buildPlatformTests(getZig, platform, cached);
-  const target = join(platformTestsDir, platform.name, 'native_tests');
-  mkdirSync(dirname(target), { recursive: true });
-  copyFileSync(cached, target);
-  chmodSync(target, 0o755);
-  console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
+  for (const platform of PLATFORM_TESTS) {
+    const cached = join(cacheDir, key, platform.name, 'native_tests');
+    const fresh = !existsSync(cached);
+    if (fresh) buildPlatformTests(getZig, platform, cached);
+    const target = join(platformTestsDir, platform.name, 'native_tests');
+    mkdirSync(dirname(target), { recursive: true });
+    copyFileSync(cached, target);
+    chmodSync(target, 0o755);
+    console.error(`prebuild: ${target}${fresh ? '' : ' (unchanged sources: from the cache)'}`);
+  }
 }
 
 /**
@@ -344,35 +330,17 @@ function isAlive(pid) {
   }
 }
 
-/** Places every prebuild (and with --platform-tests the platform tests), building what is missing. */
-async function main() {
-  if (process.platform !== 'linux') fail('prebuilt addons are made on Linux');
-  const unlock = lock();
-  try {
-    const key = contentKey();
-    // Only the current sources' builds are kept.
-    if (existsSync(cacheRoot)) {
-      for (const old of readdirSync(cacheRoot)) {
-        if (old !== key) rmSync(join(cacheRoot, old), { recursive: true, force: true });
-      }
-    }
-    const jobs = PREBUILDS.map((prebuild) => () => place(prebuild, key, getZig));
-    if (process.argv.includes('--platform-tests')) {
-      const cacheDir = platformTestsCache();
-      jobs.push(
-        ...PLATFORM_TESTS.map((platform) => () => placePlatformTests(platform, cacheDir, getZig)),
-      );
-    }
-    for (const job of jobs) await job();
-  } finally {
-    unlock();
-  }
-}
-
+const unlock = lock();
 try {
-  await main();
-} catch (error) {
-  if (!(error instanceof PrebuildError)) throw error;
-  console.error(`prebuild: ${error.message}`);
-  process.exitCode = 1;
+  const key = contentKey();
+  // Only the current sources' builds are kept.
+  if (existsSync(cacheRoot)) {
+    for (const old of readdirSync(cacheRoot)) {
+      if (old !== key) rmSync(join(cacheRoot, old), { recursive: true, force: true });
+    }
+  }
+  for (const prebuild of PREBUILDS) place(prebuild, key, getZig);
+  if (process.argv.includes('--platform-tests')) placePlatformTests(getZig);
+} finally {
+  unlock();
 }
