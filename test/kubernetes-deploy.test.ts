@@ -6,8 +6,8 @@
  *   client-node's model serializer drops unknown fields: a typo shows);
  *   the DaemonSet runs on the host network with NET_ADMIN only, NODE_NAME
  *   from the downward API, kube-flannel's tolerations, probes on the port the
- *   guard serves; the ServiceAccount's permissions are exactly get/watch/patch
- *   nodes (no list) and create/patch events in `default`; the image's
+ *   guard serves; the ServiceAccount's permissions are exactly get/list/watch/patch
+ *   nodes (list for the mesh view) and create/patch events in `default`; the image's
  *   ENTRYPOINT gives node the bin's interpreter flags.
  * - The guard is started with the DaemonSet's arguments and the ENTRYPOINT's node flags, inside a network
  *   namespace as a hostNetwork pod runs (no --netns), as root with only
@@ -173,13 +173,6 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
         name: 'node1',
       },
     },
-    {
-      file: 'peer-names-rbac.yaml',
-      what: 'naming the senders of bad checksums: list nodes',
-      rule: { apiGroups: [''], resources: ['nodes'], verbs: ['list'] },
-      request: { method: 'GET', path: '/api/v1/nodes', query: { limit: '100' } },
-      attributes: { verb: 'list', apiGroup: '', resource: 'nodes', namespace: '', name: '' },
-    },
   ];
   for (const grant of optionalGrants) {
     it(`RBAC for ${grant.what}: exactly that, granted only by ${grant.file}`, async function () {
@@ -288,9 +281,9 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
     });
   });
 
-  it('RBAC: get/watch/patch nodes (no list), create/patch events in default, bound to the ServiceAccount', function () {
+  it('RBAC: get/list/watch/patch nodes, create/patch events in default, bound to the ServiceAccount', function () {
     assert.deepEqual(byKind('ClusterRole').rules, [
-      { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'watch', 'patch'] },
+      { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
     ]);
     const role = byKind('Role');
     assert.equal((role.metadata as JsonObject).namespace, 'default');
@@ -450,6 +443,7 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
       assert.deepEqual([...seen].sort(), [
         'create events',
         'get nodes',
+        'list nodes',
         'patch nodes',
         'watch nodes',
       ]);

@@ -34,10 +34,11 @@ import {
   parseOffloadFlags,
 } from './common';
 import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec } from './flags';
-import { DEFAULT_STATE_DIR, DEFAULT_UDEV_ROOT } from '../core/defaults';
-import { readStatus, type StatusReport } from './status';
+import { DEFAULT_MESH_GRACE_MS, DEFAULT_STATE_DIR, DEFAULT_UDEV_ROOT } from '../core/defaults';
+import { readStatus } from './status';
+import { formatStatus } from './tables';
 import { writeErr, writeOut } from './stdio';
-import { Output, onOff, printer, type GuardEventName } from './output';
+import { Output, printer, type GuardEventName } from './output';
 import { NODE_CONDITION_TYPE } from '../kubernetes/condition';
 import { detectCluster, type ClusterSettings } from '../kubernetes/cluster';
 import type { ListenAddress } from '../kubernetes/listen';
@@ -74,6 +75,8 @@ interface WatchFlags extends CommonFlags {
   stateDir: string;
   udevRoot: string;
   nodeCondition: boolean;
+  mesh: string | undefined;
+  meshGrace: string;
 }
 
 function commonFlags(flags: Flags): CommonFlags {
@@ -106,6 +109,8 @@ function watchFlags(flags: Flags): WatchFlags {
     stateDir: flags.required('state-dir'),
     udevRoot: flags.required('udev-root'),
     nodeCondition: flags.has('node-condition'),
+    mesh: flags.value('mesh'),
+    meshGrace: flags.required('mesh-grace'),
   };
 }
 
@@ -164,6 +169,20 @@ async function startServices(
       '--node-condition needs the Node: --kubeconfig, or KUBECONFIG with --node or NODE_NAME, or a pod',
     );
   }
+  if (flags.mesh !== undefined && flags.mesh !== 'off' && !cluster) {
+    throw new UsageError(
+      `--mesh ${flags.mesh} needs the Nodes: --kubeconfig, or KUBECONFIG with --node or NODE_NAME, or a pod`,
+    );
+  }
+  // On by default with a cluster: reporting reads only. A dry run repairs nothing.
+  const meshMode = flags.mesh ?? (cluster ? 'report' : 'off');
+  const mesh =
+    meshMode === 'off'
+      ? null
+      : {
+          mode: flags.dryRun ? ('report' as const) : (meshMode as 'report' | 'repair'),
+          graceMs: integerFlag('--mesh-grace', flags.meshGrace, RANGES.timerMs),
+        };
   if (!cluster && metricsAddress === 'off') return null;
   let stop = (): void => {};
   const interrupted = new Promise<void>((resolve) => {
@@ -180,6 +199,7 @@ async function startServices(
       sourceTimeoutMs,
       dryRun: flags.dryRun,
       nodeCondition: flags.nodeCondition,
+      mesh,
       log: output.line,
       interrupted,
     });
@@ -302,43 +322,6 @@ async function status(flags: CommonFlags): Promise<number> {
   return report.devices.some((d) => d.desiredMac !== null && d.mac !== d.desiredMac) ? 1 : 0;
 }
 
-function formatStatus(report: StatusReport): string {
-  const header = ['DEVICE', 'IFINDEX', 'MAC', 'DESIRED', 'MATCH', 'ASSIGN', 'NEIGH', 'OFFLOADS'];
-  const rows = report.devices.map((d) => [
-    d.name,
-    String(d.ifindex),
-    d.mac ?? '-',
-    d.desiredMac ?? '-',
-    d.desiredMac === null ? '-' : d.mac === d.desiredMac ? 'yes' : 'NO',
-    d.addrAssignType === null ? '-' : String(d.addrAssignType),
-    String(d.permanentNeighbours),
-    Object.entries(d.offloads)
-      .map(([name, state]) => `${name}=${onOff(state.active)}${state.matchesPolicy ? '' : '(!)'}`)
-      .join(' ') || '-',
-  ]);
-  const ignored = report.ignored.map(
-    (d) => `ignored: ${d.name} (kind ${d.kind || 'none'}): not VXLAN, watch leaves it alone\n`,
-  );
-  if (rows.length === 0) {
-    return `no managed devices in ${report.netns ?? 'this namespace'}\n${ignored.join('')}`;
-  }
-  const widths = header.map((title, i) =>
-    Math.max(title.length, ...rows.map((row) => row[i]?.length ?? 0)),
-  );
-  return (
-    [header, ...rows]
-      .map((row) =>
-        row
-          .map((cell, i) => cell.padEnd(widths[i] ?? 0))
-          .join('  ')
-          .trimEnd(),
-      )
-      .join('\n') +
-    '\n' +
-    ignored.join('')
-  );
-}
-
 /** Which devices, their desired MACs and offloads, where: what `watch` and `status` share. */
 const deviceFlags = [
   ifaceFlag('manage'),
@@ -421,6 +404,19 @@ const watchCommand: CommandSpec = {
     {
       name: 'node-condition',
       description: `keep the Node condition ${NODE_CONDITION_TYPE} (False while a device stays drifted or is contested); needs patch on nodes/status`,
+    },
+    {
+      name: 'mesh',
+      value: '<mode>',
+      description:
+        "check every peer's ARP/FDB entries on this node against what its Node publishes (report), and write them as flanneld would (repair); needs list and watch on nodes (default: report with a cluster, else off)",
+      choices: ['off', 'report', 'repair'],
+    },
+    {
+      name: 'mesh-grace',
+      value: '<ms>',
+      description: "how long a peer's entries may differ from what it publishes before it counts",
+      default: String(DEFAULT_MESH_GRACE_MS),
     },
     {
       name: 'strategy',

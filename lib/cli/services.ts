@@ -21,6 +21,7 @@ import type { ListenAddress } from '../kubernetes/listen';
 import { GuardHealth, startMetricsServer, type MetricsServer } from '../kubernetes/server';
 import { PeerNodes } from '../kubernetes/peer-nodes';
 import { KubernetesMacSource, type SourceStatus } from '../kubernetes/source';
+import { startMesh, type MeshSettings } from './mesh';
 
 export type LogLevel = 'info' | 'warn' | 'error';
 
@@ -38,6 +39,8 @@ export interface WatchServicesOptions {
   dryRun: boolean;
   /** Keep the Node condition flannel-guard.io/VtepHealthy (needs `patch nodes/status`). */
   nodeCondition: boolean;
+  /** The mesh view (with a cluster); null: off. */
+  mesh: MeshSettings | null;
   log: LogLine;
   /** Resolves when the user asks to stop (a signal) while the services start. */
   interrupted: Promise<unknown>;
@@ -120,9 +123,14 @@ export class WatchServices {
   #condition: NodeConditionReporter | undefined;
   #cluster: ClusterSettings | null;
   #closing: Promise<void> | undefined;
+  readonly #mesh: MeshSettings | null;
+  readonly #log: LogLine;
+  #closeMesh: (() => void) | undefined;
 
   private constructor(options: WatchServicesOptions) {
     this.#cluster = options.cluster;
+    this.#mesh = options.mesh;
+    this.#log = options.log;
     this.metrics = options.metricsAddress === 'off' ? undefined : new GuardMetrics();
   }
 
@@ -163,9 +171,24 @@ export class WatchServices {
     this.metrics?.observeGuard(guard);
     const source = this.#source;
     const cluster = this.#cluster;
+    const involvedObject = () => nodeReference(cluster?.nodeName ?? '', source?.nodeUid);
+    if (this.#mesh && this.#api && source && cluster) {
+      const mesh = startMesh(guard, {
+        api: this.#api,
+        nodeName: cluster.nodeName,
+        annotationPrefix: source.annotationPrefix,
+        settings: this.#mesh,
+        log: this.#log,
+        metrics: this.metrics,
+        recorder: this.#recorder,
+        involvedObject,
+      });
+      this.health.attachMesh(() => mesh.view.snapshot());
+      this.#closeMesh = mesh.close;
+    }
     if (this.#recorder && source && cluster) {
       recordGuardEvents(guard, this.#recorder, {
-        involvedObject: () => nodeReference(cluster.nodeName, source.nodeUid),
+        involvedObject,
         annotation: backendDataKey('ipv4', source.annotationPrefix),
         ...(this.#peerNodes === undefined ? {} : { peerNodes: this.#peerNodes }),
       });
@@ -176,6 +199,7 @@ export class WatchServices {
   /** Stops everything; the Events of the last moments get up to 2 s to be sent. Idempotent. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
+      this.#closeMesh?.();
       this.#source?.close();
       this.#condition?.close();
       this.health.close();
@@ -243,7 +267,7 @@ export class WatchServices {
             'warn',
             problem,
             problem.forbidden
-              ? `peers: may not list nodes (${problem.error}): senders of bad checksums are named by their addresses; deploy/peer-names-rbac.yaml grants it`
+              ? `peers: may not list nodes (${problem.error}): senders of bad checksums are named by their addresses; deploy/rbac.yaml grants it`
               : `peers: nodes not listed (${problem.error}): senders of bad checksums are named by their addresses this time`,
           );
         },

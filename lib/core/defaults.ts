@@ -23,3 +23,8 @@ export const DEFAULT_CHECKSUM_ERRORS_POLL_MS = 2_000;
 export const CHECKSUM_SAMPLE = { timeoutMs: 1_000, maxFrames: 500 } as const;
 /** A device is sampled at most this often, however long the counters keep rising. */
 export const CHECKSUM_SAMPLE_INTERVAL_MS = 60_000;
+
+/** The mesh view: how long a peer's entries may differ from what it publishes before it counts. */
+export const DEFAULT_MESH_GRACE_MS = 5_000;
+/** Two repairs of a peer undone within this long: it is contested, and left alone. */
+export const DEFAULT_MESH_FIGHT_WINDOW_MS = 60_000;

@@ -1,15 +1,13 @@
 /**
- * FlannelGuard: keeps the VXLAN devices that match its globs at their
- * desired MAC, with the permanent neighbour entries a MAC change flushes put
- * back, and their offload features at the configured policy - all in the
- * turn of the event loop that delivers the change.
+ * FlannelGuard: keeps the VXLAN devices that match its globs at their desired MAC, with the
+ * permanent neighbour entries a MAC change flushes put back, and their offload features at the
+ * configured policy - all in the turn of the event loop that delivers the change.
  *
- * This class is the guard's life cycle and its dispatch: the monitor's events, each with
- * the time it arrived, go to the parts that own the answer - the device table, MAC
- * correction (mac.ts), offload enforcement (offload.ts), fight control
- * (fight-control.ts) and the crash state (persistence.ts). The guard's own writes come
- * back as events carrying the desired values, so they are recognised by value and never
- * counted.
+ * This class is the guard's life cycle and its dispatch: the monitor's events, each with the time
+ * it arrived, go to the parts that own the answer - the device table, MAC correction (mac.ts),
+ * offload enforcement (offload.ts), fight control (fight-control.ts), the crash state
+ * (device-state-store.ts), the mesh view's access (mesh-devices.ts). The guard's own writes come
+ * back as events carrying the desired values, so they are recognised by value, never counted.
  */
 import { EventEmitter } from 'node:events';
 
@@ -45,6 +43,8 @@ import { OtherGuards } from './other-guards';
 import { openGuardParts, type GuardInternals } from './parts';
 import { DeviceStateStore } from './device-state-store';
 import type { GuardPorts } from './ports';
+import { vtepTables } from './mesh-devices';
+import type { MeshDevices } from '../mesh/view';
 
 export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   readonly netns: string | null;
@@ -225,6 +225,11 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     return { ...this.#counters };
   }
 
+  /** The guarded VTEPs as the mesh view reads and repairs them (mesh/view.ts). */
+  meshDevices(): MeshDevices {
+    return vtepTables(this.#monitor, this.#ports, this.#devices, this.dryRun);
+  }
+
   /** The managed devices as the guard sees them now. */
   status(): DeviceStatus[] {
     return [...this.#devices.values()].map((device) => this.#deviceStatus(device));
@@ -257,8 +262,6 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     this.#ports.close();
     this.emit('close');
   }
-
-  // --- event handling -------------------------------------------------------
 
   /**
    * Runs one handler at the time its event arrived; a failure becomes an `error` event,

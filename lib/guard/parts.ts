@@ -114,8 +114,9 @@ export function openGuardParts(config: GuardConfig): GuardInternals {
         ? { filter: { ifindexes: [], namePrefixes: config.interfaces.map((glob) => glob.prefix) } }
         : {}),
       addrAssignType: false,
-      // The guard keeps and restores ARP/NDP entries; FDB entries survive a MAC change.
-      neighbours: 'ip',
+      // The guard keeps and restores ARP/NDP entries (FDB entries survive a MAC change); the
+      // mesh view also compares the FDB entries with what the peers publish.
+      neighbours: true,
       // It acts on permanent entries and on what a process changed (#onNeighbour): the
       // kernel's own entries (NOARP multicast, resolving) stay in the mirror, without events.
       neighbourEvents: 'permanent',

@@ -18,8 +18,16 @@ export interface KubeObjectMeta {
   annotations?: Record<string, string>;
 }
 
+/** The part of a Node's spec the mesh reads (flannel's lease subnet). */
+export interface KubeNodeSpec {
+  podCIDR?: string;
+  podCIDRs?: string[];
+}
+
 export interface KubeNode {
   metadata: KubeObjectMeta;
+  /** Kept by lists and watches (the mesh view); not by reads of the guard's own Node. */
+  spec?: KubeNodeSpec;
 }
 
 export interface KubeNodePage {
@@ -244,5 +252,19 @@ export function decodeNode(object: Record<string, unknown>): KubeNode | undefine
   if (typeof annotations === 'object' && annotations !== null) {
     node.metadata.annotations = { ...(annotations as Record<string, string>) };
   }
+  const spec = nodeSpec(object.spec);
+  if (spec !== undefined) node.spec = spec;
   return node;
+}
+
+/** The pod CIDRs of a Node's spec as served (strings only; anything else is left out). */
+export function nodeSpec(value: unknown): KubeNodeSpec | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  const { podCIDR, podCIDRs } = value as Record<string, unknown>;
+  const spec: KubeNodeSpec = {};
+  if (typeof podCIDR === 'string') spec.podCIDR = podCIDR;
+  if (Array.isArray(podCIDRs)) {
+    spec.podCIDRs = podCIDRs.filter((cidr): cidr is string => typeof cidr === 'string');
+  }
+  return spec;
 }

@@ -74,7 +74,7 @@ export interface CoreV1ApiLike extends EventApiLike {
   readNode(param: { name: string }): Promise<{ metadata?: ObjectMetaLike }>;
   listNode(param: { limit: number; _continue?: string }): Promise<{
     metadata?: { _continue?: string; resourceVersion?: string };
-    items?: { metadata?: ObjectMetaLike }[];
+    items?: { metadata?: ObjectMetaLike; spec?: unknown }[];
   }>;
   patchNode(
     param: { name: string; body: object; fieldManager?: string },

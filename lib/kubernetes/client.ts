@@ -55,6 +55,7 @@ import {
   type WatchStream,
   apiErrorFromStatus,
   isKubernetesApiError,
+  nodeSpec,
   transportError,
 } from './api';
 import { Transport } from './transport';
@@ -218,7 +219,11 @@ class ClientNodeApi implements KubernetesApi {
         ...(page.continue === undefined ? {} : { _continue: page.continue }),
       }),
     );
-    const items = (list.items ?? []).map((node) => ({ metadata: objectMeta(node.metadata, what) }));
+    const items = (list.items ?? []).map((node): KubeNode => {
+      const spec = nodeSpec(node.spec);
+      const metadata = objectMeta(node.metadata, what);
+      return spec === undefined ? { metadata } : { metadata, spec };
+    });
     const resourceVersion = list.metadata?.resourceVersion ?? '';
     const next = list.metadata?._continue;
     return next ? { items, resourceVersion, continue: next } : { items, resourceVersion };

@@ -44,6 +44,10 @@ export const EVENT_REASONS = {
   shared: 'VtepGuardedTwice',
   checksumErrors: 'ChecksumErrorsReceived',
   checksumSender: 'ChecksumErrorsFromPeer',
+  meshDiverged: 'PeerEntriesStale',
+  meshRepaired: 'PeerEntriesRepaired',
+  meshContested: 'PeerEntriesContested',
+  meshDuplicate: 'PeerVtepMacDuplicate',
 } as const;
 
 /** events.k8s.io/v1 `action` of each reason: what the guard saw or did (default: the reason). */
@@ -58,6 +62,10 @@ const EVENT_ACTIONS: Readonly<Record<string, string>> = {
   [EVENT_REASONS.shared]: 'Detected',
   [EVENT_REASONS.checksumErrors]: 'Detected',
   [EVENT_REASONS.checksumSender]: 'Detected',
+  [EVENT_REASONS.meshDiverged]: 'Detected',
+  [EVENT_REASONS.meshRepaired]: 'Repaired',
+  [EVENT_REASONS.meshContested]: 'StoppedRepairing',
+  [EVENT_REASONS.meshDuplicate]: 'Detected',
 };
 
 export interface InvolvedObject {

@@ -16,10 +16,22 @@ import type {
   SharedEvent,
   VerdictEvent,
 } from '../guard';
+import type { MeshView } from '../mesh/view';
 import type { EventRecorder } from './event-recorder';
 import type { KubernetesMacSource, SourceState } from './source';
 
 export const METRIC_PREFIX = 'flannel_guard_';
+
+/** Every value of mesh_peers' verdict label, present (0) from the first scrape. */
+const MESH_VERDICTS = [
+  'ok',
+  'stale-mac',
+  'stale-underlay',
+  'missing',
+  'duplicate-mac',
+  'contested',
+  'orphan',
+] as const;
 
 let promClient: typeof import('prom-client') | undefined;
 
@@ -79,7 +91,10 @@ export class GuardMetrics {
   readonly #watchRestarts: Counter<'reason'>;
   readonly #annotationPatches: Counter<'result'>;
   readonly #events: Counter<'result'>;
+  readonly #meshPeers: Gauge<'verdict'>;
+  readonly #meshRepairs: Counter<'result'>;
   #guard: FlannelGuard | undefined;
+  #mesh: MeshView | undefined;
 
   constructor(options: GuardMetricsOptions = {}) {
     this.#maxDevices = options.maxDevices ?? 16;
@@ -210,6 +225,26 @@ export class GuardMetrics {
           if (value !== null) this.#checksumErrors.inc({ protocol }, value);
         }
       },
+    });
+    this.#meshPeers = new Gauge({
+      name: `${p}mesh_peers`,
+      help: "Peers by the verdict on this node's entries for them (after the grace period): ok, stale-mac, stale-underlay, missing, duplicate-mac, contested; orphan counts entries no Node publishes",
+      labelNames: ['verdict'],
+      registers,
+      collect: () => {
+        this.#meshPeers.reset();
+        const snapshot = this.#mesh?.snapshot();
+        if (snapshot === undefined) return;
+        for (const verdict of MESH_VERDICTS) this.#meshPeers.set({ verdict }, 0);
+        for (const verdict of Object.values(snapshot.reported)) this.#meshPeers.inc({ verdict });
+        this.#meshPeers.set({ verdict: 'orphan' }, snapshot.table.orphans.length);
+      },
+    });
+    this.#meshRepairs = new Counter({
+      name: `${p}mesh_repairs_total`,
+      help: "A peer's ARP/FDB entries written as flanneld would (--mesh repair), by result",
+      labelNames: ['result'],
+      registers,
     });
     this.#sourceState = new Gauge({
       name: `${p}kubernetes_source_state`,
@@ -343,6 +378,14 @@ export class GuardMetrics {
       source.off('watch', onWatch);
       source.off('adopt', onAdopt);
     };
+  }
+
+  /** The mesh view's verdicts (collected at each scrape) and its repairs. */
+  observeMesh(view: MeshView): void {
+    this.#mesh = view;
+    view.on('repaired', (e) => {
+      this.#meshRepairs.inc({ result: e.error === undefined ? 'written' : 'failed' });
+    });
   }
 
   observeRecorder(recorder: EventRecorder): () => void {

@@ -3,7 +3,7 @@
  * (`VtepMAC`), as every node's flanneld reads it. Found by listing the Nodes, a page of 100 at a
  * time and at most 100 pages, and kept for 10 minutes: asked only when a peer sends bad
  * checksums, at most once a minute. Listing needs `list` on nodes, which the base RBAC does not
- * grant (deploy/peer-names-rbac.yaml adds it): without it the API answers 403, said once, and
+ * grant with --mesh off (deploy/rbac.yaml grants it for the mesh): without it the API answers 403, said once, and
  * the senders are named by their addresses alone.
  */
 import { ADDRESS_FAMILIES, DEFAULT_ANNOTATION_PREFIX, readBackendData } from './annotation';

@@ -20,6 +20,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 
 import type { FlannelGuard } from '../guard';
+import type { MeshSnapshot } from '../mesh/view';
 import { VtepHealth } from './condition';
 import type { ListenAddress } from './listen';
 import type { KubernetesMacSource, SourceStatus } from './source';
@@ -36,6 +37,7 @@ export class GuardHealth {
   #guardReady = false;
   #guardClosed = false;
   #source: KubernetesMacSource | undefined;
+  #mesh: (() => MeshSnapshot) | undefined;
 
   /** Follows the guard's `ready` and `close`. */
   attachGuard(guard: FlannelGuard): void {
@@ -52,6 +54,11 @@ export class GuardHealth {
     this.#source = source;
   }
 
+  /** The mesh view: said in /readyz (not judged there: a peer's stale entry is not this pod's). */
+  attachMesh(snapshot: () => MeshSnapshot): void {
+    this.#mesh = snapshot;
+  }
+
   live(): HealthReport {
     return { ok: !this.#guardClosed, guard: this.#guardState() };
   }
@@ -64,6 +71,8 @@ export class GuardHealth {
       guard: this.#guardState(),
     };
     if (source) report.source = sourceSummary(source);
+    const mesh = this.#mesh?.();
+    if (mesh) report.mesh = meshSummary(mesh);
     return report;
   }
 
@@ -86,6 +95,22 @@ export class GuardHealth {
     if (this.#guardClosed) return 'stopped';
     return this.#guardReady ? 'ready' : 'starting';
   }
+}
+
+function meshSummary(mesh: MeshSnapshot): Record<string, unknown> {
+  const verdicts: Record<string, number> = {};
+  for (const verdict of Object.values(mesh.reported))
+    verdicts[verdict] = (verdicts[verdict] ?? 0) + 1;
+  const diverged = Object.entries(mesh.reported)
+    .filter(([, verdict]) => verdict !== 'ok')
+    .map(([peer]) => peer);
+  return {
+    consistent: mesh.consistent,
+    synced: mesh.synced,
+    verdicts,
+    diverged,
+    orphans: mesh.table.orphans.length,
+  };
 }
 
 function sourceSummary(status: SourceStatus): Record<string, unknown> {

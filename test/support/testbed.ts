@@ -221,16 +221,17 @@ export class FlannelTestbed {
   /**
    * Simulated flanneld restart on `node`: delete flannel.1, re-create it (new random MAC, read
    * immediately and re-published), restore its address/up state and its own entries for the
-   * peers, and re-program all peers with the new published MAC. Returns the new published MAC.
+   * peers, and re-program all peers with the new published MAC (but those in `missedBy`: their
+   * flanneld missed the Node event). Returns the new published MAC.
    */
-  async restartFlannel(node: TestbedNode): Promise<string> {
+  async restartFlannel(node: TestbedNode, missedBy: readonly TestbedNode[] = []): Promise<string> {
     const old = node.publishedMac;
     await node.ns.ip(['link', 'del', VTEP]);
     await this.createVtep(node);
     await this.programLocal(node);
     const mac = node.publishedMac;
     node.publishedMac = old; // reprogramPeers replaces the old entries
-    await this.reprogramPeers(node, mac);
+    await this.reprogramPeers(node, mac, missedBy);
     return mac;
   }
 
@@ -238,10 +239,15 @@ export class FlannelTestbed {
    * Publish `mac` as `node`'s VtepMAC: on every other node replace the neighbour entry, move the
    * FDB entry (old MAC removed, new MAC added) and replace the route.
    */
-  async reprogramPeers(node: TestbedNode, mac: string): Promise<void> {
+  async reprogramPeers(
+    node: TestbedNode,
+    mac: string,
+    missedBy: readonly TestbedNode[] = [],
+  ): Promise<void> {
     const old = node.publishedMac;
     node.publishedMac = mac;
     for (const peer of this.peersOf(node)) {
+      if (missedBy.includes(peer)) continue;
       if (old !== '' && old !== mac) {
         await peer.ns
           .bridge(['fdb', 'del', old, 'dev', VTEP, 'dst', node.underlayIp, 'self'])

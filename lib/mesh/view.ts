@@ -1,0 +1,399 @@
+/**
+ * MeshView: the mesh table (mesh/compare.ts) kept current from what the Nodes publish and what
+ * the guard's native mirror holds of its VTEPs' permanent entries: re-compared on each Node
+ * event and each entry change (no dumps), a divergence counted only after the grace period (so
+ * flanneld's own update of a peer is not reported), and, in 'repair' mode, the peer's entries
+ * written as flanneld writes them. Never fights: a peer whose entries are put back to the same
+ * stale values twice within the fight window is `contested` and left alone until what it
+ * publishes changes.
+ */
+import { EventEmitter } from 'node:events';
+
+import { NTF_SELF, NUD_PERMANENT } from '../core/constants';
+import { messageOf } from '../core/errors';
+import type { NeighbourInfo } from '../core/types';
+import {
+  compareMesh,
+  orphanKey,
+  peerKey,
+  type IncompletePeer,
+  type MeshTable,
+  type OrphanEntry,
+  type PeerLease,
+  type PeerRow,
+  type PeerVerdict,
+  type SelfRow,
+} from './compare';
+
+/** One Node's leases (none when it publishes nothing usable), as read from the API. */
+export interface NodeLeases {
+  node: string;
+  leases: PeerLease[];
+  incomplete: IncompletePeer[];
+}
+
+/** A change of a VTEP's permanent entry, as the guard's mirror reports it. */
+export interface VtepEntryChange {
+  device: string;
+  entry: NeighbourInfo;
+  removed: boolean;
+  /** Netlink port id of the writer (0: the kernel, or not said). */
+  portid: number;
+}
+
+/** The guard's side: its VTEPs as the native mirror holds them, and its request socket. */
+export interface MeshDevices {
+  /** The device's MAC and entries now; null when there is no such device. */
+  read(device: string): { mac: string | null; entries: readonly NeighbourInfo[] } | null;
+  /** Replaces the entries (NLM_F_REPLACE); the ARP/NDP ones join the device's restore set. */
+  write(device: string, entries: readonly NeighbourInfo[]): void;
+  /** Calls `listener` on each change of a VTEP's entries; returns the unsubscribe. */
+  subscribe(listener: (change: VtepEntryChange) => void): () => void;
+}
+
+export interface MeshClock {
+  now(): number;
+  setTimeout(callback: () => void, ms: number): () => void;
+}
+
+export type MeshMode = 'report' | 'repair';
+
+export interface MeshViewOptions {
+  /** This node's name. */
+  self: string;
+  mode: MeshMode;
+  /** How long a divergence must last before it counts (and is repaired). */
+  graceMs: number;
+  /** Two repairs undone within this long: the peer is contested. */
+  fightWindowMs: number;
+  devices: MeshDevices;
+  clock: MeshClock;
+}
+
+export type MeshSubject =
+  | { kind: 'peer'; row: PeerRow }
+  | { kind: 'self'; row: SelfRow }
+  | { kind: 'orphan'; entry: OrphanEntry };
+
+/** A change of a reported verdict ('gone': the row or entry is no more). */
+export interface MeshVerdictEvent {
+  key: string;
+  verdict: PeerVerdict | 'contested' | 'orphan' | 'gone';
+  previous: PeerVerdict | 'contested' | 'orphan' | null;
+  subject: MeshSubject;
+  /** contested: the netlink port id that last wrote the entry back (0: unknown). */
+  writer?: number;
+}
+
+export interface MeshRepairEvent {
+  node: string;
+  family: PeerRow['family'];
+  device: string;
+  /** The verdict repaired. */
+  verdict: PeerVerdict;
+  /** What the entries held before, and what was written. */
+  before: { arpMac: string | null; fdbDst: string | null };
+  written: { arpMac: string; fdbDst: string };
+  error?: string;
+}
+
+export interface MeshViewEvents {
+  verdict: [MeshVerdictEvent];
+  repaired: [MeshRepairEvent];
+}
+
+/** What the view reports now, for status, metrics and readiness. */
+export interface MeshSnapshot {
+  table: MeshTable;
+  /** The verdict reported per peer key (node|family): after the grace period. */
+  reported: Record<string, PeerVerdict | 'contested'>;
+  incomplete: IncompletePeer[];
+  repairs: number;
+  /** Every peer and this node's own device reported ok (orphans do not stop traffic). */
+  consistent: boolean;
+  /** A Node list has been received. */
+  synced: boolean;
+}
+
+interface Tracked {
+  observed: PeerVerdict | 'orphan';
+  since: number;
+  reported: PeerVerdict | 'contested' | 'orphan' | null;
+  subject: MeshSubject;
+}
+
+interface FightRecord {
+  /** The stale values each repair overwrote, and when. */
+  repairs: { at: number; stale: string[] }[];
+  contested: boolean;
+}
+
+/** Coalesces a burst of entry changes (a flush and its re-adds) into one comparison. */
+const COALESCE_MS = 20;
+
+export class MeshView extends EventEmitter<MeshViewEvents> {
+  readonly #options: MeshViewOptions;
+  readonly #nodes = new Map<string, NodeLeases>();
+  readonly #tracked = new Map<string, Tracked>();
+  readonly #fights = new Map<string, FightRecord>();
+  /** Last writer of each entry (device|arp|address, device|fdb|mac). */
+  readonly #writers = new Map<string, number>();
+  #table: MeshTable = { self: [], peers: [], orphans: [] };
+  #synced = false;
+  #repairs = 0;
+  #cancelTimer: (() => void) | undefined;
+  #timerAt = Infinity;
+  readonly #unsubscribe: () => void;
+  #closed = false;
+
+  constructor(options: MeshViewOptions) {
+    super();
+    this.#options = options;
+    this.#unsubscribe = options.devices.subscribe((change) => {
+      this.#noteWriter(change);
+      this.#schedule(options.clock.now() + COALESCE_MS);
+    });
+  }
+
+  /** Every Node there is (a list): replaces what was known. */
+  setNodes(nodes: readonly NodeLeases[]): void {
+    const before = new Map(this.#nodes);
+    this.#nodes.clear();
+    for (const node of nodes) this.#nodes.set(node.node, node);
+    for (const node of nodes) this.#forgetFightIfChanged(before.get(node.node), node);
+    this.#synced = true;
+    this.#evaluate();
+  }
+
+  /** One Node added or changed (null leases: deleted). */
+  updateNode(name: string, leases: NodeLeases | null): void {
+    this.#forgetFightIfChanged(this.#nodes.get(name), leases);
+    if (leases === null) this.#nodes.delete(name);
+    else this.#nodes.set(name, leases);
+    this.#evaluate();
+  }
+
+  snapshot(): MeshSnapshot {
+    const reported: Record<string, PeerVerdict | 'contested'> = {};
+    let consistent = this.#synced;
+    for (const [key, tracked] of this.#tracked) {
+      if (tracked.subject.kind !== 'orphan' && tracked.reported !== 'ok') consistent = false;
+      if (tracked.subject.kind === 'peer' && tracked.reported !== null) {
+        reported[key] = tracked.reported as PeerVerdict | 'contested';
+      }
+    }
+    return {
+      table: this.#table,
+      reported,
+      incomplete: [...this.#nodes.values()].flatMap((node) => node.incomplete),
+      repairs: this.#repairs,
+      consistent,
+      synced: this.#synced,
+    };
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#unsubscribe();
+    this.#cancelTimer?.();
+    this.#cancelTimer = undefined;
+  }
+
+  #noteWriter(change: VtepEntryChange): void {
+    const { entry } = change;
+    const key =
+      entry.family === 'bridge'
+        ? `${change.device}|fdb|${entry.lladdr ?? ''}`
+        : `${change.device}|arp|${entry.destination ?? ''}`;
+    if (!change.removed) this.#writers.set(key, change.portid);
+  }
+
+  /** A peer whose published data changed is no longer contested: its new values may be fine. */
+  #forgetFightIfChanged(before: NodeLeases | undefined, after: NodeLeases | null): void {
+    if (before === undefined) return;
+    const signature = (node: NodeLeases | null | undefined): string =>
+      JSON.stringify(node?.leases ?? []);
+    if (signature(before) === signature(after)) return;
+    for (const key of [...this.#fights.keys()]) {
+      if (key.startsWith(`${before.node}|`)) this.#fights.delete(key);
+    }
+  }
+
+  #schedule(at: number): void {
+    if (this.#closed || at >= this.#timerAt) return;
+    this.#cancelTimer?.();
+    this.#timerAt = at;
+    this.#cancelTimer = this.#options.clock.setTimeout(
+      () => {
+        this.#timerAt = Infinity;
+        this.#cancelTimer = undefined;
+        this.#evaluate();
+      },
+      Math.max(0, at - this.#options.clock.now()),
+    );
+  }
+
+  #evaluate(): void {
+    if (this.#closed || !this.#synced) return;
+    const leases = [...this.#nodes.values()].flatMap((node) => node.leases);
+    const devices = new Set(leases.map((lease) => lease.device));
+    const entries = new Map<string, readonly NeighbourInfo[]>();
+    const deviceMacs = new Map<string, string | null>();
+    for (const device of devices) {
+      const state = this.#options.devices.read(device);
+      if (state === null) continue;
+      entries.set(device, state.entries);
+      deviceMacs.set(device, state.mac);
+    }
+    this.#table = compareMesh({ self: this.#options.self, leases, entries, deviceMacs });
+    const now = this.#options.clock.now();
+    const seen = new Set<string>();
+    const observe = (key: string, observed: Tracked['observed'], subject: MeshSubject): void => {
+      seen.add(key);
+      let tracked = this.#tracked.get(key);
+      if (tracked === undefined) {
+        tracked = { observed, since: now, reported: null, subject };
+        this.#tracked.set(key, tracked);
+      } else if (tracked.observed !== observed) {
+        tracked.observed = observed;
+        tracked.since = now;
+      }
+      tracked.subject = subject;
+      this.#settle(key, tracked, now);
+    };
+    for (const row of this.#table.self) {
+      observe(`self|${peerKey(row)}`, row.verdict, { kind: 'self', row });
+    }
+    for (const row of this.#table.peers) observe(peerKey(row), row.verdict, { kind: 'peer', row });
+    for (const entry of this.#table.orphans) {
+      observe(`orphan|${orphanKey(entry)}`, 'orphan', { kind: 'orphan', entry });
+    }
+    for (const [key, tracked] of this.#tracked) {
+      if (seen.has(key)) continue;
+      this.#tracked.delete(key);
+      if (tracked.reported !== null) {
+        this.emit('verdict', {
+          key,
+          verdict: 'gone',
+          previous: tracked.reported,
+          subject: tracked.subject,
+        });
+      }
+    }
+  }
+
+  /** Reports the observed verdict once it has lasted the grace period (ok at once). */
+  #settle(key: string, tracked: Tracked, now: number): void {
+    const due = tracked.since + this.#options.graceMs;
+    if (tracked.observed !== 'ok' && now < due) {
+      this.#schedule(due);
+      return;
+    }
+    let verdict: Tracked['reported'] = tracked.observed;
+    const subject = tracked.subject;
+    let writer: number | undefined;
+    if (subject.kind === 'peer' && isRepairable(subject.row.verdict)) {
+      const fight = this.#fights.get(key);
+      if (fight?.contested === true) {
+        verdict = 'contested';
+      } else if (this.#options.mode === 'repair') {
+        if (this.#isFight(key, subject.row, now)) {
+          verdict = 'contested';
+          writer = this.#writerOf(subject.row);
+        } else {
+          this.#repair(key, subject.row, now);
+          // Another repair only after another grace period: the mirror has the writes by then.
+          tracked.since = now;
+        }
+      }
+    }
+    if (verdict === tracked.reported) return;
+    const previous = tracked.reported;
+    tracked.reported = verdict;
+    this.emit('verdict', {
+      key,
+      verdict,
+      previous,
+      subject,
+      ...(writer === undefined ? {} : { writer }),
+    });
+  }
+
+  /** An entry put back to a value twice repaired within the window: someone keeps writing it. */
+  #isFight(key: string, row: PeerRow, now: number): boolean {
+    const fight = this.#fights.get(key) ?? { repairs: [], contested: false };
+    this.#fights.set(key, fight);
+    fight.repairs = fight.repairs.filter((r) => now - r.at <= this.#options.fightWindowMs);
+    const stale = staleValues(row);
+    const again = fight.repairs.filter((r) => r.stale.some((value) => stale.includes(value)));
+    if (again.length >= 2) fight.contested = true;
+    return fight.contested;
+  }
+
+  #writerOf(row: PeerRow): number {
+    return (
+      this.#writers.get(`${row.device}|arp|${row.vtepIp}`) ??
+      this.#writers.get(`${row.device}|fdb|${row.publishedMac}`) ??
+      0
+    );
+  }
+
+  #repair(key: string, row: PeerRow, now: number): void {
+    const entries = flannelEntries(row);
+    const event: MeshRepairEvent = {
+      node: row.node,
+      family: row.family,
+      device: row.device,
+      verdict: row.verdict,
+      before: { arpMac: row.arpMac, fdbDst: row.fdbDst },
+      written: { arpMac: row.publishedMac, fdbDst: row.publicIp },
+    };
+    try {
+      this.#options.devices.write(row.device, entries);
+      this.#repairs += 1;
+      this.#fights.get(key)?.repairs.push({ at: now, stale: staleValues(row) });
+    } catch (error) {
+      event.error = messageOf(error);
+    }
+    this.emit('repaired', event);
+    // The mirror reports the writes; compare again then (or at the next grace if they failed).
+    this.#schedule(now + (event.error === undefined ? COALESCE_MS : this.#options.graceMs));
+  }
+}
+
+function isRepairable(verdict: PeerVerdict): boolean {
+  return verdict === 'stale-mac' || verdict === 'missing' || verdict === 'stale-underlay';
+}
+
+/** The wrong values the peer's entries hold (an absent entry is no value anyone writes back). */
+function staleValues(row: PeerRow): string[] {
+  const stale: string[] = [];
+  if (row.arpMac !== null && row.arpMac !== row.publishedMac) stale.push(`arp ${row.arpMac}`);
+  if (row.fdbDst !== null && row.fdbDst !== row.publicIp) stale.push(`fdb ${row.fdbDst}`);
+  return stale;
+}
+
+/** The two entries flanneld writes for a peer (see compare.ts), ARP/NDP first. */
+export function flannelEntries(row: PeerRow): NeighbourInfo[] {
+  const common = { ifindex: 0, vni: null, master: null, state: NUD_PERMANENT };
+  return [
+    {
+      ...common,
+      family: row.family === 'ipv4' ? 'inet' : 'inet6',
+      destination: row.vtepIp,
+      lladdr: row.publishedMac,
+      states: ['permanent'],
+      permanent: true,
+      flags: 0,
+    },
+    {
+      ...common,
+      family: 'bridge',
+      destination: row.publicIp,
+      lladdr: row.publishedMac,
+      states: ['permanent'],
+      permanent: true,
+      flags: NTF_SELF,
+    },
+  ];
+}

@@ -1,0 +1,269 @@
+/**
+ * The mesh seen from a node, end to end: three nodes in network namespaces with real VXLAN
+ * (test/support/testbed.ts), the fake API server holding their Nodes as flanneld annotates
+ * them, and `flannel-guard watch --mesh repair` on node1 as users run it (the bin, --kubeconfig,
+ * --node). node1's "flanneld" is the test bed: it programs what the test says and misses what
+ * the test says it misses.
+ *
+ * In order, on one bed: a peer's VTEP re-created with a new MAC and republished while node1
+ * misses the event (stale-mac, repaired, real TCP back); the repaired entry put back after a
+ * rewrite of node1's own MAC; a peer's public IP changed (stale-underlay, repaired); two Nodes
+ * publishing one VtepMAC (duplicate-mac, an Event naming both); a stand-in that keeps writing
+ * the stale entry back (contested, no fight, the writer named); a deleted Node (orphans).
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+
+import { backendDataKey } from '../lib/kubernetes/annotation';
+import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
+import { GuardProcess, type GuardLine } from './support/guard-process';
+import { httpGet } from './support/loopback-http';
+import { tempDirPrefix } from './support/netns';
+import { parseExposition, valueOf } from './support/prometheus';
+import { FlannelTestbed, VTEP, type TestbedNode } from './support/testbed';
+
+const PREFIX = 'flannel.alpha.coreos.com';
+const GRACE_MS = 1000;
+/** Generous bounds for a busy machine (not measurements: the figures are printed). */
+const VERDICT_WAIT_MS = 20_000;
+
+function annotationsOf(node: TestbedNode, mac = node.publishedMac, publicIp = node.underlayIp) {
+  return {
+    [backendDataKey('ipv4')]: JSON.stringify({ VNI: 1, VtepMAC: mac }),
+    [`${PREFIX}/backend-type`]: 'vxlan',
+    [`${PREFIX}/kube-subnet-manager`]: 'true',
+    [`${PREFIX}/public-ip`]: publicIp,
+  };
+}
+
+interface MeshLine extends GuardLine {
+  key: string;
+  verdict: string;
+  writer?: number;
+}
+
+describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server)', function () {
+  this.timeout(240_000);
+  let bed: FlannelTestbed;
+  let fake: FakeApiServer;
+  let dir: string;
+  let guard: GuardProcess;
+
+  before(async function () {
+    fake = await FakeApiServer.start();
+    dir = mkdtempSync(tempDirPrefix('mesh'));
+    bed = await FlannelTestbed.create({ nodes: 3, udev: false });
+    for (const node of bed.nodes) {
+      fake.addNode({
+        name: node.name,
+        podCIDR: node.podCidr,
+        internalIP: node.underlayIp,
+        annotations: annotationsOf(node),
+      });
+    }
+    guard = await GuardProcess.start(
+      [
+        '--netns',
+        bed.node(1).ns.name,
+        '--kubeconfig',
+        fake.writeKubeconfig(dir),
+        '--node',
+        'node1',
+        '--metrics-address',
+        '127.0.0.1:0',
+        '--mesh',
+        'repair',
+        '--mesh-grace',
+        String(GRACE_MS),
+      ],
+      30_000,
+    );
+  });
+
+  after(async function () {
+    await guard?.stop();
+    await bed?.destroy();
+    await fake?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const n = (index: number): TestbedNode => bed.node(index);
+
+  function meshLine(key: string, verdict: string, from = 0): Promise<MeshLine> {
+    return guard.waitFor(
+      (line) => line.event === 'mesh' && line.key === key && line.verdict === verdict,
+      VERDICT_WAIT_MS,
+      from,
+    ) as Promise<MeshLine>;
+  }
+
+  async function arpMacOn(node: TestbedNode, address: string): Promise<string | undefined> {
+    return (await node.neighbours()).find((entry) => entry.dst === address)?.lladdr;
+  }
+
+  async function tcpWorks(from: TestbedNode, to: TestbedNode): Promise<boolean> {
+    return bed.tcp(from, to, { bytes: 20_000, timeoutMs: 5000 });
+  }
+
+  it('reports every peer ok and this node in step with its annotation', async function () {
+    await meshLine('node2|ipv4', 'ok');
+    await meshLine('node3|ipv4', 'ok');
+    await meshLine('self|node1|ipv4', 'ok');
+    assert.equal(await tcpWorks(n(1), n(2)), true);
+  });
+
+  it('a peer republishes a new VtepMAC that node1 missed: stale-mac, repaired, TCP back', async function () {
+    const from = guard.lines.length;
+    const mac = await bed.restartFlannel(n(2), [n(1)]);
+    const republished = Date.now();
+    fake.setAnnotation('node2', backendDataKey('ipv4'), JSON.stringify({ VNI: 1, VtepMAC: mac }));
+    assert.notEqual(await arpMacOn(n(1), n(2).vtepIp), mac, 'node1 missed the event');
+    const stale = await meshLine('node2|ipv4', 'stale-mac', from);
+    const staleAfter = Date.now() - republished;
+    assert.ok(staleAfter >= GRACE_MS - 50, `reported after ${staleAfter} ms, before the grace`);
+    const repair = await guard.waitFor((l) => l.event === 'mesh-repair', VERDICT_WAIT_MS, from);
+    assert.equal(repair.node, 'node2');
+    assert.equal(repair.error, undefined);
+    await meshLine('node2|ipv4', 'ok', from);
+    assert.equal(await arpMacOn(n(1), n(2).vtepIp), mac);
+    const fdb = (await n(1).fdb()).find((entry) => entry.mac === mac);
+    assert.equal(fdb?.dst, n(2).underlayIp);
+    assert.equal(await tcpWorks(n(1), n(2)), true, 'TCP node1 -> node2 after the repair');
+    assert.equal(await tcpWorks(n(2), n(1)), true, 'TCP node2 -> node1 after the repair');
+    console.log(
+      `      stale-mac reported ${staleAfter} ms after the republish (grace ${GRACE_MS} ms); TCP passed ${Date.now() - republished} ms after it`,
+    );
+    assert.equal((stale.subject as { row: { arpMac: string } }).row.arpMac !== mac, true);
+  });
+
+  it("the repaired entry survives a rewrite of node1's own MAC", async function () {
+    const from = guard.lines.length;
+    const repaired = n(2).publishedMac;
+    await n(1).setVtepMac('02:00:00:00:00:99');
+    await guard.waitFor((l) => l.event === 'restored', VERDICT_WAIT_MS, from);
+    assert.equal(await n(1).currentMac(), n(1).publishedMac);
+    assert.equal(await arpMacOn(n(1), n(2).vtepIp), repaired, 'the repaired value came back');
+    assert.equal(await tcpWorks(n(1), n(2)), true);
+  });
+
+  it("a peer's public IP changes: stale-underlay, the FDB entry repaired", async function () {
+    const from = guard.lines.length;
+    const moved = '192.0.2.23';
+    await n(3).ns.ip(['addr', 'add', `${moved}/24`, 'dev', 'eth0']);
+    fake.setAnnotation('node3', `${PREFIX}/public-ip`, moved);
+    await meshLine('node3|ipv4', 'stale-underlay', from);
+    await meshLine('node3|ipv4', 'ok', from);
+    const fdb = (await n(1).fdb()).find((entry) => entry.mac === n(3).publishedMac);
+    assert.equal(fdb?.dst, moved);
+    assert.equal(await tcpWorks(n(1), n(3)), true);
+  });
+
+  it('two Nodes publish one VtepMAC: duplicate-mac for both, an Event naming both', async function () {
+    const from = guard.lines.length;
+    const own = n(3).publishedMac;
+    fake.setAnnotation(
+      'node3',
+      backendDataKey('ipv4'),
+      JSON.stringify({ VNI: 1, VtepMAC: n(2).publishedMac }),
+    );
+    await meshLine('node2|ipv4', 'duplicate-mac', from);
+    await meshLine('node3|ipv4', 'duplicate-mac', from);
+    assert.equal(
+      guard.lines.slice(from).some((l) => l.event === 'mesh-repair'),
+      false,
+      'a duplicate is reported, never repaired',
+    );
+    const text = (event: JsonObject): string => String(event.note);
+    const deadline = Date.now() + VERDICT_WAIT_MS;
+    let event: JsonObject | undefined;
+    while (event === undefined && Date.now() < deadline) {
+      // events.k8s.io/v1, as the guard writes them to an API server that has the group.
+      event = fake
+        .eventsV1()
+        .find(
+          (e) =>
+            e.reason === 'PeerVtepMacDuplicate' &&
+            (e.regarding as JsonObject).name === 'node1' &&
+            text(e).includes('node3'),
+        );
+      if (event === undefined) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.ok(event, 'an Event on node1');
+    assert.match(text(event), /node2/);
+    fake.setAnnotation('node3', backendDataKey('ipv4'), JSON.stringify({ VNI: 1, VtepMAC: own }));
+    await meshLine('node3|ipv4', 'ok', from);
+  });
+
+  it('a stand-in keeps writing the stale entry back: contested, no fight, the writer named', async function () {
+    const from = guard.lines.length;
+    const stale = '02:00:00:00:00:22';
+    const writeStale = () =>
+      n(1).ns.ip([
+        'neigh',
+        'replace',
+        n(2).vtepIp,
+        'lladdr',
+        stale,
+        'dev',
+        VTEP,
+        'nud',
+        'permanent',
+      ]);
+    let contested: MeshLine | undefined;
+    for (let round = 0; round < 4 && contested === undefined; round += 1) {
+      const at = guard.lines.length;
+      await writeStale();
+      const next = (await guard.waitFor(
+        (l) =>
+          l.event === 'mesh' &&
+          l.key === 'node2|ipv4' &&
+          (l.verdict === 'contested' || l.verdict === 'ok'),
+        VERDICT_WAIT_MS,
+        at,
+      )) as MeshLine;
+      if (next.verdict === 'contested') contested = next;
+    }
+    assert.ok(contested, 'contested within four rounds');
+    assert.equal(typeof contested.writer, 'number');
+    const repairs = guard.lines.slice(from).filter((l) => l.event === 'mesh-repair').length;
+    assert.equal(repairs, 2, 'two repairs, then it stops');
+    await new Promise((resolve) => setTimeout(resolve, GRACE_MS * 2));
+    assert.equal(await arpMacOn(n(1), n(2).vtepIp), stale, 'left alone');
+    // What the peer publishes changes (flanneld restarted there, node1's stand-in follows):
+    // the contest is over.
+    const mac = await bed.restartFlannel(n(2));
+    fake.setAnnotation('node2', backendDataKey('ipv4'), JSON.stringify({ VNI: 1, VtepMAC: mac }));
+    await meshLine('node2|ipv4', 'ok', guard.lines.length - 1);
+    assert.equal(await tcpWorks(n(1), n(2)), true);
+  });
+
+  it('a deleted Node leaves orphans behind (reported, not pruned)', async function () {
+    const from = guard.lines.length;
+    fake.deleteNode('node3');
+    await guard.waitFor(
+      (l) => l.event === 'mesh' && l.verdict === 'orphan' && String(l.key).includes('|arp|'),
+      VERDICT_WAIT_MS,
+      from,
+    );
+    await guard.waitFor(
+      (l) => l.event === 'mesh' && l.verdict === 'orphan' && String(l.key).includes('|fdb|'),
+      VERDICT_WAIT_MS,
+      from,
+    );
+    assert.equal(await arpMacOn(n(1), n(3).vtepIp), n(3).publishedMac, 'left in place');
+    const ready = guard.events('ready')[0];
+    const metrics = await httpGet(`http://${String(ready?.metrics)}/metrics`);
+    const exposition = parseExposition(metrics.body);
+    // node3's two entries, and the FDB entry of node2's old MAC (flanneld never deletes it).
+    assert.equal(valueOf(exposition, 'flannel_guard_mesh_peers', { verdict: 'orphan' }), 3);
+    assert.equal(valueOf(exposition, 'flannel_guard_mesh_peers', { verdict: 'ok' }), 1);
+    assert.ok(
+      (valueOf(exposition, 'flannel_guard_mesh_repairs_total', { result: 'written' }) ?? 0) >= 3,
+    );
+    const readyz = JSON.parse((await httpGet(`http://${String(ready?.metrics)}/readyz`)).body) as {
+      mesh: { consistent: boolean; orphans: number };
+    };
+    assert.equal(readyz.mesh.consistent, true);
+    assert.equal(readyz.mesh.orphans, 3);
+  });
+});

@@ -1,0 +1,350 @@
+/**
+ * The mesh's pure parts: a Node read by flannel's rules (kubernetes/mesh-peers.ts), the table
+ * compared (mesh/compare.ts), and the view's grace period, repairs and contest (mesh/view.ts)
+ * driven through its ports with a manual clock. Seeded tables check the verdicts against their
+ * definitions in the issue's words, entry by entry.
+ */
+import assert from 'node:assert/strict';
+
+import { NTF_SELF, NUD_PERMANENT } from '../lib/core/constants';
+import type { NeighbourInfo } from '../lib/core/types';
+import type { KubeNode } from '../lib/kubernetes/api';
+import { canonicalIp, networkAddress, readPeer } from '../lib/kubernetes/mesh-peers';
+import { compareMesh, type PeerLease } from '../lib/mesh/compare';
+import {
+  MeshView,
+  type MeshDevices,
+  type MeshVerdictEvent,
+  type VtepEntryChange,
+} from '../lib/mesh/view';
+import { prng } from './support/prng';
+
+const P = 'flannel.alpha.coreos.com';
+
+function node(name: string, annotations: Record<string, string>, spec: KubeNode['spec']): KubeNode {
+  return { metadata: { name, annotations }, ...(spec === undefined ? {} : { spec }) };
+}
+
+function flannelAnnotations(
+  mac: string,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    [`${P}/kube-subnet-manager`]: 'true',
+    [`${P}/backend-type`]: 'vxlan',
+    [`${P}/backend-data`]: JSON.stringify({ VNI: 1, VtepMAC: mac }),
+    [`${P}/public-ip`]: '192.0.2.12',
+    ...extra,
+  };
+}
+
+function arp(destination: string, lladdr: string): NeighbourInfo {
+  return {
+    family: 'inet',
+    ifindex: 5,
+    destination,
+    lladdr,
+    state: NUD_PERMANENT,
+    states: ['permanent'],
+    permanent: true,
+    flags: 0,
+    vni: null,
+    master: null,
+  };
+}
+
+function fdb(lladdr: string, destination: string): NeighbourInfo {
+  return { ...arp(destination, lladdr), family: 'bridge', flags: NTF_SELF };
+}
+
+describe('mesh: a Node read by flannel rules', function () {
+  it('takes the first address of the first IPv4 pod CIDR, the public-ip, the VtepMAC', function () {
+    const reading = readPeer(
+      node('n2', flannelAnnotations('0a:00:00:00:00:02'), {
+        podCIDR: '198.18.2.0/24',
+        podCIDRs: ['2001:db8::/64', '198.18.2.77/24'],
+      }),
+      P,
+    );
+    assert.deepEqual(reading?.leases, [
+      {
+        node: 'n2',
+        family: 'ipv4',
+        device: 'flannel.1',
+        vtepIp: '198.18.2.0',
+        mac: '0a:00:00:00:00:02',
+        publicIp: '192.0.2.12',
+      },
+    ]);
+  });
+
+  it('ignores Nodes flannel does not manage and the public-ip-overwrite', function () {
+    const annotations = flannelAnnotations('0a:00:00:00:00:02', {
+      [`${P}/public-ip-overwrite`]: '192.0.2.99',
+    });
+    assert.equal(
+      readPeer(node('n2', { ...annotations, [`${P}/kube-subnet-manager`]: 'false' }, undefined), P),
+      null,
+    );
+    assert.equal(
+      readPeer(node('n2', annotations, { podCIDR: '198.18.2.0/24' }), P)?.leases[0]?.publicIp,
+      '192.0.2.12',
+    );
+  });
+
+  it('says why a family is incomplete (no lease: nothing is repaired for it)', function () {
+    const cases: [Record<string, string>, KubeNode['spec'], RegExp][] = [
+      [
+        flannelAnnotations('0a:00:00:00:00:02', { [`${P}/public-ip`]: 'nope' }),
+        { podCIDR: '198.18.2.0/24' },
+        /not an IPv4 address/,
+      ],
+      [flannelAnnotations('0a:00:00:00:00:02'), { podCIDR: '2001:db8::/64' }, /no IPv4 pod CIDR/],
+      [flannelAnnotations('0a:00:00:00:00:02'), { podCIDRs: ['a/1', 'b/2', 'c/3'] }, /3 CIDRs/],
+      [flannelAnnotations('0a:00:00:00:00:02'), undefined, /is not a CIDR/],
+      [flannelAnnotations('zz'), { podCIDR: '198.18.2.0/24' }, /VtepMAC/],
+    ];
+    for (const [annotations, spec, reason] of cases) {
+      const reading = readPeer(node('n2', annotations, spec), P);
+      assert.equal(reading?.leases.length, 0);
+      assert.match(reading?.incomplete[0]?.reason ?? '', reason);
+    }
+  });
+
+  it('masks CIDRs to their network, in the form the kernel prints', function () {
+    assert.equal(networkAddress('198.18.3.77/24'), '198.18.3.0');
+    assert.equal(networkAddress('198.19.255.255/15'), '198.18.0.0');
+    assert.equal(networkAddress('2001:DB8:0:0:1::5/64'), '2001:db8::');
+    assert.equal(networkAddress('2001:db8::1/128'), '2001:db8::1');
+    assert.equal(networkAddress('198.18.0.0/33'), null);
+    assert.equal(networkAddress('198.18.0.0'), null);
+    assert.equal(canonicalIp('2001:0db8:0000::0001'), '2001:db8::1');
+  });
+});
+
+describe('mesh: the table compared', function () {
+  it('gives each verdict by its definition, over 300 seeded tables', function () {
+    const random = prng(0x3e5);
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+    const macs = [
+      '0a:00:00:00:00:01',
+      '0a:00:00:00:00:02',
+      '0a:00:00:00:00:03',
+      '0a:00:00:00:00:04',
+    ];
+    const ips = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
+    for (let round = 0; round < 300; round += 1) {
+      const leases: PeerLease[] = [];
+      const entries: NeighbourInfo[] = [];
+      for (let i = 1; i <= 4; i += 1) {
+        const lease: PeerLease = {
+          node: `n${i}`,
+          family: 'ipv4',
+          device: 'flannel.1',
+          vtepIp: `198.18.${i}.0`,
+          mac: pick(macs),
+          publicIp: pick(ips),
+        };
+        if (random() < 0.9) leases.push(lease);
+        if (random() < 0.8)
+          entries.push(arp(lease.vtepIp, random() < 0.7 ? lease.mac : pick(macs)));
+        if (random() < 0.8) entries.push(fdb(random() < 0.7 ? lease.mac : pick(macs), pick(ips)));
+      }
+      const table = compareMesh({
+        self: 'n1',
+        leases,
+        entries: new Map([['flannel.1', entries]]),
+        deviceMacs: new Map([['flannel.1', '0a:00:00:00:00:01']]),
+      });
+      const context = JSON.stringify({
+        leases,
+        entries: entries.map((e) => [e.family, e.destination, e.lladdr]),
+      });
+      for (const row of table.peers) {
+        const arpEntry = entries.findLast(
+          (e) => e.family === 'inet' && e.destination === row.vtepIp,
+        );
+        const remotes = entries.filter(
+          (e) => e.family === 'bridge' && e.lladdr === row.publishedMac,
+        );
+        const shared = leases.some((l) => l.node !== row.node && l.mac === row.publishedMac);
+        let expected: string;
+        if (shared) expected = 'duplicate-mac';
+        else if (arpEntry && arpEntry.lladdr !== row.publishedMac) expected = 'stale-mac';
+        else if (!arpEntry || remotes.length === 0) expected = 'missing';
+        else if (!remotes.some((e) => e.destination === row.publicIp)) expected = 'stale-underlay';
+        else expected = 'ok';
+        assert.equal(row.verdict, expected, `${row.node}: ${context}`);
+      }
+      assert.equal(table.peers.length, leases.filter((l) => l.node !== 'n1').length);
+      // Orphans: exactly the entries no lease accounts for.
+      for (const entry of entries) {
+        const orphan = table.orphans.some(
+          (o) =>
+            o.lladdr === entry.lladdr &&
+            o.destination === entry.destination &&
+            (o.kind === 'fdb') === (entry.family === 'bridge'),
+        );
+        const accounted =
+          entry.family === 'bridge'
+            ? leases.some((l) => l.mac === entry.lladdr)
+            : leases.some((l) => l.node !== 'n1' && l.vtepIp === entry.destination);
+        assert.equal(
+          orphan,
+          !accounted,
+          `${JSON.stringify([entry.family, entry.destination, entry.lladdr])}: ${context}`,
+        );
+      }
+      const self = leases.find((l) => l.node === 'n1');
+      assert.equal(
+        table.self[0]?.verdict,
+        self === undefined ? undefined : self.mac === '0a:00:00:00:00:01' ? 'ok' : 'stale-mac',
+      );
+    }
+  });
+});
+
+/** The view driven through its ports: a table the test edits, and a clock it moves. */
+function viewRig(mode: 'report' | 'repair') {
+  let now = 0;
+  const timers: { at: number; callback: () => void; cancelled: boolean }[] = [];
+  let table: NeighbourInfo[] = [];
+  const listeners = new Set<(change: VtepEntryChange) => void>();
+  const writes: NeighbourInfo[][] = [];
+  const change = (entry: NeighbourInfo, portid: number): void => {
+    table = table.filter(
+      (e) =>
+        !(
+          e.family === entry.family &&
+          (e.family === 'bridge' ? e.lladdr === entry.lladdr : e.destination === entry.destination)
+        ),
+    );
+    table.push(entry);
+    for (const listener of listeners)
+      listener({ device: 'flannel.1', entry, removed: false, portid });
+  };
+  const devices: MeshDevices = {
+    read: () => ({ mac: '0a:00:00:00:00:01', entries: table }),
+    write: (_device, entries) => {
+      writes.push([...entries]);
+      for (const entry of entries) change(entry, 77);
+    },
+    subscribe: (listener) => {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+  };
+  const view = new MeshView({
+    self: 'n1',
+    mode,
+    graceMs: 1000,
+    fightWindowMs: 60_000,
+    devices,
+    clock: {
+      now: () => now,
+      setTimeout: (callback, ms) => {
+        const timer = { at: now + ms, callback, cancelled: false };
+        timers.push(timer);
+        return () => {
+          timer.cancelled = true;
+        };
+      },
+    },
+  });
+  const verdicts: MeshVerdictEvent[] = [];
+  view.on('verdict', (e) => verdicts.push(e));
+  const advance = (ms: number): void => {
+    const until = now + ms;
+    for (;;) {
+      const next = timers
+        .filter((t) => !t.cancelled && t.at <= until)
+        .sort((a, b) => a.at - b.at)[0];
+      if (next === undefined) break;
+      next.cancelled = true;
+      now = next.at;
+      next.callback();
+    }
+    now = until;
+  };
+  const lease = (mac: string): PeerLease => ({
+    node: 'n2',
+    family: 'ipv4',
+    device: 'flannel.1',
+    vtepIp: '198.18.2.0',
+    mac,
+    publicIp: '192.0.2.12',
+  });
+  const publish = (mac: string): void => {
+    view.updateNode('n2', { node: 'n2', leases: [lease(mac)], incomplete: [] });
+  };
+  return {
+    view,
+    verdicts,
+    writes,
+    advance,
+    change,
+    publish,
+    lease,
+    setTable: (entries: NeighbourInfo[]) => (table = entries),
+  };
+}
+
+describe('mesh: the view', function () {
+  it('reports a divergence only after the grace period, and ok at once', function () {
+    const rig = viewRig('report');
+    rig.setTable([arp('198.18.2.0', '0a:00:00:00:00:02'), fdb('0a:00:00:00:00:02', '192.0.2.12')]);
+    rig.view.setNodes([{ node: 'n2', leases: [rig.lease('0a:00:00:00:00:02')], incomplete: [] }]);
+    assert.deepEqual(
+      rig.verdicts.map((v) => [v.key, v.verdict]),
+      [['n2|ipv4', 'ok']],
+    );
+    rig.publish('0a:00:00:00:00:22');
+    rig.advance(999);
+    assert.equal(rig.verdicts.length, 1, 'not within the grace period');
+    // flanneld's own update within the grace period: never reported.
+    rig.change(arp('198.18.2.0', '0a:00:00:00:00:22'), 50);
+    rig.change(fdb('0a:00:00:00:00:22', '192.0.2.12'), 50);
+    rig.advance(5000);
+    const peer = () => rig.verdicts.filter((v) => v.key === 'n2|ipv4').map((v) => v.verdict);
+    assert.deepEqual(peer(), ['ok'], 'never stale');
+    // The old MAC's FDB entry stays behind, as flanneld leaves it: an orphan, after the grace.
+    assert.deepEqual(
+      rig.view.snapshot().table.orphans.map((o) => o.lladdr),
+      ['0a:00:00:00:00:02'],
+    );
+    assert.equal(rig.writes.length, 0, 'report mode writes nothing');
+    rig.publish('0a:00:00:00:00:33');
+    rig.advance(1000);
+    assert.equal(peer().at(-1), 'stale-mac');
+    assert.equal(rig.view.snapshot().consistent, false);
+  });
+
+  it('repairs after the grace period, and stops after two repairs undone (contested)', function () {
+    const rig = viewRig('repair');
+    rig.setTable([arp('198.18.2.0', '0a:00:00:00:00:02'), fdb('0a:00:00:00:00:02', '192.0.2.12')]);
+    rig.view.setNodes([{ node: 'n2', leases: [rig.lease('0a:00:00:00:00:22')], incomplete: [] }]);
+    rig.advance(1100);
+    assert.equal(rig.writes.length, 1);
+    assert.deepEqual(
+      rig.writes[0]?.map((e) => [e.family, e.destination, e.lladdr, e.flags]),
+      [
+        ['inet', '198.18.2.0', '0a:00:00:00:00:22', 0],
+        ['bridge', '192.0.2.12', '0a:00:00:00:00:22', NTF_SELF],
+      ],
+    );
+    rig.advance(100);
+    assert.equal(rig.verdicts.at(-1)?.verdict, 'ok');
+    for (let round = 0; round < 3; round += 1) {
+      rig.change(arp('198.18.2.0', '0a:00:00:00:00:02'), 4242);
+      rig.advance(1200);
+    }
+    assert.equal(rig.writes.length, 2, 'the second undone repair is the last');
+    const contested = rig.verdicts.find((v) => v.verdict === 'contested');
+    assert.equal(contested?.writer, 4242);
+    rig.advance(120_000);
+    assert.equal(rig.writes.length, 2, 'left alone');
+    rig.publish('0a:00:00:00:00:44');
+    rig.advance(1100);
+    assert.equal(rig.writes.length, 3, 'new published data: repaired again');
+  });
+});
