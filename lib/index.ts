@@ -78,6 +78,32 @@ export type {
   VerdictEvent,
 } from './guard';
 export type { AutoOffloadPolicy } from './guard/offload-auto-policy';
+export { compareMesh } from './mesh/compare';
+export type {
+  IncompletePeer,
+  MeshFamily,
+  MeshInput,
+  MeshTable,
+  OrphanEntry,
+  PeerLease,
+  PeerRow,
+  PeerVerdict,
+  SelfRow,
+} from './mesh/compare';
+export { MeshView } from './mesh/view';
+export type {
+  MeshClock,
+  MeshDevices,
+  MeshMode,
+  MeshRepairEvent,
+  MeshSnapshot,
+  MeshSubject,
+  MeshVerdictEvent,
+  MeshViewEvents,
+  MeshViewOptions,
+  NodeLeases,
+  VtepEntryChange,
+} from './mesh/view';
 export { udevPersistentMac } from './udev/persistent-mac';
 export type { MacWriter, WriterEvidence } from './udev/writer';
 export { DEFAULT_FIGHT_POLICY } from './guard/fight-tracker';

@@ -513,6 +513,11 @@ void MonitorCore::HandleMessage(netlink::Message& message, std::vector<MonitorIt
   } else if (auto* neigh = std::get_if<netlink::NeighRecord>(&message.body)) {
     if (IsCorrectionEcho(*neigh)) return;
     if (Keep(*neigh)) {
+      // A remote that may have replaced another: the dump says which are left.
+      if (!neigh->deleted && mirror_.ready() && mirror_.HasOtherRemote(*neigh)) {
+        ++stats_.fdbRemoteResyncs;
+        MarkResyncPending("requested");
+      }
       mirror_.ApplyNeigh(std::move(*neigh), false, message.portid, &changes_);
       for (const MirrorChange& change : changes_) FollowRestoreSet(std::get<NeighChange>(change));
       Emit(changes_, out);

@@ -157,6 +157,7 @@ struct MonitorStats {
   uint64_t staleRecords = 0;        // an armed drift the re-read found already put back
   uint64_t currentRecords = 0;      // an armed drift with nothing behind it: not re-read
   uint64_t carriedCorrections = 0;  // moved to a later rewrite the write answered too
+  uint64_t fdbRemoteResyncs = 0;    // an FDB remote beside another of its MAC: dumped again
 };
 
 class MonitorCore {

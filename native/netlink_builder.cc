@@ -115,11 +115,11 @@ std::vector<uint8_t> BuildNoopSetLinkRequest(uint32_t seq) {
                [](RequestWriter& writer) { writer.FamilyHeader<ifinfomsg>()->ifi_index = 1; });
 }
 
-void AppendNeighbourReplaceRequest(std::vector<uint8_t>* out, const NeighbourEntry& entry,
-                                   uint32_t seq, bool ack) {
-  const uint16_t flags =
-      NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE | (ack ? NLM_F_ACK : uint16_t{0});
-  RequestWriter writer(out, RTM_NEWNEIGH, flags, seq, sizeof(ndmsg));
+namespace {
+// The entry as ndmsg and attributes: what RTM_NEWNEIGH writes and RTM_DELNEIGH names.
+void AppendNeighbourRequest(std::vector<uint8_t>* out, uint16_t type, uint16_t flags,
+                            const NeighbourEntry& entry, uint32_t seq) {
+  RequestWriter writer(out, type, flags, seq, sizeof(ndmsg));
   auto* header = writer.FamilyHeader<ndmsg>();
   header->ndm_family = entry.family;
   header->ndm_ifindex = entry.ifindex;
@@ -131,10 +131,24 @@ void AppendNeighbourReplaceRequest(std::vector<uint8_t>* out, const NeighbourEnt
   writer.Attribute(NDA_LLADDR, entry.lladdr.data(), entry.lladdr.size());
   writer.Finish();
 }
+}  // namespace
+
+void AppendNeighbourReplaceRequest(std::vector<uint8_t>* out, const NeighbourEntry& entry,
+                                   uint32_t seq, bool ack) {
+  const uint16_t flags =
+      NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE | (ack ? NLM_F_ACK : uint16_t{0});
+  AppendNeighbourRequest(out, RTM_NEWNEIGH, flags, entry, seq);
+}
 
 std::vector<uint8_t> BuildNeighbourReplaceRequest(const NeighbourEntry& entry, uint32_t seq) {
   std::vector<uint8_t> bytes;
   AppendNeighbourReplaceRequest(&bytes, entry, seq, true);
+  return bytes;
+}
+
+std::vector<uint8_t> BuildNeighbourDeleteRequest(const NeighbourEntry& entry, uint32_t seq) {
+  std::vector<uint8_t> bytes;
+  AppendNeighbourRequest(&bytes, RTM_DELNEIGH, NLM_F_REQUEST | NLM_F_ACK, entry, seq);
   return bytes;
 }
 

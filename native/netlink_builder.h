@@ -41,7 +41,11 @@ struct NeighbourEntry {
 // RTM_NEWNEIGH with NLM_F_CREATE|NLM_F_REPLACE, ACK requested.
 std::vector<uint8_t> BuildNeighbourReplaceRequest(const NeighbourEntry& entry, uint32_t seq);
 
-// The same request appended to `out` (a datagram of several), with or without
+// RTM_DELNEIGH of the entry (an FDB entry by MAC and remote, an ARP/NDP entry by address), ACK
+// requested.
+std::vector<uint8_t> BuildNeighbourDeleteRequest(const NeighbourEntry& entry, uint32_t seq);
+
+// The replace request appended to `out` (a datagram of several), with or without
 // NLM_F_ACK: the kernel answers a request without it only when it fails.
 void AppendNeighbourReplaceRequest(std::vector<uint8_t>* out, const NeighbourEntry& entry,
                                    uint32_t seq, bool ack);

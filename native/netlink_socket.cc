@@ -531,6 +531,12 @@ Result<Unit> NetlinkRequester::ReplaceNeighbour(const netlink::NeighbourEntry& e
                       entry.ifindex);
 }
 
+Result<Unit> NetlinkRequester::DeleteNeighbour(const netlink::NeighbourEntry& entry) {
+  const uint32_t seq = socket_.NextSeq();
+  return Acknowledged(netlink::BuildNeighbourDeleteRequest(entry, seq), seq, "delneigh",
+                      entry.ifindex);
+}
+
 NeighbourWrites NetlinkRequester::ReplaceNeighbours(
     const std::vector<netlink::NeighbourEntry>& entries) {
   NeighbourWrites result;

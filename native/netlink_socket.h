@@ -179,6 +179,7 @@ class NetlinkRequester {
   Result<netlink::LinkRecord> GetLinkByName(const std::string& name);
   Result<Unit> SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac);
   Result<Unit> ReplaceNeighbour(const netlink::NeighbourEntry& entry);
+  Result<Unit> DeleteNeighbour(const netlink::NeighbourEntry& entry);
   // All of them, in as few datagrams as the socket's buffers allow, each
   // accounted for (see neighbour_batch.h).
   NeighbourWrites ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries);

@@ -196,6 +196,25 @@ void StateMirror::ApplyNeigh(NeighRecord neigh, bool fromDump, uint32_t portid,
   if (change) out->push_back(std::move(*change));
 }
 
+bool StateMirror::HasOtherRemote(const NeighRecord& neigh) const {
+  if (neigh.family != AF_BRIDGE || neigh.destination.empty() ||
+      neigh.lladdr.state != MacField::State::kValid) {
+    return false;
+  }
+  // The device's FDB entries are one run of keys: the family, then the ifindex.
+  std::string prefix(1, static_cast<char>(AF_BRIDGE));
+  AppendU32(&prefix, static_cast<uint32_t>(neigh.ifindex));
+  for (auto it = neighs_.lower_bound(prefix);
+       it != neighs_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    const NeighRecord& other = it->second.record;
+    if (other.lladdr.state == MacField::State::kValid && other.lladdr.bytes == neigh.lladdr.bytes &&
+        other.vni == neigh.vni && other.destination != neigh.destination) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void StateMirror::NoteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac) {
   corrected_[ifindex].push_back(mac);
 }

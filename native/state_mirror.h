@@ -103,6 +103,12 @@ class StateMirror {
   // Drops a device and its entries without reporting them (it left the view).
   void Forget(int32_t ifindex);
 
+  // An FDB entry of a MAC the mirror holds at another remote (same device, MAC and VNI). A
+  // VXLAN device notifies a `replace` that moves the remote and an `append` that adds one
+  // alike (one RTM_NEWNEIGH, the new remote only), so the mirror cannot tell whether the
+  // other remote is gone: only a dump can.
+  bool HasOtherRemote(const netlink::NeighRecord& neigh) const;
+
   const Link* FindLink(int32_t ifindex) const;
   const Link* FindLinkByName(const std::string& name) const;
   // Records the addr_assign_type read for the device at `mac` (ignored when the MAC moved on).

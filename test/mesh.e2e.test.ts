@@ -16,9 +16,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 
 import { backendDataKey } from '../lib/kubernetes/annotation';
 import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
-import { GuardProcess, type GuardLine } from './support/guard-process';
+import { CLI, GuardProcess, type GuardLine } from './support/guard-process';
 import { httpGet } from './support/loopback-http';
-import { tempDirPrefix } from './support/netns';
+import { execFile, tempDirPrefix, type RunResult } from './support/netns';
 import { parseExposition, valueOf } from './support/prometheus';
 import { FlannelTestbed, VTEP, type TestbedNode } from './support/testbed';
 
@@ -48,6 +48,27 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
   let fake: FakeApiServer;
   let dir: string;
   let guard: GuardProcess;
+  let kubeconfig: string;
+
+  function startGuard(mode: string, node = bed.node(1)): Promise<GuardProcess> {
+    return GuardProcess.start(
+      [
+        '--netns',
+        node.ns.name,
+        '--kubeconfig',
+        kubeconfig,
+        '--node',
+        node.name,
+        '--metrics-address',
+        '127.0.0.1:0',
+        '--mesh',
+        mode,
+        '--mesh-grace',
+        String(GRACE_MS),
+      ],
+      30_000,
+    );
+  }
 
   before(async function () {
     fake = await FakeApiServer.start();
@@ -61,23 +82,8 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
         annotations: annotationsOf(node),
       });
     }
-    guard = await GuardProcess.start(
-      [
-        '--netns',
-        bed.node(1).ns.name,
-        '--kubeconfig',
-        fake.writeKubeconfig(dir),
-        '--node',
-        'node1',
-        '--metrics-address',
-        '127.0.0.1:0',
-        '--mesh',
-        'repair',
-        '--mesh-grace',
-        String(GRACE_MS),
-      ],
-      30_000,
-    );
+    kubeconfig = fake.writeKubeconfig(dir);
+    guard = await startGuard('repair');
   });
 
   after(async function () {
@@ -99,6 +105,41 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
 
   async function arpMacOn(node: TestbedNode, address: string): Promise<string | undefined> {
     return (await node.neighbours()).find((entry) => entry.dst === address)?.lladdr;
+  }
+
+  const endpoint = (): string => `http://${String(guard.events('ready')[0]?.metrics)}`;
+
+  /** `flannel-guard status --mesh` for node1, as a user runs it. */
+  function meshStatus(json: boolean): Promise<RunResult> {
+    const args = ['status', '--mesh', '--netns', n(1).ns.name, '--kubeconfig', kubeconfig];
+    return execFile(CLI, [...args, '--node', 'node1', ...(json ? ['--json'] : [])], {
+      allowFailure: true,
+      timeoutMs: 30_000,
+    });
+  }
+
+  /** node1's permanent entries no Node in the API server publishes, read with iproute2. */
+  async function orphansOnNode1(): Promise<string[]> {
+    const published = bed.nodes
+      .filter((node) => fake.hasNode(node.name))
+      .map((node) => ({
+        name: node.name,
+        vtepIp: node.vtepIp,
+        mac: (
+          JSON.parse(fake.annotations(node.name)[backendDataKey('ipv4')] ?? '{}') as {
+            VtepMAC?: string;
+          }
+        ).VtepMAC,
+      }));
+    const arps = (await n(1).neighbours())
+      .filter((entry) => entry.state?.includes('PERMANENT') === true)
+      .filter((entry) => !published.some((p) => p.name !== 'node1' && p.vtepIp === entry.dst))
+      .map((entry) => `arp ${entry.dst}`);
+    const fdbs = (await n(1).fdb())
+      .filter((entry) => entry.dst !== undefined && entry.mac !== '00:00:00:00:00:00')
+      .filter((entry) => !published.some((p) => p.mac === entry.mac))
+      .map((entry) => `fdb ${entry.mac} ${entry.dst ?? ''}`);
+    return [...arps, ...fdbs];
   }
 
   async function tcpWorks(from: TestbedNode, to: TestbedNode): Promise<boolean> {
@@ -158,16 +199,54 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
     assert.equal(await tcpWorks(n(1), n(3)), true);
   });
 
-  it('two Nodes publish one VtepMAC: duplicate-mac for both, an Event naming both', async function () {
+  it('two Nodes publish one VtepMAC: duplicate-mac for both, on both guards, an Event naming both', async function () {
     const from = guard.lines.length;
     const own = n(3).publishedMac;
-    fake.setAnnotation(
-      'node3',
-      backendDataKey('ipv4'),
-      JSON.stringify({ VNI: 1, VtepMAC: n(2).publishedMac }),
+    // node2's own guard, reporting: it sees node3 publish node2's own MAC.
+    const second = await startGuard('report', n(2));
+    try {
+      fake.setAnnotation(
+        'node3',
+        backendDataKey('ipv4'),
+        JSON.stringify({ VNI: 1, VtepMAC: n(2).publishedMac }),
+      );
+      await meshLine('node2|ipv4', 'duplicate-mac', from);
+      await meshLine('node3|ipv4', 'duplicate-mac', from);
+      const onNode2 = await second.waitFor(
+        (l) => l.event === 'mesh' && l.key === 'node3|ipv4' && l.verdict === 'duplicate-mac',
+        VERDICT_WAIT_MS,
+      );
+      assert.deepEqual((onNode2.subject as { row: { sharedWith: string[] } }).row.sharedWith, [
+        'node2',
+      ]);
+    } finally {
+      await second.stop();
+    }
+    // doctor --cluster finds the same, from the Nodes alone.
+    const doctor = await execFile(
+      CLI,
+      [
+        'doctor',
+        '--cluster',
+        '--netns',
+        n(1).ns.name,
+        '--kubeconfig',
+        kubeconfig,
+        '--node',
+        'node1',
+        '--json',
+      ],
+      { allowFailure: true, timeoutMs: 60_000 },
     );
-    await meshLine('node2|ipv4', 'duplicate-mac', from);
-    await meshLine('node3|ipv4', 'duplicate-mac', from);
+    assert.equal(doctor.code, 1, doctor.stderr);
+    const checks = (
+      JSON.parse(doctor.stdout) as { checks: { id: string; verdict: string; evidence: string[] }[] }
+    ).checks;
+    const duplicate = checks.find((c) => c.id === 'cluster-vtep-macs');
+    assert.equal(duplicate?.verdict, 'fail');
+    assert.deepEqual(duplicate.evidence, [
+      `flannel.1 ${n(2).publishedMac}: published by node2, node3`,
+    ]);
     assert.equal(
       guard.lines.slice(from).some((l) => l.event === 'mesh-repair'),
       false,
@@ -229,6 +308,20 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
     assert.equal(repairs, 2, 'two repairs, then it stops');
     await new Promise((resolve) => setTimeout(resolve, GRACE_MS * 2));
     assert.equal(await arpMacOn(n(1), n(2).vtepIp), stale, 'left alone');
+    // The readiness judgement says so (the Node condition's value).
+    const vtep = await httpGet(`${endpoint()}/vtep`);
+    assert.equal(vtep.status, 503);
+    const judged = JSON.parse(vtep.body) as { condition: { reason: string; message: string } };
+    assert.equal(judged.condition.reason, 'VtepPeersStale');
+    assert.match(judged.condition.message, /node2 ipv4 contested/);
+    // status --mesh sees it too, from a dump, and fails.
+    const table = await meshStatus(false);
+    assert.equal(table.code, 1, table.stderr);
+    const row = table.stdout.split('\n').find((line) => line.startsWith('node2 '));
+    assert.match(
+      row ?? '',
+      new RegExp(`198\\.18\\.2\\.0 +\\S+ +${stale} +192\\.0\\.2\\.12 +stale-mac$`),
+    );
     // What the peer publishes changes (flanneld restarted there, node1's stand-in follows):
     // the contest is over.
     const mac = await bed.restartFlannel(n(2));
@@ -251,19 +344,75 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
       from,
     );
     assert.equal(await arpMacOn(n(1), n(3).vtepIp), n(3).publishedMac, 'left in place');
-    const ready = guard.events('ready')[0];
-    const metrics = await httpGet(`http://${String(ready?.metrics)}/metrics`);
+    const metrics = await httpGet(`${endpoint()}/metrics`);
     const exposition = parseExposition(metrics.body);
-    // node3's two entries, and the FDB entry of node2's old MAC (flanneld never deletes it).
-    assert.equal(valueOf(exposition, 'flannel_guard_mesh_peers', { verdict: 'orphan' }), 3);
+    // node3's two entries, and FDB entries of MACs nobody publishes any more (flanneld never
+    // deletes an old MAC's), as iproute2 reads them.
+    const orphans = await orphansOnNode1();
+    assert.ok(orphans.includes(`arp ${n(3).vtepIp}`), orphans.join(', '));
+    assert.ok(
+      orphans.some((o) => o.startsWith(`fdb ${n(3).publishedMac} `)),
+      orphans.join(', '),
+    );
+    assert.equal(
+      valueOf(exposition, 'flannel_guard_mesh_peers', { verdict: 'orphan' }),
+      orphans.length,
+      `${orphans.join(', ')}; the guard's: ${JSON.stringify((await meshStatus(true)).stdout)}`,
+    );
     assert.equal(valueOf(exposition, 'flannel_guard_mesh_peers', { verdict: 'ok' }), 1);
     assert.ok(
       (valueOf(exposition, 'flannel_guard_mesh_repairs_total', { result: 'written' }) ?? 0) >= 3,
     );
-    const readyz = JSON.parse((await httpGet(`http://${String(ready?.metrics)}/readyz`)).body) as {
+    assert.equal((await httpGet(`${endpoint()}/vtep`)).status, 200, 'orphans do not count');
+    const readyz = JSON.parse((await httpGet(`${endpoint()}/readyz`)).body) as {
       mesh: { consistent: boolean; orphans: number };
     };
     assert.equal(readyz.mesh.consistent, true);
-    assert.equal(readyz.mesh.orphans, 3);
+    assert.equal(readyz.mesh.orphans, orphans.length);
+    const status = await meshStatus(true);
+    assert.equal(status.code, 0, status.stderr);
+    const report = JSON.parse(status.stdout) as {
+      consistent: boolean;
+      table: { peers: { node: string; verdict: string }[]; orphans: unknown[] };
+    };
+    assert.deepEqual(
+      report.table.peers.map((p) => [p.node, p.verdict]),
+      [['node2', 'ok']],
+    );
+    assert.equal(report.table.orphans.length, orphans.length);
+    assert.equal(report.consistent, true);
+  });
+
+  it('with --mesh prune, the orphans go after the grace, and stay gone after a MAC rewrite', async function () {
+    await guard.stop();
+    guard = await startGuard('prune');
+    const pruned = async (): Promise<GuardLine[]> => {
+      await guard.waitFor((l) => l.event === 'mesh-prune', VERDICT_WAIT_MS);
+      const deadline = Date.now() + VERDICT_WAIT_MS;
+      while (guard.events('mesh-prune').length < 3 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      return guard.events('mesh-prune');
+    };
+    const lines = await pruned();
+    assert.equal(lines.length, 3, JSON.stringify(lines));
+    assert.ok(
+      lines.every((l) => l.error === undefined),
+      JSON.stringify(lines),
+    );
+    assert.equal(await arpMacOn(n(1), n(3).vtepIp), undefined, "node3's ARP entry deleted");
+    const fdbMacs = (await n(1).fdb()).map((entry) => entry.mac);
+    assert.equal(fdbMacs.includes(n(3).publishedMac), false, "node3's FDB entry deleted");
+    assert.equal(fdbMacs.includes(n(2).publishedMac), true, "node2's stays");
+    const from = guard.lines.length;
+    await n(1).setVtepMac('02:00:00:00:00:98');
+    await guard.waitFor((l) => l.event === 'restored', VERDICT_WAIT_MS, from);
+    assert.equal(
+      await arpMacOn(n(1), n(3).vtepIp),
+      undefined,
+      'not put back: left the restore set',
+    );
+    assert.equal(await arpMacOn(n(1), n(2).vtepIp), n(2).publishedMac);
+    assert.equal(await tcpWorks(n(1), n(2)), true);
   });
 });

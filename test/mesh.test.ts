@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 
-import { NTF_SELF, NUD_PERMANENT } from '../lib/core/constants';
+import { NTF_SELF } from '../lib/core/constants';
 import type { NeighbourInfo } from '../lib/core/types';
 import type { KubeNode } from '../lib/kubernetes/api';
 import { canonicalIp, networkAddress, readPeer } from '../lib/kubernetes/mesh-peers';
@@ -14,10 +14,13 @@ import { compareMesh, type PeerLease } from '../lib/mesh/compare';
 import {
   MeshView,
   type MeshDevices,
+  type MeshMode,
   type MeshVerdictEvent,
+  type MeshViewOptions,
   type VtepEntryChange,
 } from '../lib/mesh/view';
 import { prng } from './support/prng';
+import { permanentArp, permanentFdb } from './support/scripted-monitor';
 
 const P = 'flannel.alpha.coreos.com';
 
@@ -38,24 +41,9 @@ function flannelAnnotations(
   };
 }
 
-function arp(destination: string, lladdr: string): NeighbourInfo {
-  return {
-    family: 'inet',
-    ifindex: 5,
-    destination,
-    lladdr,
-    state: NUD_PERMANENT,
-    states: ['permanent'],
-    permanent: true,
-    flags: 0,
-    vni: null,
-    master: null,
-  };
-}
-
-function fdb(lladdr: string, destination: string): NeighbourInfo {
-  return { ...arp(destination, lladdr), family: 'bridge', flags: NTF_SELF };
-}
+const arp = (destination: string, lladdr: string): NeighbourInfo =>
+  permanentArp(5, destination, lladdr);
+const fdb = (lladdr: string, remote: string): NeighbourInfo => permanentFdb(5, lladdr, remote);
 
 describe('mesh: a Node read by flannel rules', function () {
   it('takes the first address of the first IPv4 pod CIDR, the public-ip, the VtepMAC', function () {
@@ -76,6 +64,28 @@ describe('mesh: a Node read by flannel rules', function () {
         publicIp: '192.0.2.12',
       },
     ]);
+  });
+
+  it('reads the IPv6 lease from backend-v6-data, public-ipv6 and the IPv6 pod CIDR', function () {
+    const reading = readPeer(
+      node(
+        'n2',
+        flannelAnnotations('0a:00:00:00:00:02', {
+          [`${P}/backend-v6-data`]: JSON.stringify({ VNI: 1, VtepMAC: '0A:00:00:00:00:62' }),
+          [`${P}/public-ipv6`]: '2001:DB8:0::12',
+        }),
+        { podCIDRs: ['198.18.2.0/24', '2001:db8:2:0:0:0:0:1/64'] },
+      ),
+      P,
+    );
+    assert.deepEqual(reading?.leases[1], {
+      node: 'n2',
+      family: 'ipv6',
+      device: 'flannel-v6.1',
+      vtepIp: '2001:db8:2::',
+      mac: '0a:00:00:00:00:62',
+      publicIp: '2001:db8::12',
+    });
   });
 
   it('ignores Nodes flannel does not manage and the public-ip-overwrite', function () {
@@ -205,12 +215,13 @@ describe('mesh: the table compared', function () {
 });
 
 /** The view driven through its ports: a table the test edits, and a clock it moves. */
-function viewRig(mode: 'report' | 'repair') {
+function viewRig(mode: MeshMode) {
   let now = 0;
   const timers: { at: number; callback: () => void; cancelled: boolean }[] = [];
   let table: NeighbourInfo[] = [];
   const listeners = new Set<(change: VtepEntryChange) => void>();
   const writes: NeighbourInfo[][] = [];
+  const removed: NeighbourInfo[] = [];
   const change = (entry: NeighbourInfo, portid: number): void => {
     table = table.filter(
       (e) =>
@@ -228,6 +239,10 @@ function viewRig(mode: 'report' | 'repair') {
     write: (_device, entries) => {
       writes.push([...entries]);
       for (const entry of entries) change(entry, 77);
+    },
+    remove: (_device, entry) => {
+      removed.push(entry);
+      table = table.filter((e) => !(e.family === entry.family && e.lladdr === entry.lladdr));
     },
     subscribe: (listener) => {
       listeners.add(listener);
@@ -278,9 +293,11 @@ function viewRig(mode: 'report' | 'repair') {
     view.updateNode('n2', { node: 'n2', leases: [lease(mac)], incomplete: [] });
   };
   return {
+    devices,
     view,
     verdicts,
     writes,
+    removed,
     advance,
     change,
     publish,
@@ -290,6 +307,25 @@ function viewRig(mode: 'report' | 'repair') {
 }
 
 describe('mesh: the view', function () {
+  it('refuses a misspelt option or value with EINVAL naming it, as guardConfig does', function () {
+    const devices = viewRig('report').devices;
+    const cases: [Record<string, unknown>, string][] = [
+      [{ self: 'n1', devices, graceMS: 10 }, 'graceMS'],
+      [{ self: 'n1', devices, mode: 'repiar' }, 'mode'],
+      [{ self: 'n1', devices, graceMs: -1 }, 'graceMs'],
+      [{ self: 'n1', devices, fightWindowMs: 1.5 }, 'fightWindowMs'],
+      [{ self: '', devices }, 'self'],
+    ];
+    for (const [options, option] of cases) {
+      assert.throws(
+        () => new MeshView(options as unknown as MeshViewOptions),
+        (error: NodeJS.ErrnoException & { option?: string }) =>
+          error.code === 'EINVAL' && error.option === option,
+        JSON.stringify(options),
+      );
+    }
+  });
+
   it('reports a divergence only after the grace period, and ok at once', function () {
     const rig = viewRig('report');
     rig.setTable([arp('198.18.2.0', '0a:00:00:00:00:02'), fdb('0a:00:00:00:00:02', '192.0.2.12')]);
@@ -346,5 +382,32 @@ describe('mesh: the view', function () {
     rig.publish('0a:00:00:00:00:44');
     rig.advance(1100);
     assert.equal(rig.writes.length, 3, 'new published data: repaired again');
+  });
+
+  it('prunes an orphan only in prune mode, and only after the grace period', function () {
+    for (const mode of ['repair', 'prune'] as const) {
+      const rig = viewRig(mode);
+      rig.setTable([
+        arp('198.18.2.0', '0a:00:00:00:00:02'),
+        fdb('0a:00:00:00:00:02', '192.0.2.12'),
+        arp('198.18.3.0', '0a:00:00:00:00:03'),
+        fdb('0a:00:00:00:00:03', '192.0.2.13'),
+      ]);
+      rig.view.setNodes([{ node: 'n2', leases: [rig.lease('0a:00:00:00:00:02')], incomplete: [] }]);
+      rig.advance(999);
+      assert.equal(rig.removed.length, 0, `${mode}: not within the grace period`);
+      rig.advance(10);
+      const removed = rig.removed.map((e) => [e.family, e.destination, e.lladdr]);
+      assert.deepEqual(
+        removed,
+        mode === 'prune'
+          ? [
+              ['inet', '198.18.3.0', '0a:00:00:00:00:03'],
+              ['bridge', '192.0.2.13', '0a:00:00:00:00:03'],
+            ]
+          : [],
+      );
+      assert.equal(rig.writes.length, 0, 'nothing to repair');
+    }
   });
 });

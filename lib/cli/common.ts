@@ -51,6 +51,20 @@ export function offloadFlag(none: string): FlagSpec {
   };
 }
 
+export const nodeFlag: FlagSpec = {
+  name: 'node',
+  value: '<name>',
+  description:
+    "this node's name in the cluster, whose annotation gives the desired MACs (default: $NODE_NAME)",
+};
+
+export const kubeconfigFlag: FlagSpec = {
+  name: 'kubeconfig',
+  value: '<file>',
+  description:
+    "kubeconfig to reach the cluster (default: $KUBECONFIG, else the pod's service account)",
+};
+
 export const jsonFlag = (description: string): FlagSpec => ({ name: 'json', description });
 
 /** A flag's whole number in its documented range (digits only: no 1e3, 0x10 or 1.0). */

@@ -11,8 +11,10 @@ import {
   checkNetnsFlag,
   ifaceFlag,
   jsonFlag,
+  kubeconfigFlag,
   macFlag,
   netnsFlag,
+  nodeFlag,
   offloadFlag,
   parseIfaceFlags,
   parseMacFlags,
@@ -78,8 +80,31 @@ function options(flags: Flags): DoctorOptions {
   return result;
 }
 
+/**
+ * --cluster: the Nodes give this node's published MACs (unless --mac), the peers (unless --peer
+ * or --peers-file), and the cluster's VtepMACs, checked for duplicates.
+ */
+async function withCluster(flags: Flags, doctorOptions: DoctorOptions): Promise<void> {
+  const { clusterFlags, listNodeLeases } = await import('./status-mesh.js');
+  const cluster = clusterFlags(flags, '--cluster');
+  const readings = await listNodeLeases(cluster);
+  const leases = readings.flatMap((reading) => reading.leases);
+  doctorOptions.cluster = {
+    nodes: readings.length,
+    macs: leases.map(({ node, device, mac }) => ({ node, device, mac })),
+  };
+  const own = new Map(
+    leases.filter((lease) => lease.node === cluster.nodeName).map((l) => [l.device, l.mac]),
+  );
+  doctorOptions.source ??= { name: 'kubernetes', desiredMac: (device) => own.get(device) };
+  doctorOptions.peers ??= leases
+    .filter((lease) => lease.node !== cluster.nodeName)
+    .map((lease) => ({ vtepIp: lease.vtepIp, mac: lease.mac, underlayIp: lease.publicIp }));
+}
+
 async function doctor(flags: Flags): Promise<number> {
   const doctorOptions = options(flags);
+  if (flags.has('cluster')) await withCluster(flags, doctorOptions);
   // Loaded when the doctor runs: `watch` and `status` never need its checks.
   const [{ runDoctor }, { formatReport }] = await Promise.all([
     import('../doctor/index.js'),
@@ -126,6 +151,13 @@ export const doctorCommand: CommandSpec = {
       description: 'published peers as JSON: [{ "vtepIp", "mac", "underlayIp" }]',
     },
     offloadFlag('checks nothing'),
+    {
+      name: 'cluster',
+      description:
+        "read every Node: this node's published MACs and its peers from them, and the VtepMACs published twice (needs list on nodes)",
+    },
+    nodeFlag,
+    kubeconfigFlag,
   ],
   run: doctor,
 };

@@ -26,8 +26,10 @@ import {
   ifaceFlag,
   integerFlag,
   jsonFlag,
+  kubeconfigFlag,
   macFlag,
   netnsFlag,
+  nodeFlag,
   offloadFlag,
   parseIfaceFlags,
   parseMacFlags,
@@ -35,6 +37,7 @@ import {
 } from './common';
 import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec } from './flags';
 import { DEFAULT_MESH_GRACE_MS, DEFAULT_STATE_DIR, DEFAULT_UDEV_ROOT } from '../core/defaults';
+import type { MeshMode } from '../mesh/view';
 import { readStatus } from './status';
 import { formatStatus } from './tables';
 import { writeErr, writeOut } from './stdio';
@@ -132,7 +135,7 @@ function commonOptions(
 // --- Kubernetes, metrics -------------------------------------------------------
 
 /** Errors name options (EINVAL, a usage error): the exit mapper says their flags. */
-function clusterOf(flags: WatchFlags): ClusterSettings | null {
+function clusterOf(flags: Pick<WatchFlags, 'node' | 'kubeconfig'>): ClusterSettings | null {
   return detectCluster({ node: flags.node, kubeconfig: flags.kubeconfig }, process.env, existsSync);
 }
 
@@ -180,7 +183,7 @@ async function startServices(
     meshMode === 'off'
       ? null
       : {
-          mode: flags.dryRun ? ('report' as const) : (meshMode as 'report' | 'repair'),
+          mode: flags.dryRun ? ('report' as const) : (meshMode as MeshMode),
           graceMs: integerFlag('--mesh-grace', flags.meshGrace, RANGES.timerMs),
         };
   if (!cluster && metricsAddress === 'off') return null;
@@ -312,7 +315,13 @@ async function watch(flags: WatchFlags): Promise<number> {
   return code;
 }
 
-async function status(flags: CommonFlags): Promise<number> {
+async function status(flags: Flags): Promise<number> {
+  // Loaded when asked for: it needs the Kubernetes client.
+  if (flags.has('mesh')) return (await import('./status-mesh.js')).meshStatus(flags);
+  return deviceStatus(commonFlags(flags));
+}
+
+async function deviceStatus(flags: CommonFlags): Promise<number> {
   const { offload, ...options } = commonOptions(flags);
   if (offload === 'auto')
     throw new UsageError('--offload auto: only watch measures; status shows a fixed policy');
@@ -409,8 +418,8 @@ const watchCommand: CommandSpec = {
       name: 'mesh',
       value: '<mode>',
       description:
-        "check every peer's ARP/FDB entries on this node against what its Node publishes (report), and write them as flanneld would (repair); needs list and watch on nodes (default: report with a cluster, else off)",
-      choices: ['off', 'report', 'repair'],
+        "check every peer's ARP/FDB entries on this node against what its Node publishes (report), write them as flanneld would (repair), and delete entries no Node publishes (prune); needs list and watch on nodes (default: report with a cluster, else off)",
+      choices: ['off', 'report', 'repair', 'prune'],
     },
     {
       name: 'mesh-grace',
@@ -426,18 +435,8 @@ const watchCommand: CommandSpec = {
       choices: ['revert', 'adopt'],
       default: 'revert',
     },
-    {
-      name: 'node',
-      value: '<name>',
-      description:
-        "this node's name in the cluster, whose annotation gives the desired MACs (default: $NODE_NAME)",
-    },
-    {
-      name: 'kubeconfig',
-      value: '<file>',
-      description:
-        "kubeconfig to reach the cluster (default: $KUBECONFIG, else the pod's service account)",
-    },
+    nodeFlag,
+    kubeconfigFlag,
     {
       name: 'metrics-address',
       value: '<host:port|off>',
@@ -456,8 +455,18 @@ const watchCommand: CommandSpec = {
 const statusCommand: CommandSpec = {
   name: 'status',
   description: 'print the managed devices once: MAC vs desired, offloads, neighbours',
-  flags: [...deviceFlags, jsonFlag('print JSON')],
-  run: (flags) => status(commonFlags(flags)),
+  flags: [
+    ...deviceFlags,
+    jsonFlag('print JSON'),
+    {
+      name: 'mesh',
+      description:
+        "instead: every peer's ARP/FDB entries here against what its Node publishes (node, VTEP IP, published MAC, ARP MAC, FDB dst, verdict); exit 1 unless all ok",
+    },
+    nodeFlag,
+    kubeconfigFlag,
+  ],
+  run: (flags) => status(flags),
 };
 
 const PROGRAM: ProgramSpec = {

@@ -3,9 +3,7 @@
  * its verdicts and repairs as log lines, Kubernetes Events on this Node naming the peer, and
  * metrics. Started once the guard exists: the view reads and writes the guard's own devices.
  */
-import { realClock } from '../guard/seams';
 import type { FlannelGuard } from '../guard';
-import { DEFAULT_MESH_FIGHT_WINDOW_MS } from '../core/defaults';
 import { messageOf } from '../core/errors';
 import type { KubernetesApi } from '../kubernetes/api';
 import {
@@ -65,9 +63,7 @@ export function startMesh(
     self: options.nodeName,
     mode: options.settings.mode,
     graceMs: options.settings.graceMs,
-    fightWindowMs: DEFAULT_MESH_FIGHT_WINDOW_MS,
     devices: guard.meshDevices(),
-    clock: realClock,
   });
   const { log, recorder } = options;
   const record = (type: 'Normal' | 'Warning', reason: string, message: string): void => {
@@ -86,6 +82,15 @@ export function startMesh(
     const text = `mesh: node ${e.node} ${e.family} ${e.verdict}: ${e.device} ARP lladdr ${e.before.arpMac ?? 'none'} -> ${e.written.arpMac}, FDB dst ${e.before.fdbDst ?? 'none'} -> ${e.written.fdbDst}${e.error === undefined ? '' : ` not written: ${e.error}`}`;
     log('mesh-repair', e.error === undefined ? 'info' : 'warn', e, text);
     if (e.error === undefined) record('Normal', EVENT_REASONS.meshRepaired, text);
+  });
+  view.on('pruned', (e) => {
+    const { entry } = e;
+    const what =
+      entry.kind === 'arp'
+        ? `ARP ${entry.destination ?? '-'} lladdr ${entry.lladdr}`
+        : `FDB ${entry.lladdr} dst ${entry.destination ?? '-'}`;
+    const text = `mesh: ${entry.device} ${what}: no Node publishes it; ${e.error === undefined ? 'deleted' : `not deleted: ${e.error}`}`;
+    log('mesh-prune', e.error === undefined ? 'info' : 'warn', e, text);
   });
   options.metrics?.observeMesh(view);
   const watch = new MeshNodeWatch({

@@ -184,6 +184,7 @@ export class WatchServices {
         involvedObject,
       });
       this.health.attachMesh(() => mesh.view.snapshot());
+      this.health.vtep.attachMesh(mesh.view);
       this.#closeMesh = mesh.close;
     }
     if (this.#recorder && source && cluster) {

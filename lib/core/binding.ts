@@ -164,6 +164,11 @@ export interface RawMonitorStats {
   currentRecords: number;
   /** A native correction reported with a later rewrite its write answered too (queued before its echo). */
   carriedCorrections: number;
+  /**
+   * An FDB remote notified beside another remote of its MAC: a VXLAN device tells a `replace`
+   * that moved the remote and an `append` alike, so the tables are dumped again.
+   */
+  fdbRemoteResyncs: number;
   receiveBuffer: number;
   /** Links and neighbour/FDB entries in the native mirror. */
   links: number;
@@ -317,6 +322,8 @@ export interface RawControl {
   setLinkAddress(ifindex: number, mac: Buffer, interfaceName: string, async: true): Promise<void>;
   replaceNeighbour(entry: RawNeighbourEntry, interfaceName?: string, async?: false): void;
   replaceNeighbour(entry: RawNeighbourEntry, interfaceName: string, async: true): Promise<void>;
+  deleteNeighbour(entry: RawNeighbourEntry, interfaceName?: string, async?: false): void;
+  deleteNeighbour(entry: RawNeighbourEntry, interfaceName: string, async: true): Promise<void>;
   replaceNeighbours(entries: RawNeighbourEntries, interfaceName?: string, async?: false): number;
   replaceNeighbours(
     entries: RawNeighbourEntries,

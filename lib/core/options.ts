@@ -7,6 +7,7 @@
 import { DEFAULT_OFFLOAD } from './defaults';
 import { invalidArgument } from './errors';
 import { openControl } from './oneshot';
+import { integerInRange, type NumberRange } from './validate';
 
 /** Rejects a name `known` does not list: a misspelt `pin` must not act as its default. */
 export function rejectUnknownOptions(
@@ -64,6 +65,21 @@ export function choiceOption<Choice extends string>(
 }
 
 /** true or false, or `fallback` when undefined (1, 'yes' or 'false' are mistakes, not truths). */
+/** A whole number within `range` (`fallback` when absent), or EINVAL naming the option. */
+export function integerOption(
+  value: unknown,
+  range: NumberRange,
+  option: string,
+  fallback: number,
+): number {
+  if (value === undefined) return fallback;
+  try {
+    return integerInRange(value, range, `option ${option}`);
+  } catch (error) {
+    throw Object.assign(error as Error, { option });
+  }
+}
+
 export function booleanOption(value: unknown, option: string, fallback: boolean): boolean {
   if (value === undefined) return fallback;
   if (typeof value !== 'boolean') {

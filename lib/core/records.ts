@@ -1,5 +1,11 @@
 /** Raw addon records to the public shapes, and the keys that identify them. */
-import type { RawLink, RawNeighbour, RawNeighbourColumns, RawNeighbourEntries } from './binding';
+import type {
+  RawLink,
+  RawNeighbour,
+  RawNeighbourColumns,
+  RawNeighbourEntries,
+  RawNeighbourEntry,
+} from './binding';
 import {
   AF_BRIDGE,
   AF_INET6,
@@ -10,6 +16,7 @@ import {
   neighbourStateNames,
 } from './constants';
 import type { LinkInfo, NeighbourFamily, NeighbourInfo } from './types';
+import { macBytes } from './validate';
 
 export function toLinkInfo(raw: RawLink, addrAssignType: number | null = null): LinkInfo {
   const link: LinkInfo = {
@@ -149,6 +156,18 @@ export function toRawNeighbourEntries(entries: readonly NeighbourInfo[]): RawNei
     columns.lladdr.push(entry.lladdr);
   });
   return columns;
+}
+
+/** One entry as the addon takes it (an entry without an lladdr is named by all zeros). */
+export function toRawNeighbourEntry(entry: NeighbourInfo): RawNeighbourEntry {
+  return {
+    family: familyNumber(entry.family),
+    ifindex: entry.ifindex,
+    destination: entry.destination,
+    lladdr: macBytes(entry.lladdr ?? '00:00:00:00:00:00'),
+    state: entry.state,
+    flags: entry.flags,
+  };
 }
 
 export function familyNumber(family: NeighbourFamily): number {

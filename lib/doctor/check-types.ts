@@ -28,6 +28,7 @@ export const CHECK_IDS = [
   'random-fully',
   'vxlan-port',
   'checksum-errors',
+  'cluster-vtep-macs',
 ] as const;
 export type CheckId = (typeof CHECK_IDS)[number];
 
@@ -63,6 +64,16 @@ export interface DoctorInput {
   kernelRelease?: string;
   /** Replaces single system probes (tests, or callers that know better). */
   probe?: Partial<SystemProbe>;
+  /** What every Node publishes (`doctor --cluster`): checked for VtepMACs published twice. */
+  cluster?: ClusterPublished;
+}
+
+/** The VtepMACs the cluster's Nodes publish, as flanneld reads them. */
+export interface ClusterPublished {
+  /** Nodes read. */
+  nodes: number;
+  /** Every Node's VtepMAC per device. */
+  macs: readonly { node: string; device: string; mac: string }[];
 }
 
 /**
@@ -137,6 +148,7 @@ export interface Gathered {
   nm: NmConfig;
   offload: Readonly<Record<string, boolean>>;
   peersGiven: boolean;
+  cluster: ClusterPublished | null;
   /** The checksum-error counters when the doctor began (read again at the end), or why not. */
   checksumErrorsAtStart: { counters: ChecksumErrorCounters; at: number } | Error;
 }

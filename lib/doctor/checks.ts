@@ -6,7 +6,7 @@
  */
 import { evaluateLinkFiles } from '../udev/link-files';
 import { rulesTouching } from './udev-rules';
-import { type CheckResult, type Gathered } from './check-types';
+import { type CheckResult, type ClusterPublished, type Gathered } from './check-types';
 import { checkLinkFiles, checkNetworkManager, checkUdevRules } from './config-checks';
 import { checkAddrAssignType, checkMac, checkNeighbours, checkVtep } from './device-checks';
 import {
@@ -55,5 +55,36 @@ export async function runChecks(gathered: Gathered): Promise<CheckResult[]> {
   }
   // Last: the longest window over the counters, the probes' answers included.
   results.push(await checkChecksumErrors(gathered));
+  if (gathered.cluster) results.push(checkClusterMacs(gathered.cluster));
   return results;
+}
+
+/**
+ * Two Nodes publishing one VtepMAC (nodes cloned with one /etc/machine-id under
+ * MACAddressPolicy=persistent): every other node's FDB sends both nodes' traffic to one of them.
+ */
+export function checkClusterMacs(cluster: ClusterPublished): CheckResult {
+  const byMac = new Map<string, string[]>();
+  for (const { node, device, mac } of cluster.macs) {
+    const key = `${device} ${mac}`;
+    byMac.set(key, [...(byMac.get(key) ?? []), node]);
+  }
+  const duplicates = [...byMac].filter(([, nodes]) => nodes.length > 1);
+  const evidence = duplicates.map(
+    ([key, nodes]) => `${key}: published by ${nodes.sort().join(', ')}`,
+  );
+  return {
+    id: 'cluster-vtep-macs',
+    device: null,
+    verdict: duplicates.length > 0 ? 'fail' : 'ok',
+    summary:
+      duplicates.length > 0
+        ? `${duplicates.length} VtepMAC(s) published by more than one of ${cluster.nodes} Nodes`
+        : `${cluster.macs.length} VtepMACs of ${cluster.nodes} Nodes, each published once`,
+    evidence,
+    fix:
+      duplicates.length > 0
+        ? 'Give each of those nodes its own /etc/machine-id (systemd-machine-id-setup on a cloned image) and restart flannel there, or pin a distinct MAC with MACAddressPolicy=none.'
+        : null,
+  };
 }

@@ -152,6 +152,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
     nm: loadNetworkManager(fs),
     offload,
     peersGiven: peerList.length > 0,
+    cluster: input.cluster ?? null,
     checksumErrorsAtStart,
   };
 }

@@ -242,6 +242,7 @@ const OPTION_NAMES = [
   'fix',
   'reloadUdev',
   'reloadNetworkManager',
+  'cluster',
 ] as const satisfies readonly (keyof DoctorOptions)[];
 
 /**

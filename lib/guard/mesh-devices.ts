@@ -14,11 +14,21 @@ import type { GuardMonitor } from './seams';
 
 export function vtepTables(
   monitor: GuardMonitor,
-  ports: Pick<GuardPorts, 'replaceNeighbours'>,
+  ports: Pick<GuardPorts, 'replaceNeighbours' | 'deleteNeighbour'>,
   devices: Pick<DeviceTable, 'get' | 'values'>,
   dryRun: boolean,
 ): MeshDevices {
   const byName = (name: string) => [...devices.values()].find((device) => device.name === name);
+  const writable = (name: string) => {
+    const device = byName(name);
+    if (device === undefined) {
+      throw systemError('ENODEV', `${name} is not a device the guard keeps`, { interface: name });
+    }
+    if (dryRun) {
+      throw systemError('EPERM', `dry run: ${name}'s entries are not written`, { interface: name });
+    }
+    return device;
+  };
   return {
     read(name) {
       const device = byName(name);
@@ -45,6 +55,11 @@ export function vtepTables(
         device.ifindex,
         placed.filter((entry) => entry.family !== 'bridge'),
       );
+    },
+    remove(name, entry) {
+      const device = writable(name);
+      // The kernel's notification of the deletion takes it out of the restore set.
+      ports.deleteNeighbour({ ...entry, ifindex: device.ifindex }, device.name);
     },
     subscribe(listener) {
       const tell = (entry: NeighbourInfo, removed: boolean, portid: number): void => {

@@ -5,7 +5,12 @@
  */
 import { binding, type RawControl } from '../core/binding';
 import { isSystemError } from '../core/errors';
-import { toLinkInfo, toNeighbourInfo, toRawNeighbourEntries } from '../core/records';
+import {
+  toLinkInfo,
+  toNeighbourInfo,
+  toRawNeighbourEntries,
+  toRawNeighbourEntry,
+} from '../core/records';
 import type {
   ChecksumErrorCounters,
   ChecksumSample,
@@ -28,6 +33,8 @@ export interface GuardPorts {
    * the socket allows; how many were written (throws the first failure).
    */
   replaceNeighbours(entries: readonly NeighbourInfo[], name: string): number;
+  /** Deletes one neighbour or FDB entry (the mesh view's prune). */
+  deleteNeighbour(entry: NeighbourInfo, name: string): void;
   getFeatures(name: string): FeatureState[];
   setFeatures(name: string, wanted: Record<string, boolean>): FeatureSetResult;
   /** /sys addr_assign_type when the device is in this process's namespace, else null. */
@@ -69,6 +76,9 @@ export function controlPorts(control: RawControl, netns: NetnsTarget | null): Gu
     replaceNeighbours(entries, name) {
       const raw = toRawNeighbourEntries(entries);
       return raw.family.length === 0 ? 0 : control.replaceNeighbours(raw, name);
+    },
+    deleteNeighbour(entry, name) {
+      control.deleteNeighbour(toRawNeighbourEntry(entry), name);
     },
     getFeatures(name) {
       return control.getFeatures(name).features;

@@ -4,7 +4,8 @@
  * `FlannelVtepHealthy`, its name before, for one release) is False while a
  * managed device stays drifted (its MAC off the desired one for longer than a correction takes)
  * or is contested (another agent keeps rewriting its MAC or offload), or its TX checksum offload
- * was measured broken (`--offload auto`) and is still on; True otherwise. Never
+ * was measured broken (`--offload auto`) and is still on, or (with the mesh view) this node's
+ * entries for a peer differ from what it publishes; True otherwise. Never
  * `NetworkUnavailable`, which flannel owns. Written with a strategic merge patch of the Node's
  * status (conditions merge by type, so kubelet's and others' stay), on every change of its
  * status, reason or message and as a heartbeat; a failed write is tried again on the next.
@@ -12,6 +13,7 @@
 import { EventEmitter } from 'node:events';
 
 import type { DeviceStatus, FlannelGuard } from '../guard';
+import type { MeshSnapshot, MeshView } from '../mesh/view';
 import type { KubernetesApi } from './api';
 
 /**
@@ -31,14 +33,19 @@ export const DEFAULT_HEARTBEAT_MS = 5 * 60_000;
 
 export interface NodeConditionValue {
   status: 'True' | 'False';
-  reason: 'VtepHealthy' | 'VtepMacDrifted' | 'VtepContested' | 'VtepOffloadBroken';
+  reason:
+    'VtepHealthy' | 'VtepMacDrifted' | 'VtepContested' | 'VtepOffloadBroken' | 'VtepPeersStale';
   message: string;
 }
 
-/** The condition for these devices; `persistentlyDrifted` says which drift has lasted. */
+/**
+ * The condition for these devices; `persistentlyDrifted` says which drift has lasted. With the
+ * mesh view, peers whose entries here differ from what they publish (past its grace) count too.
+ */
 export function vtepCondition(
   devices: readonly DeviceStatus[],
   persistentlyDrifted: (device: DeviceStatus) => boolean,
+  mesh?: MeshSnapshot,
 ): NodeConditionValue {
   const contested = devices.filter((d) => d.contested);
   if (contested.length > 0) {
@@ -69,6 +76,16 @@ export function vtepCondition(
           (d) => `${d.name} has MAC ${d.mac ?? 'none'}, the other nodes use ${d.desiredMac ?? '?'}`,
         )
         .join('; '),
+    };
+  }
+  const diverged = Object.entries(mesh?.reported ?? {}).filter(([, verdict]) => verdict !== 'ok');
+  if (diverged.length > 0) {
+    return {
+      status: 'False',
+      reason: 'VtepPeersStale',
+      message: `this node's ARP/FDB entries differ from what the peers publish: ${diverged
+        .map(([peer, verdict]) => `${peer.replace('|', ' ')} ${verdict}`)
+        .join(', ')}`,
     };
   }
   const names = devices.map((d) => d.name);
@@ -106,6 +123,7 @@ export class VtepHealth extends EventEmitter<VtepHealthEvents> {
   #graceTimer: NodeJS.Timeout | undefined;
   #evaluateTimer: NodeJS.Timeout | undefined;
   #guard: FlannelGuard | undefined;
+  #mesh: MeshView | undefined;
   #closed = false;
 
   constructor(options: VtepHealthOptions = {}) {
@@ -119,17 +137,25 @@ export class VtepHealth extends EventEmitter<VtepHealthEvents> {
     return this.#value;
   }
 
+  /** Judges the mesh view's verdicts too, at each change of one. */
+  attachMesh(view: MeshView): void {
+    this.#mesh = view;
+    view.on('verdict', () => this.#judgeSoon());
+  }
+
+  // A correction's events come in the turn that corrects: the status is read a little later,
+  // once for all of them, not by each event's listener.
+  #judgeSoon(): void {
+    this.#evaluateTimer ??= setTimeout(() => {
+      this.#evaluateTimer = undefined;
+      this.judge();
+    }, EVALUATE_AFTER_MS).unref();
+  }
+
   /** Follows the guard's events; returns a function that stops following. */
   attach(guard: FlannelGuard): () => void {
     this.#guard = guard;
-    // A correction's events come in the turn that corrects: the status is read a little later,
-    // once for all of them, not by each event's listener.
-    const judgeSoon = (): void => {
-      this.#evaluateTimer ??= setTimeout(() => {
-        this.#evaluateTimer = undefined;
-        this.judge();
-      }, EVALUATE_AFTER_MS).unref();
-    };
+    const judgeSoon = (): void => this.#judgeSoon();
     const names = [
       'ready',
       'rewrite',
@@ -162,10 +188,14 @@ export class VtepHealth extends EventEmitter<VtepHealthEvents> {
     for (const name of this.#driftSince.keys()) {
       if (!devices.some((d) => d.name === name)) this.#driftSince.delete(name);
     }
-    const condition = vtepCondition(devices, (d) => {
-      const since = this.#driftSince.get(d.name);
-      return since !== undefined && now - since >= this.#graceMs;
-    });
+    const condition = vtepCondition(
+      devices,
+      (d) => {
+        const since = this.#driftSince.get(d.name);
+        return since !== undefined && now - since >= this.#graceMs;
+      },
+      this.#mesh?.snapshot(),
+    );
     // A drift not yet old enough to count: look again once it is.
     if (this.#driftSince.size > 0 && this.#graceTimer === undefined) {
       this.#graceTimer = setTimeout(() => {

@@ -54,6 +54,8 @@ export { parseListenAddress, type ListenAddress } from './listen';
 export { GuardHealth, startMetricsServer } from './server';
 export type { HealthReport, MetricsServer, MetricsServerOptions } from './server';
 export { KubernetesMacSource } from './source';
+export { MeshNodeWatch, readPeer } from './mesh-peers';
+export type { MeshNodeWatchOptions } from './mesh-peers';
 export type {
   AdoptEvent,
   KubernetesMacSourceEvents,

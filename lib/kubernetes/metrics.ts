@@ -242,7 +242,7 @@ export class GuardMetrics {
     });
     this.#meshRepairs = new Counter({
       name: `${p}mesh_repairs_total`,
-      help: "A peer's ARP/FDB entries written as flanneld would (--mesh repair), by result",
+      help: "A peer's ARP/FDB entries written as flanneld would (--mesh repair: written, failed), or an orphan entry deleted (--mesh prune: pruned, prune-failed)",
       labelNames: ['result'],
       registers,
     });
@@ -385,6 +385,9 @@ export class GuardMetrics {
     this.#mesh = view;
     view.on('repaired', (e) => {
       this.#meshRepairs.inc({ result: e.error === undefined ? 'written' : 'failed' });
+    });
+    view.on('pruned', (e) => {
+      this.#meshRepairs.inc({ result: e.error === undefined ? 'pruned' : 'prune-failed' });
     });
   }
 

@@ -10,13 +10,18 @@
 import { EventEmitter } from 'node:events';
 
 import { NTF_SELF, NUD_PERMANENT } from '../core/constants';
-import { messageOf } from '../core/errors';
+import { monotonicMs } from '../core/clock';
+import { DEFAULT_MESH_FIGHT_WINDOW_MS, DEFAULT_MESH_GRACE_MS } from '../core/defaults';
+import { invalidArgument, messageOf } from '../core/errors';
+import { choiceOption, integerOption, rejectUnknownOptions } from '../core/options';
+import { ipVersion, RANGES } from '../core/validate';
 import type { NeighbourInfo } from '../core/types';
 import {
   compareMesh,
   orphanKey,
   peerKey,
   type IncompletePeer,
+  type MeshFamily,
   type MeshTable,
   type OrphanEntry,
   type PeerLease,
@@ -47,6 +52,8 @@ export interface MeshDevices {
   read(device: string): { mac: string | null; entries: readonly NeighbourInfo[] } | null;
   /** Replaces the entries (NLM_F_REPLACE); the ARP/NDP ones join the device's restore set. */
   write(device: string, entries: readonly NeighbourInfo[]): void;
+  /** Deletes the entry (RTM_DELNEIGH); an ARP/NDP one leaves the restore set. */
+  remove(device: string, entry: NeighbourInfo): void;
   /** Calls `listener` on each change of a VTEP's entries; returns the unsubscribe. */
   subscribe(listener: (change: VtepEntryChange) => void): () => void;
 }
@@ -56,19 +63,41 @@ export interface MeshClock {
   setTimeout(callback: () => void, ms: number): () => void;
 }
 
-export type MeshMode = 'report' | 'repair';
+/** report: say; repair: also write the peers' entries; prune: also delete orphans. */
+export type MeshMode = 'report' | 'repair' | 'prune';
 
 export interface MeshViewOptions {
   /** This node's name. */
   self: string;
-  mode: MeshMode;
-  /** How long a divergence must last before it counts (and is repaired). */
-  graceMs: number;
-  /** Two repairs undone within this long: the peer is contested. */
-  fightWindowMs: number;
+  /** 'report' (default) or 'repair'. */
+  mode?: MeshMode;
+  /** How long a divergence must last before it counts (and is repaired); default 5 s. */
+  graceMs?: number;
+  /** Two repairs undone within this long: the peer is contested; default 60 s. */
+  fightWindowMs?: number;
+  /** The guard's devices: `FlannelGuard.meshDevices()`. */
   devices: MeshDevices;
-  clock: MeshClock;
+  /** Default: CLOCK_MONOTONIC, timers that keep no process alive. */
+  clock?: MeshClock;
 }
+
+/** Every name MeshViewOptions declares: anything else is a caller's mistake (EINVAL). */
+const OPTION_NAMES = [
+  'self',
+  'mode',
+  'graceMs',
+  'fightWindowMs',
+  'devices',
+  'clock',
+] as const satisfies readonly (keyof MeshViewOptions)[];
+
+const REAL_CLOCK: MeshClock = {
+  now: monotonicMs,
+  setTimeout(callback, ms) {
+    const timer = setTimeout(callback, ms).unref();
+    return () => clearTimeout(timer);
+  },
+};
 
 export type MeshSubject =
   | { kind: 'peer'; row: PeerRow }
@@ -97,9 +126,16 @@ export interface MeshRepairEvent {
   error?: string;
 }
 
+/** An orphan entry deleted ('prune' mode), after the grace period. */
+export interface MeshPruneEvent {
+  entry: OrphanEntry;
+  error?: string;
+}
+
 export interface MeshViewEvents {
   verdict: [MeshVerdictEvent];
   repaired: [MeshRepairEvent];
+  pruned: [MeshPruneEvent];
 }
 
 /** What the view reports now, for status, metrics and readiness. */
@@ -132,7 +168,7 @@ interface FightRecord {
 const COALESCE_MS = 20;
 
 export class MeshView extends EventEmitter<MeshViewEvents> {
-  readonly #options: MeshViewOptions;
+  readonly #options: Required<MeshViewOptions>;
   readonly #nodes = new Map<string, NodeLeases>();
   readonly #tracked = new Map<string, Tracked>();
   readonly #fights = new Map<string, FightRecord>();
@@ -148,10 +184,28 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
 
   constructor(options: MeshViewOptions) {
     super();
-    this.#options = options;
-    this.#unsubscribe = options.devices.subscribe((change) => {
+    rejectUnknownOptions(options, OPTION_NAMES, 'MeshView');
+    const { self, devices } = options;
+    if (typeof self !== 'string' || self === '') {
+      throw invalidArgument("option self must be this node's name", { option: 'self' });
+    }
+    this.#options = {
+      self,
+      mode: choiceOption(options.mode, ['report', 'repair', 'prune'], 'mode', 'report'),
+      graceMs: integerOption(options.graceMs, RANGES.timerMs, 'graceMs', DEFAULT_MESH_GRACE_MS),
+      fightWindowMs: integerOption(
+        options.fightWindowMs,
+        RANGES.timerMs,
+        'fightWindowMs',
+        DEFAULT_MESH_FIGHT_WINDOW_MS,
+      ),
+      devices,
+      clock: options.clock ?? REAL_CLOCK,
+    };
+    const clock = this.#options.clock;
+    this.#unsubscribe = devices.subscribe((change) => {
       this.#noteWriter(change);
-      this.#schedule(options.clock.now() + COALESCE_MS);
+      this.#schedule(clock.now() + COALESCE_MS);
     });
   }
 
@@ -165,9 +219,14 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     this.#evaluate();
   }
 
-  /** One Node added or changed (null leases: deleted). */
+  /**
+   * One Node added or changed (null leases: deleted). A change that leaves what it publishes as
+   * it was (a label, a heartbeat of its status) compares nothing again.
+   */
   updateNode(name: string, leases: NodeLeases | null): void {
-    this.#forgetFightIfChanged(this.#nodes.get(name), leases);
+    const before = this.#nodes.get(name);
+    if (before !== undefined && leases !== null && sameLeases(before, leases)) return;
+    this.#forgetFightIfChanged(before, leases);
     if (leases === null) this.#nodes.delete(name);
     else this.#nodes.set(name, leases);
     this.#evaluate();
@@ -211,9 +270,7 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
   /** A peer whose published data changed is no longer contested: its new values may be fine. */
   #forgetFightIfChanged(before: NodeLeases | undefined, after: NodeLeases | null): void {
     if (before === undefined) return;
-    const signature = (node: NodeLeases | null | undefined): string =>
-      JSON.stringify(node?.leases ?? []);
-    if (signature(before) === signature(after)) return;
+    if (after !== null && JSON.stringify(before.leases) === JSON.stringify(after.leases)) return;
     for (const key of [...this.#fights.keys()]) {
       if (key.startsWith(`${before.node}|`)) this.#fights.delete(key);
     }
@@ -292,11 +349,12 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     let verdict: Tracked['reported'] = tracked.observed;
     const subject = tracked.subject;
     let writer: number | undefined;
+    if (subject.kind === 'orphan' && this.#options.mode === 'prune') this.#prune(subject.entry);
     if (subject.kind === 'peer' && isRepairable(subject.row.verdict)) {
       const fight = this.#fights.get(key);
       if (fight?.contested === true) {
         verdict = 'contested';
-      } else if (this.#options.mode === 'repair') {
+      } else if (this.#options.mode !== 'report') {
         if (this.#isFight(key, subject.row, now)) {
           verdict = 'contested';
           writer = this.#writerOf(subject.row);
@@ -338,6 +396,17 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     );
   }
 
+  /** Deletes an orphan that has lasted the grace period (a Node gone, a MAC nobody holds). */
+  #prune(entry: OrphanEntry): void {
+    const event: MeshPruneEvent = { entry };
+    try {
+      this.#options.devices.remove(entry.device, orphanEntry(entry));
+    } catch (error) {
+      event.error = messageOf(error);
+    }
+    this.emit('pruned', event);
+  }
+
   #repair(key: string, row: PeerRow, now: number): void {
     const entries = flannelEntries(row);
     const event: MeshRepairEvent = {
@@ -361,6 +430,13 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
   }
 }
 
+function sameLeases(a: NodeLeases, b: NodeLeases): boolean {
+  return (
+    JSON.stringify(a.leases) === JSON.stringify(b.leases) &&
+    JSON.stringify(a.incomplete) === JSON.stringify(b.incomplete)
+  );
+}
+
 function isRepairable(verdict: PeerVerdict): boolean {
   return verdict === 'stale-mac' || verdict === 'missing' || verdict === 'stale-underlay';
 }
@@ -373,27 +449,38 @@ function staleValues(row: PeerRow): string[] {
   return stale;
 }
 
+/** The kernel entry an orphan stands for, to delete it. */
+function orphanEntry(orphan: OrphanEntry): NeighbourInfo {
+  if (orphan.kind === 'fdb') return fdbEntry(orphan.lladdr, orphan.destination);
+  const family = ipVersion(orphan.destination ?? '') === 6 ? 'ipv6' : 'ipv4';
+  return arpEntry(family, orphan.destination, orphan.lladdr);
+}
+
+/** A permanent ARP/NDP entry, as flanneld writes one (device.go AddARP, AddV6ARP). */
+function arpEntry(family: MeshFamily, address: string | null, mac: string): NeighbourInfo {
+  return {
+    family: family === 'ipv4' ? 'inet' : 'inet6',
+    ifindex: 0,
+    destination: address,
+    lladdr: mac,
+    state: NUD_PERMANENT,
+    states: ['permanent'],
+    permanent: true,
+    flags: 0,
+    vni: null,
+    master: null,
+  };
+}
+
+/** A permanent FDB entry of the device itself, as flanneld writes one (device.go AddFDB). */
+function fdbEntry(mac: string, remote: string | null): NeighbourInfo {
+  return { ...arpEntry('ipv4', remote, mac), family: 'bridge', flags: NTF_SELF };
+}
+
 /** The two entries flanneld writes for a peer (see compare.ts), ARP/NDP first. */
 export function flannelEntries(row: PeerRow): NeighbourInfo[] {
-  const common = { ifindex: 0, vni: null, master: null, state: NUD_PERMANENT };
   return [
-    {
-      ...common,
-      family: row.family === 'ipv4' ? 'inet' : 'inet6',
-      destination: row.vtepIp,
-      lladdr: row.publishedMac,
-      states: ['permanent'],
-      permanent: true,
-      flags: 0,
-    },
-    {
-      ...common,
-      family: 'bridge',
-      destination: row.publicIp,
-      lladdr: row.publishedMac,
-      states: ['permanent'],
-      permanent: true,
-      flags: NTF_SELF,
-    },
+    arpEntry(row.family, row.vtepIp, row.publishedMac),
+    fdbEntry(row.publishedMac, row.publicIp),
   ];
 }

@@ -127,6 +127,7 @@ Napi::Function ControlWrap::Define(Napi::Env env) {
                          InstanceMethod<&ControlWrap::SetLinkAddress>("setLinkAddress"),
                          InstanceMethod<&ControlWrap::ReplaceNeighbour>("replaceNeighbour"),
                          InstanceMethod<&ControlWrap::ReplaceNeighbours>("replaceNeighbours"),
+                         InstanceMethod<&ControlWrap::DeleteNeighbour>("deleteNeighbour"),
                          InstanceMethod<&ControlWrap::ProbeWriteAccess>("probeWriteAccess"),
                          InstanceMethod<&ControlWrap::GetFeatures>("getFeatures"),
                          InstanceMethod<&ControlWrap::SetFeatures>("setFeatures"),
@@ -213,17 +214,26 @@ Napi::Value ControlWrap::SetLinkAddress(const Napi::CallbackInfo& info) {
       Nothing);
 }
 
-// replaceNeighbour({ family, ifindex, destination, lladdr, state, flags }, interfaceForErrors?,
-// async?)
-Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
+// One entry ({ family, ifindex, destination, lladdr, state, flags }, interfaceForErrors?, async?)
+// through `request`: replaceNeighbour, deleteNeighbour.
+Napi::Value ControlWrap::NeighbourRequest(const Napi::CallbackInfo& info,
+                                          NeighbourRequestMethod request) {
   const netlink::NeighbourEntry entry = NeighbourEntryFromJs(info[0]);
   const std::string interface = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
   return Run<Unit>(
       info, 2, core_, netnsLabel_,
-      [entry, interface](NetlinkRequester& requester) {
-        return Named(requester.ReplaceNeighbour(entry), interface);
+      [entry, interface, request](NetlinkRequester& requester) {
+        return Named((requester.*request)(entry), interface);
       },
       Nothing);
+}
+
+Napi::Value ControlWrap::ReplaceNeighbour(const Napi::CallbackInfo& info) {
+  return NeighbourRequest(info, &NetlinkRequester::ReplaceNeighbour);
+}
+
+Napi::Value ControlWrap::DeleteNeighbour(const Napi::CallbackInfo& info) {
+  return NeighbourRequest(info, &NetlinkRequester::DeleteNeighbour);
 }
 
 // replaceNeighbours({ family, ifindex, state, flags, destination, lladdr } columns,

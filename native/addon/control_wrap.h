@@ -36,6 +36,9 @@ class ControlWrap : public Napi::ObjectWrap<ControlWrap> {
   Napi::Value GetLinkByName(const Napi::CallbackInfo& info);
   Napi::Value SetLinkAddress(const Napi::CallbackInfo& info);
   Napi::Value ReplaceNeighbour(const Napi::CallbackInfo& info);
+  Napi::Value DeleteNeighbour(const Napi::CallbackInfo& info);
+  using NeighbourRequestMethod = Result<Unit> (NetlinkRequester::*)(const netlink::NeighbourEntry&);
+  Napi::Value NeighbourRequest(const Napi::CallbackInfo& info, NeighbourRequestMethod request);
   Napi::Value ReplaceNeighbours(const Napi::CallbackInfo& info);
   Napi::Value ProbeWriteAccess(const Napi::CallbackInfo& info);
   Napi::Value GetFeatures(const Napi::CallbackInfo& info);

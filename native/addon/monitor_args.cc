@@ -139,6 +139,7 @@ Napi::Object StatsToJs(Napi::Env env, const MonitorStats& stats, const ReportSta
   set("foldedEchoes", stats.foldedEchoes);
   set("staleRecords", stats.staleRecords);
   set("currentRecords", stats.currentRecords);
+  set("fdbRemoteResyncs", stats.fdbRemoteResyncs);
   set("carriedCorrections", stats.carriedCorrections);
   set("reports", reports.reports);
   set("heldCorrections", reports.heldCorrections);

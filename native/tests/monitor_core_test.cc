@@ -63,10 +63,12 @@ class ScriptedKernel {
   explicit ScriptedKernel(ScriptedSource* source) : source_(source) {}
 
   Mac mac = kDesired;
-  std::map<uint8_t, Mac> arp;  // 198.18.0.N -> lladdr
-  size_t macWrites = 0;        // by the core's writer
-  size_t linkReads = 0;        // RTM_GETLINKs the core's writer sent
+  std::map<uint8_t, Mac> arp;      // 198.18.0.N -> lladdr
+  std::map<uint8_t, uint8_t> fdb;  // MacOf(N) -> remote 192.0.2.M (one remote per MAC)
+  size_t macWrites = 0;            // by the core's writer
+  size_t linkReads = 0;            // RTM_GETLINKs the core's writer sent
   size_t neighbourWrites = 0;
+  size_t fdbDumps = 0;
   // The core's kernel filter at work: its writer's re-adds are never read.
   bool ownReaddsFiltered = false;
 
@@ -83,6 +85,21 @@ class ScriptedKernel {
                Cat({NdMsg(AF_INET, kIfindex, state), Attr(NDA_DST, Bytes{198, 18, 0, last}),
                     Attr(NDA_LLADDR, Bytes(lladdr.begin(), lladdr.end()))}),
                flags, seq, portid);
+  }
+
+  static Bytes FdbMessage(uint8_t last, uint8_t remote, uint16_t flags = 0, uint32_t seq = 0,
+                          uint32_t portid = 0) {
+    const Mac lladdr = MacOf(last);
+    return Msg(RTM_NEWNEIGH,
+               Cat({NdMsg(AF_BRIDGE, kIfindex, NUD_PERMANENT, NTF_SELF),
+                    Attr(NDA_LLADDR, Bytes(lladdr.begin(), lladdr.end())),
+                    Attr(NDA_DST, Bytes{192, 0, 2, remote})}),
+               flags, seq, portid);
+  }
+  // `bridge fdb replace MAC ... dst REMOTE`: the kernel notifies the new remote only.
+  void ReplaceFdb(uint8_t last, uint8_t remote) {
+    fdb[last] = remote;
+    source_->Feed(FdbMessage(last, remote, 0, 0, kIpPort));
   }
 
   // Anyone's MAC write: the device's notification, then the flush.
@@ -121,6 +138,11 @@ class ScriptedKernel {
         for (const auto& [last, lladdr] : arp) {
           source_->Feed(
               NeighMessage(last, lladdr, NUD_PERMANENT, false, kMonitorPort, NLM_F_MULTI, seq));
+        }
+      } else {
+        ++fdbDumps;
+        for (const auto& [last, remote] : fdb) {
+          source_->Feed(FdbMessage(last, remote, NLM_F_MULTI, seq, kMonitorPort));
         }
       }
       source_->Feed(Msg(NLMSG_DONE, U32(0), NLM_F_MULTI, seq, kMonitorPort));
@@ -607,3 +629,25 @@ TEST_CASE("monitor core: seeded random writers; every correction puts back what 
 }
 
 }  // namespace
+
+TEST_CASE("monitor core: an FDB remote beside another of its MAC is settled by a dump") {
+  Bed bed({{2, MacOf(0x22)}});
+  bed.kernel->ReplaceFdb(0xa1, 11);
+  bed.Read();
+  const size_t dumps = bed.kernel->fdbDumps;
+  bed.kernel->ReplaceFdb(0xa2, 12);  // another MAC: nothing to settle
+  bed.Read();
+  EXPECT_EQ(bed.kernel->fdbDumps, dumps);
+  // Moved: the notification names .21 only, and .11 is gone in the kernel.
+  bed.kernel->ReplaceFdb(0xa1, 21);
+  bed.Read();
+  EXPECT_EQ(bed.kernel->fdbDumps, dumps + 1);
+  EXPECT_EQ(bed.core->stats().fdbRemoteResyncs, uint64_t{1});
+  std::vector<uint8_t> remotes;
+  for (const auto& [key, neigh] : bed.core->mirror().neighs()) {
+    if (neigh.record.family == AF_BRIDGE && neigh.record.lladdr.bytes == MacOf(0xa1)) {
+      remotes.push_back(neigh.record.destination.at(3));
+    }
+  }
+  EXPECT_TRUE(remotes == std::vector<uint8_t>{21});
+}

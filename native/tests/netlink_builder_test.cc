@@ -19,6 +19,7 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +36,7 @@ namespace {
 using fg::netlink::BuildDumpRequest;
 using fg::netlink::BuildGetLinkByNameRequest;
 using fg::netlink::BuildGetLinkRequest;
+using fg::netlink::BuildNeighbourDeleteRequest;
 using fg::netlink::BuildNeighbourReplaceRequest;
 using fg::netlink::BuildNoopSetLinkRequest;
 using fg::netlink::BuildSetLinkAddressRequest;
@@ -328,6 +330,26 @@ TEST_CASE("builder: neighbour replace round-trips (IPv4, IPv6, FDB)") {
     EXPECT_TRUE(neigh.lladdr.bytes == entry.lladdr);
     EXPECT_FALSE(neigh.vni.has_value());
   }
+}
+
+TEST_CASE("builder: neighbour delete names the entry as the replace writes it") {
+  NeighbourEntry fdb;
+  fdb.family = AF_BRIDGE;
+  fdb.ifindex = 4;
+  fdb.destination = {192, 0, 2, 12};
+  fdb.lladdr = kMac;
+  fdb.state = NUD_PERMANENT;
+  fdb.flags = NTF_SELF;
+  const Bytes request = BuildNeighbourDeleteRequest(fdb, 77);
+  ExpectSoundHeader(request, RTM_DELNEIGH, NLM_F_REQUEST | NLM_F_ACK, 77);
+  const Bytes replace = BuildNeighbourReplaceRequest(fdb, 77);
+  // Everything after the header's type and flags is the same: the ndmsg and both attributes.
+  EXPECT_EQ(request.size(), replace.size());
+  EXPECT_TRUE(std::equal(request.begin() + 8, request.end(), replace.begin() + 8));
+  const NeighRecord neigh = OnlyBody<NeighRecord>(ParseRequest(request));
+  EXPECT_TRUE(neigh.deleted);
+  EXPECT_TRUE(neigh.destination == fdb.destination);
+  EXPECT_EQ(neigh.flags, fdb.flags);
 }
 
 TEST_CASE("builder: neighbour replace without a destination carries only NDA_LLADDR") {

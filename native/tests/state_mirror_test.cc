@@ -87,6 +87,21 @@ TEST_CASE("mirror: links added, changed (previous kept), unchanged, re-announced
   EXPECT_EQ(mirror.FindLinkByName("flannel.1")->record.ifindex, 2);
 }
 
+TEST_CASE("mirror: an FDB remote beside another of its MAC is said, on its device only") {
+  const StateMirror mirror =
+      ReadyMirror({Link(2, 1), Link(3, 1)}, {Fdb(2, 0xa1, 11), Fdb(2, 0xa2, 12), Fdb(3, 0xa3, 13)});
+  EXPECT_FALSE(mirror.HasOtherRemote(Fdb(2, 0xa1, 11)));  // the same remote again
+  EXPECT_TRUE(mirror.HasOtherRemote(Fdb(2, 0xa1, 21)));   // moved, or appended: a dump says
+  EXPECT_FALSE(mirror.HasOtherRemote(Fdb(2, 0xa4, 11)));  // a new MAC
+  EXPECT_FALSE(mirror.HasOtherRemote(Fdb(3, 0xa1, 21)));  // another device's MAC
+  EXPECT_TRUE(mirror.HasOtherRemote(Fdb(3, 0xa3, 11)));
+  NeighRecord arp = Arp(2, 1, 0xa1);
+  EXPECT_FALSE(mirror.HasOtherRemote(arp));
+  NeighRecord other = Fdb(2, 0xa1, 21);
+  other.vni = 7;  // another VNI's entry of the MAC
+  EXPECT_FALSE(mirror.HasOtherRemote(other));
+}
+
 TEST_CASE("mirror: a MAC change or a down flushes; the next add ends it; FDB never flushes") {
   StateMirror mirror = ReadyMirror(
       {Link(2, 1)}, {Arp(2, 1, 0xa1), Arp(2, 2, 0xa2), Arp(2, 3, 0xa3), Fdb(2, 0xa1, 11)});

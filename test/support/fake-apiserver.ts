@@ -196,6 +196,8 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
   /** The one bearer token accepted; `rotateToken` replaces it. */
   token: string;
   readonly requests: RequestRecord[] = [];
+  /** Body bytes sent: replies and watch events (what a client reads). */
+  bytesSent = 0;
   /** Answer a watch from a too old version with an HTTP 410 instead of an ERROR event. */
   goneAsHttpStatus = false;
   /** When set, answers every (authenticated) watch request instead of the store: a hostile server. */
@@ -380,6 +382,10 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
     };
     this.#store(node, 'ADDED');
     return this.node(spec.name);
+  }
+
+  hasNode(name: string): boolean {
+    return this.#nodes.has(name);
   }
 
   /** A copy of the stored Node. */
@@ -572,6 +578,7 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
       'X-Kubernetes-Pf-Prioritylevel-Uid': '0b8e7a2c-0000-4000-8000-000000000002',
       'Content-Length': Buffer.byteLength(text),
     });
+    this.bytesSent += Buffer.byteLength(text);
     res.end(text);
   }
 
@@ -791,7 +798,9 @@ export class FakeApiServer extends EventEmitter<FakeApiServerEvents> {
   }
 
   #send(watcher: Watcher, event: JsonObject): void {
-    watcher.response.write(`${JSON.stringify(event)}\n`);
+    const line = `${JSON.stringify(event)}\n`;
+    this.bytesSent += Buffer.byteLength(line);
+    watcher.response.write(line);
   }
 
   #endWatch(watcher: Watcher): void {

@@ -658,6 +658,7 @@ export type PortCall =
   | { method: 'getLink'; ifindex: number }
   | { method: 'setLinkMac'; ifindex: number; mac: string; name: string }
   | { method: 'replaceNeighbour'; entry: NeighbourInfo; name: string }
+  | { method: 'deleteNeighbour'; entry: NeighbourInfo; name: string }
   | { method: 'getFeatures'; name: string }
   | { method: 'setFeatures'; name: string; wanted: Record<string, boolean> }
   | { method: 'addrAssignType'; ifindex: number }
@@ -670,7 +671,12 @@ export type PortCall =
 
 export type PortMethod = PortCall['method'];
 
-const WRITE_METHODS: readonly PortMethod[] = ['setLinkMac', 'replaceNeighbour', 'setFeatures'];
+const WRITE_METHODS: readonly PortMethod[] = [
+  'setLinkMac',
+  'replaceNeighbour',
+  'deleteNeighbour',
+  'setFeatures',
+];
 
 /** A recording GuardPorts over a FakeKernel, with scripted failures and races. */
 export class FakePorts implements GuardPorts {
@@ -749,6 +755,11 @@ export class FakePorts implements GuardPorts {
       this.kernel.replaceNeighbour(entry, GUARD_PORTID);
     }
     return entries.length;
+  }
+
+  deleteNeighbour(entry: NeighbourInfo, name: string): void {
+    this.#enter({ method: 'deleteNeighbour', entry: cloneNeighbour(entry), name });
+    this.kernel.deleteNeighbour(entry, GUARD_PORTID);
   }
 
   getFeatures(name: string): FeatureState[] {

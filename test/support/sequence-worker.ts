@@ -9,7 +9,11 @@ import { FlannelGuard } from '../../lib/guard';
 import { guardConfig, type FlannelGuardOptions } from '../../lib/guard/config';
 import type { FightPolicy } from '../../lib/guard/fight-tracker';
 import { createKubernetesClient } from '../../lib/kubernetes/client';
+import { DEFAULT_ANNOTATION_PREFIX } from '../../lib/kubernetes/annotation';
+import type { KubernetesApi } from '../../lib/kubernetes/api';
+import { MeshNodeWatch } from '../../lib/kubernetes/mesh-peers';
 import { KubernetesMacSource } from '../../lib/kubernetes/source';
+import { MeshView } from '../../lib/mesh/view';
 
 export interface SequenceGuardOptions {
   netns: string;
@@ -18,6 +22,8 @@ export interface SequenceGuardOptions {
   stateDir: string;
   dryRun: boolean;
   fight: Partial<FightPolicy>;
+  /** With the annotation source: the mesh view too (repair; report under a dry run). */
+  mesh?: { graceMs: number; fightWindowMs: number };
 }
 
 export type SequenceGuardMessage =
@@ -52,7 +58,7 @@ const failed = (error: unknown): void => {
 /** The node annotation as the CLI reads it, synced before the guard starts. */
 async function kubernetesSource(
   desired: Extract<SequenceGuardOptions['desired'], { kubeconfig: string }>,
-): Promise<{ source: KubernetesMacSource; close: () => void }> {
+): Promise<{ source: KubernetesMacSource; api: KubernetesApi; close: () => void }> {
   const api = await createKubernetesClient({ kubeconfig: desired.kubeconfig });
   const source = new KubernetesMacSource({
     api,
@@ -63,6 +69,7 @@ async function kubernetesSource(
   if (status.state !== 'synced') throw new Error(`source ${status.state}`);
   return {
     source,
+    api,
     close: () => {
       source.close();
       api.close();
@@ -73,10 +80,12 @@ async function kubernetesSource(
 async function start(): Promise<void> {
   const desired = options.desired;
   let closeSource = (): void => undefined;
+  let api: KubernetesApi | undefined;
   let wanted: Pick<FlannelGuardOptions, 'mac' | 'source' | 'strategy'>;
   if ('kubeconfig' in desired) {
     const kubernetes = await kubernetesSource(desired);
     closeSource = kubernetes.close;
+    api = kubernetes.api;
     wanted = { source: kubernetes.source, strategy: desired.strategy };
   } else {
     wanted = { mac: { 'flannel.1': desired.mac } };
@@ -92,8 +101,32 @@ async function start(): Promise<void> {
       udevRoot: false,
     }),
   );
-  listen(guard, closeSource);
+  let closeMesh = (): void => undefined;
+  listen(guard, () => {
+    closeMesh();
+    closeSource();
+  });
   await guard.ready();
+  if (options.mesh && api && 'kubeconfig' in desired) {
+    const view = new MeshView({
+      self: desired.nodeName,
+      mode: options.dryRun ? 'report' : 'repair',
+      ...options.mesh,
+      devices: guard.meshDevices(),
+    });
+    for (const event of ['verdict', 'repaired'] as const) {
+      view.on(event, (data: unknown) => {
+        const payload = JSON.parse(JSON.stringify(data)) as Record<string, unknown>;
+        post({ type: 'event', event: `mesh-${event}`, data: payload });
+      });
+    }
+    const watch = new MeshNodeWatch({ api, annotationPrefix: DEFAULT_ANNOTATION_PREFIX, view });
+    watch.start();
+    closeMesh = () => {
+      watch.close();
+      view.close();
+    };
+  }
 }
 
 function listen(guard: FlannelGuard, closeSource: () => void): void {

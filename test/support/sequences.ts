@@ -61,7 +61,13 @@ export type Op =
   /** From here on guards read the desired MAC from the Node annotation (a fake API server). */
   | { kind: 'kubeStart'; strategy: Strategy }
   /** The annotation's VtepMAC changes (flanneld re-published, a human edited it). */
-  | { kind: 'annotate'; mac: string };
+  | { kind: 'annotate'; mac: string }
+  /** A mesh peer's Node (re)publishes its VtepMAC; this node's flanneld misses the event. */
+  | { kind: 'publish'; peer: number; mac: string }
+  /** A mesh peer's Node is deleted; its entries here stay (orphans). */
+  | { kind: 'unpublish'; peer: number }
+  /** "flanneld" writes the peer's ARP entry at a stale MAC (the same one each time). */
+  | { kind: 'staleWrite'; peer: number };
 type Strategy = 'revert' | 'adopt';
 const NODE = 'node1';
 const BACKEND_DATA = backendDataKey('ipv4');
@@ -71,6 +77,15 @@ function peerIp(peer: number, family: Family): string {
   return family === 4 ? v4 : `::ffff:${v4}`;
 }
 const underlay = (peer: number): string => `192.0.2.${peer + 2}`;
+
+/** Peers with a Node in the API server (the mesh view's), apart from the ones above. */
+const MESH_PEERS = 2;
+const meshIp = (peer: number): string => `198.18.${20 + peer}.0`;
+const meshUnderlay = (peer: number): string => `192.0.2.${20 + peer}`;
+const staleMac = (peer: number): string =>
+  `0e:5e:00:00:00:${(peer + 1).toString(16).padStart(2, '0')}`;
+/** The mesh view's settings in the guard's worker: quick, and a contest window no run outlasts. */
+const MESH = { graceMs: 100, fightWindowMs: 600_000 };
 
 function randomMac(random: () => number, head = 0x0e): string {
   const bytes = [head, ...Array.from({ length: 5 }, () => Math.floor(random() * 256))];
@@ -110,7 +125,13 @@ export function generate(seed: number, length: number): Op[] {
     const roll = random();
     if (roll < 0.2) ops.push(rewrite());
     else if (kube && roll < 0.26) ops.push({ kind: 'annotate', mac: randomMac(random) });
-    else if (roll < 0.42) ops.push(peerAdd());
+    else if (kube && roll < 0.36) {
+      const peer = Math.floor(random() * MESH_PEERS);
+      const kind = random();
+      if (kind < 0.45) ops.push({ kind: 'publish', peer, mac: randomMac(random, 0x16) });
+      else if (kind < 0.85) ops.push({ kind: 'staleWrite', peer });
+      else ops.push({ kind: 'unpublish', peer });
+    } else if (roll < 0.42) ops.push(peerAdd());
     else if (roll < 0.52)
       ops.push({
         kind: 'peerDel',
@@ -164,6 +185,12 @@ export function describeOp(op: Op): string {
       return `guards read the Node annotation from here on (strategy ${op.strategy})`;
     case 'annotate':
       return `the Node annotation's VtepMAC becomes ${op.mac}`;
+    case 'publish':
+      return `mesh peer ${op.peer}'s Node publishes ${op.mac} (missed here)`;
+    case 'unpublish':
+      return `mesh peer ${op.peer}'s Node is deleted`;
+    case 'staleWrite':
+      return `"flanneld" writes mesh peer ${op.peer}'s ARP entry at ${staleMac(op.peer)}`;
   }
 }
 
@@ -191,6 +218,42 @@ interface Model {
   offloadOff: boolean;
   /** What the last writing guard saved, for the device generation it saved it for. */
   saved: { generation: number; entries: Map<string, string> } | null;
+  /** The mesh peers: what each Node publishes, and the running view's contest over it. */
+  mesh: Map<number, MeshPeer>;
+}
+
+interface MeshPeer {
+  published: string | null;
+  /** Repairs of the stale value by the running view (a third one is not made: contested). */
+  repairs: number;
+  contested: boolean;
+}
+
+/**
+ * The mesh view (repair, under a writing guard) puts a published peer's entries back as
+ * flanneld would, after its grace period, unless the peer is contested.
+ */
+function meshSettle(model: Model): void {
+  if (!active(model) || !model.kube) return;
+  for (const [peer, state] of model.mesh) {
+    const mac = state.published;
+    if (mac === null || state.contested) continue;
+    const key = meshIp(peer);
+    if (model.kernel.get(key) === mac && model.fdb.get(mac) === meshUnderlay(peer)) continue;
+    if (model.kernel.get(key) === staleMac(peer)) state.repairs += 1;
+    model.kernel.set(key, mac);
+    model.intended.set(key, mac);
+    model.fdb.set(mac, meshUnderlay(peer));
+  }
+}
+
+function meshPeer(model: Model, peer: number): MeshPeer {
+  let state = model.mesh.get(peer);
+  if (state === undefined) {
+    state = { published: null, repairs: 0, contested: false };
+    model.mesh.set(peer, state);
+  }
+  return state;
 }
 
 const active = (model: Model): boolean => model.guard !== null && !model.guard.dryRun;
@@ -225,10 +288,21 @@ function recreated(model: Model, mac: string): void {
 
 /** Applies `op` to the model; false when it does not apply (it is skipped in the kernel too). */
 function step(model: Model, op: Op): boolean {
+  const applied = applyStep(model, op);
+  if (applied) meshSettle(model);
+  return applied;
+}
+
+function applyStep(model: Model, op: Op): boolean {
   switch (op.kind) {
     case 'start': {
       if (model.guard) return false;
       model.guard = { dryRun: op.dryRun };
+      // A new view: no contest yet.
+      for (const state of model.mesh.values()) {
+        state.repairs = 0;
+        state.contested = false;
+      }
       if (op.dryRun) return true;
       // The state file is read back when the evidence says the entries were flushed.
       const saved = model.saved;
@@ -314,6 +388,29 @@ function step(model: Model, op: Op): boolean {
       model.desired = op.mac;
       settleUnderGuard(model, 'source');
       return true;
+    case 'publish': {
+      const state = meshPeer(model, op.peer);
+      if (!model.kube || state.published === op.mac) return false;
+      Object.assign(state, { published: op.mac, repairs: 0, contested: false });
+      return true;
+    }
+    case 'unpublish': {
+      const state = meshPeer(model, op.peer);
+      if (!model.kube || state.published === null) return false;
+      Object.assign(state, { published: null, repairs: 0, contested: false });
+      return true;
+    }
+    case 'staleWrite': {
+      if (!model.kube) return false;
+      const state = meshPeer(model, op.peer);
+      const key = meshIp(op.peer);
+      if (model.kernel.get(key) === staleMac(op.peer)) return false;
+      model.kernel.set(key, staleMac(op.peer));
+      model.intended.set(key, staleMac(op.peer));
+      // Twice repaired from this value already: the view stops (contested).
+      if (active(model) && state.published !== null && state.repairs >= 2) state.contested = true;
+      return true;
+    }
   }
 }
 
@@ -420,6 +517,28 @@ export class SequenceBed {
     server.addNode({ name: NODE, annotations: { [BACKEND_DATA]: backendData(mac) } });
   }
 
+  /** A mesh peer's Node, as kubelet and flanneld have it, at VtepMAC `mac`. */
+  #publish(peer: number, mac: string): void {
+    const server = this.#kube?.server;
+    if (!server) throw new Error('publish without an API server');
+    const name = `peer${peer}`;
+    if (server.hasNode(name)) {
+      server.setAnnotation(name, BACKEND_DATA, backendData(mac));
+      return;
+    }
+    server.addNode({
+      name,
+      podCIDR: `${meshIp(peer)}/24`,
+      internalIP: meshUnderlay(peer),
+      annotations: {
+        [BACKEND_DATA]: backendData(mac),
+        'flannel.alpha.coreos.com/backend-type': 'vxlan',
+        'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
+        'flannel.alpha.coreos.com/public-ip': meshUnderlay(peer),
+      },
+    });
+  }
+
   /** The annotation's VtepMAC, or null without an API server. */
   #annotatedMac(): string | null {
     const raw = this.#kube?.server.annotations(NODE)[BACKEND_DATA];
@@ -479,6 +598,7 @@ export class SequenceBed {
       stateDir: this.#stateDir,
       dryRun,
       fight: FIGHT,
+      ...(kube && strategy ? { mesh: MESH } : {}),
     };
     const worker = new Worker(WORKER, { workerData: options });
     const handle: GuardHandle = {
@@ -633,6 +753,17 @@ export class SequenceBed {
       case 'annotate':
         this.#kube?.server.setAnnotation(NODE, BACKEND_DATA, backendData(op.mac));
         return;
+      case 'publish':
+        this.#publish(op.peer, op.mac);
+        return;
+      case 'unpublish':
+        this.#kube?.server.deleteNode(`peer${op.peer}`);
+        return;
+      case 'staleWrite':
+        await ns.ip(
+          `neigh replace ${meshIp(op.peer)} lladdr ${staleMac(op.peer)} dev flannel.1 nud permanent`,
+        );
+        return;
       case 'downUp':
         await ns.ipBatch(['link set flannel.1 down', 'link set flannel.1 up']);
         return;
@@ -779,8 +910,12 @@ function checkEvents(
   return null;
 }
 
-/** How long `ip monitor` may read a message after the guard did (both on a busy machine). */
-const LISTENER_SLACK_MS = 50;
+/**
+ * How long `ip monitor` may read a message after the guard did (both on a busy machine): `ip -ts`
+ * stamps a line when it prints it, so a descheduled listener sees a drift shorter than it was
+ * (62 ms reported against 1.5 ms seen in a CI run with the zig build beside, at 50 ms of slack).
+ */
+const LISTENER_SLACK_MS = 100;
 
 /**
  * The longest time flannel.1's MAC was away from `desired` in `events` (the device at it
@@ -883,6 +1018,7 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
     fdb: new Map(),
     offloadOff: false,
     saved: null,
+    mesh: new Map(),
   };
   try {
     for (const [index, op] of ops.entries()) {
