@@ -334,6 +334,8 @@ describe('mesh: the view', function () {
       rig.verdicts.map((v) => [v.key, v.verdict]),
       [['n2|ipv4', 'ok']],
     );
+    assert.equal(rig.view.nodeOf('0a:00:00:00:00:02'), 'n2', 'names a checksum sender');
+    assert.equal(rig.view.nodeOf('0a:00:00:00:00:99'), null);
     rig.publish('0a:00:00:00:00:22');
     rig.advance(999);
     assert.equal(rig.verdicts.length, 1, 'not within the grace period');

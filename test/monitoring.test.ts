@@ -133,7 +133,10 @@ describe('deploy/monitoring: alerts, dashboard and scraping, by promtool and kub
 
   it('promtool checks the rules, and its unit tests fire and clear every alert', async function () {
     writeFileSync(join(dir, 'rules.yaml'), JSON.stringify(ruleFile()));
-    assert.match(tool('promtool', ['check', 'rules', 'rules.yaml'], dir), /SUCCESS: 10 rules found/);
+    assert.match(
+      tool('promtool', ['check', 'rules', 'rules.yaml'], dir),
+      /SUCCESS: 10 rules found/,
+    );
     const run = testRules(ruleFile());
     assert.equal(run.status, 0, run.output);
     assert.match(run.output, /SUCCESS/);

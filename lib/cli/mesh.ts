@@ -14,7 +14,7 @@ import {
 import { MeshNodeWatch } from '../kubernetes/mesh-peers';
 import type { GuardMetrics } from '../kubernetes/metrics';
 import { MeshView, type MeshMode, type MeshVerdictEvent } from '../mesh/view';
-import type { LogLine } from './services';
+import type { LogLine } from './log-line';
 
 export interface MeshSettings {
   mode: MeshMode;

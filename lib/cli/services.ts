@@ -21,12 +21,8 @@ import type { ListenAddress } from '../kubernetes/listen';
 import { GuardHealth, startMetricsServer, type MetricsServer } from '../kubernetes/server';
 import { PeerNodes } from '../kubernetes/peer-nodes';
 import { KubernetesMacSource, type SourceStatus } from '../kubernetes/source';
+import type { LogLine } from './log-line';
 import { startMesh, type MeshSettings } from './mesh';
-
-export type LogLevel = 'info' | 'warn' | 'error';
-
-/** Writes one log line: an event name, its level, its fields (JSON) and a readable text. */
-export type LogLine = (event: string, level: LogLevel, fields: object, text: string) => void;
 
 export interface WatchServicesOptions {
   /** The cluster to read the Node from; null: none. */
@@ -172,6 +168,7 @@ export class WatchServices {
     const source = this.#source;
     const cluster = this.#cluster;
     const involvedObject = () => nodeReference(cluster?.nodeName ?? '', source?.nodeUid);
+    let peerNodes: Pick<PeerNodes, 'nodeFor'> | undefined = this.#peerNodes;
     if (this.#mesh && this.#api && source && cluster) {
       const mesh = startMesh(guard, {
         api: this.#api,
@@ -186,12 +183,20 @@ export class WatchServices {
       this.health.attachMesh(() => mesh.view.snapshot());
       this.health.vtep.attachMesh(mesh.view);
       this.#closeMesh = mesh.close;
+      // The mesh's watch of every Node names a checksum sender; its own listing until synced.
+      const listing = this.#peerNodes;
+      peerNodes = {
+        nodeFor: (mac) =>
+          mesh.view.synced || listing === undefined
+            ? Promise.resolve(mesh.view.nodeOf(mac))
+            : listing.nodeFor(mac),
+      };
     }
     if (this.#recorder && source && cluster) {
       recordGuardEvents(guard, this.#recorder, {
         involvedObject,
         annotation: backendDataKey('ipv4', source.annotationPrefix),
-        ...(this.#peerNodes === undefined ? {} : { peerNodes: this.#peerNodes }),
+        ...(peerNodes === undefined ? {} : { peerNodes }),
       });
     }
     this.#condition?.start();

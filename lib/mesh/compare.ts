@@ -123,27 +123,32 @@ export function compareMesh(input: MeshInput): MeshTable {
     for (const entry of entries) {
       if (!entry.permanent || entry.lladdr === null) continue;
       if (entry.family === 'bridge') {
+        if (entry.lladdr === ZERO_MAC) continue;
         const key = fdbKey(device, entry.lladdr);
-        if (entry.lladdr !== ZERO_MAC) fdb.set(key, [...(fdb.get(key) ?? []), entry]);
+        const remotes = fdb.get(key);
+        if (remotes === undefined) fdb.set(key, [entry]);
+        else remotes.push(entry);
       } else if (entry.destination !== null) {
         arp.set(arpKey(device, entry.destination), entry);
       }
     }
   }
-  const publishers = new Map<string, Set<string>>();
+  const publishers = new Map<string, string[]>();
   for (const lease of input.leases) {
     const key = fdbKey(lease.device, lease.mac);
-    const nodes = publishers.get(key) ?? new Set<string>();
-    nodes.add(lease.node);
-    publishers.set(key, nodes);
+    const nodes = publishers.get(key);
+    if (nodes === undefined) publishers.set(key, [lease.node]);
+    else if (!nodes.includes(lease.node)) nodes.push(lease.node);
   }
   const self: SelfRow[] = [];
   const peers: PeerRow[] = [];
   const accountedArp = new Set<string>();
   for (const lease of input.leases) {
-    const others = [...(publishers.get(fdbKey(lease.device, lease.mac)) ?? [])]
-      .filter((node) => node !== lease.node)
-      .sort();
+    const macKey = fdbKey(lease.device, lease.mac);
+    const publishedBy = publishers.get(macKey) ?? [];
+    // Almost always the lease's own node alone: no array built then.
+    const others =
+      publishedBy.length > 1 ? publishedBy.filter((node) => node !== lease.node).sort() : [];
     if (lease.node === input.self) {
       const deviceMac = input.deviceMacs.get(lease.device) ?? null;
       self.push({
@@ -159,7 +164,7 @@ export function compareMesh(input: MeshInput): MeshTable {
     const key = arpKey(lease.device, lease.vtepIp);
     accountedArp.add(key);
     const arpMac = arp.get(key)?.lladdr ?? null;
-    const remotes = fdb.get(fdbKey(lease.device, lease.mac)) ?? [];
+    const remotes = fdb.get(macKey) ?? [];
     const fdbDst =
       (remotes.find((entry) => entry.destination === lease.publicIp) ?? remotes[0])?.destination ??
       null;

@@ -232,6 +232,19 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     this.#evaluate();
   }
 
+  /** A list of the Nodes has been received. */
+  get synced(): boolean {
+    return this.#synced;
+  }
+
+  /** The Node that publishes `mac` (lower case), on any device; null when none does. */
+  nodeOf(mac: string): string | null {
+    for (const node of this.#nodes.values()) {
+      if (node.leases.some((lease) => lease.mac === mac)) return node.node;
+    }
+    return null;
+  }
+
   snapshot(): MeshSnapshot {
     const reported: Record<string, PeerVerdict | 'contested'> = {};
     let consistent = this.#synced;
