@@ -25,7 +25,7 @@ import { join } from 'node:path';
 
 import { backendDataKey, readBackendData } from '../lib/kubernetes/annotation';
 import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
-import { GuardProcess, type GuardLine } from './support/guard-process';
+import { startNodeGuard, type GuardProcess, type GuardLine } from './support/guard-process';
 import { httpGet } from './support/loopback-http';
 import { tempDirPrefix, waitFor } from './support/netns';
 import { parseExposition, valueOf, type Exposition } from './support/prometheus';
@@ -81,21 +81,7 @@ describe('flannel-guard watch with the Kubernetes source, in the test bed (real 
   const nodes = (): [TestbedNode, TestbedNode] => [bed.node(1), bed.node(2)];
 
   function startGuard(node: TestbedNode, extra: string[] = []): Promise<GuardProcess> {
-    return GuardProcess.start(
-      [
-        '--netns',
-        node.ns.name,
-        '--kubeconfig',
-        kubeconfig,
-        '--node',
-        node.name,
-        '--metrics-address',
-        '127.0.0.1:0',
-        ...node.udevRootFlags(),
-        ...extra,
-      ],
-      30_000,
-    );
+    return startNodeGuard(node, kubeconfig, extra);
   }
 
   async function allTrafficWorks(): Promise<void> {

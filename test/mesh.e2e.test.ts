@@ -16,7 +16,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 
 import { backendDataKey } from '../lib/kubernetes/annotation';
 import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
-import { CLI, GuardProcess, type GuardLine } from './support/guard-process';
+import { CLI, startNodeGuard, type GuardProcess, type GuardLine } from './support/guard-process';
 import { httpGet } from './support/loopback-http';
 import { execFile, tempDirPrefix, type RunResult } from './support/netns';
 import { parseExposition, valueOf } from './support/prometheus';
@@ -51,23 +51,7 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
   let kubeconfig: string;
 
   function startGuard(mode: string, node = bed.node(1)): Promise<GuardProcess> {
-    return GuardProcess.start(
-      [
-        '--netns',
-        node.ns.name,
-        '--kubeconfig',
-        kubeconfig,
-        '--node',
-        node.name,
-        '--metrics-address',
-        '127.0.0.1:0',
-        '--mesh',
-        mode,
-        '--mesh-grace',
-        String(GRACE_MS),
-      ],
-      30_000,
-    );
+    return startNodeGuard(node, kubeconfig, ['--mesh', mode, '--mesh-grace', String(GRACE_MS)]);
   }
 
   before(async function () {

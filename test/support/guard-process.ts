@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 
 import { trackChild, waitForExit } from './netns';
+import type { TestbedNode } from './testbed';
 
 export const CLI = join(__dirname, '..', '..', 'lib', 'cli', 'main.js');
 
@@ -118,4 +119,27 @@ export class GuardProcess {
     await waitForExit(this.#child, timeoutMs);
     return null;
   }
+}
+
+/** `watch` for a test bed node against a cluster: its netns, its Node, metrics on loopback. */
+export function startNodeGuard(
+  node: Pick<TestbedNode, 'name' | 'ns' | 'udevRootFlags'>,
+  kubeconfig: string,
+  extra: readonly string[] = [],
+): Promise<GuardProcess> {
+  return GuardProcess.start(
+    [
+      '--netns',
+      node.ns.name,
+      '--kubeconfig',
+      kubeconfig,
+      '--node',
+      node.name,
+      '--metrics-address',
+      '127.0.0.1:0',
+      ...node.udevRootFlags(),
+      ...extra,
+    ],
+    30_000,
+  );
 }
