@@ -18,7 +18,7 @@ import { backendDataKey } from '../lib/kubernetes/annotation';
 import { FakeApiServer, type JsonObject } from './support/fake-apiserver';
 import { CLI, startNodeGuard, type GuardProcess, type GuardLine } from './support/guard-process';
 import { httpGet } from './support/loopback-http';
-import { execFile, tempDirPrefix, type RunResult } from './support/netns';
+import { execFile, tempDirPrefix, waitFor, type RunResult } from './support/netns';
 import { parseExposition, valueOf } from './support/prometheus';
 import { FlannelTestbed, VTEP, type TestbedNode } from './support/testbed';
 
@@ -237,20 +237,19 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
       'a duplicate is reported, never repaired',
     );
     const text = (event: JsonObject): string => String(event.note);
-    const deadline = Date.now() + VERDICT_WAIT_MS;
-    let event: JsonObject | undefined;
-    while (event === undefined && Date.now() < deadline) {
-      // events.k8s.io/v1, as the guard writes them to an API server that has the group.
-      event = fake
-        .eventsV1()
-        .find(
-          (e) =>
-            e.reason === 'PeerVtepMacDuplicate' &&
-            (e.regarding as JsonObject).name === 'node1' &&
-            text(e).includes('node3'),
-        );
-      if (event === undefined) await new Promise((resolve) => setTimeout(resolve, 100));
-    }
+    // events.k8s.io/v1, as the guard writes them to an API server that has the group.
+    const event = await waitFor(
+      () =>
+        fake
+          .eventsV1()
+          .find(
+            (e) =>
+              e.reason === 'PeerVtepMacDuplicate' &&
+              (e.regarding as JsonObject).name === 'node1' &&
+              text(e).includes('node3'),
+          ),
+      { timeoutMs: VERDICT_WAIT_MS, what: 'the PeerVtepMacDuplicate Event on node1' },
+    );
     assert.ok(event, 'an Event on node1');
     assert.match(text(event), /node2/);
     fake.setAnnotation('node3', backendDataKey('ipv4'), JSON.stringify({ VNI: 1, VtepMAC: own }));
@@ -370,15 +369,11 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
   it('with --mesh prune, the orphans go after the grace, and stay gone after a MAC rewrite', async function () {
     await guard.stop();
     guard = await startGuard('prune');
-    const pruned = async (): Promise<GuardLine[]> => {
-      await guard.waitFor((l) => l.event === 'mesh-prune', VERDICT_WAIT_MS);
-      const deadline = Date.now() + VERDICT_WAIT_MS;
-      while (guard.events('mesh-prune').length < 3 && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-      return guard.events('mesh-prune');
-    };
-    const lines = await pruned();
+    await waitFor(() => guard.events('mesh-prune').length >= 3, {
+      timeoutMs: VERDICT_WAIT_MS,
+      what: 'three orphans pruned',
+    });
+    const lines = guard.events('mesh-prune');
     assert.equal(lines.length, 3, JSON.stringify(lines));
     assert.ok(
       lines.every((l) => l.error === undefined),

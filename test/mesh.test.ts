@@ -410,6 +410,16 @@ describe('mesh: the view', function () {
           : [],
       );
       assert.equal(rig.writes.length, 0, 'nothing to repair');
+      // Deleted once: another comparison before the deletion is read does not delete again.
+      rig.setTable([
+        arp('198.18.2.0', '0a:00:00:00:00:02'),
+        fdb('0a:00:00:00:00:02', '192.0.2.12'),
+        arp('198.18.3.0', '0a:00:00:00:00:03'),
+      ]);
+      rig.publish('0a:00:00:00:00:02');
+      rig.view.updateNode('n4', { node: 'n4', leases: [], incomplete: [] });
+      rig.advance(2000);
+      assert.equal(rig.removed.length, removed.length, `${mode}: no second deletion`);
     }
   });
 });

@@ -362,7 +362,8 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     let verdict: Tracked['reported'] = tracked.observed;
     const subject = tracked.subject;
     let writer: number | undefined;
-    if (subject.kind === 'orphan' && this.#options.mode === 'prune') this.#prune(subject.entry);
+    const prune = subject.kind === 'orphan' && this.#options.mode === 'prune';
+    if (prune && tracked.reported === null) this.#prune(subject.entry);
     if (subject.kind === 'peer' && isRepairable(subject.row.verdict)) {
       const fight = this.#fights.get(key);
       if (fight?.contested === true) {
@@ -409,7 +410,7 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     );
   }
 
-  /** Deletes an orphan that has lasted the grace period (a Node gone, a MAC nobody holds). */
+  /** Deletes an orphan past its grace (a Node gone), once: not again before the mirror reads it. */
   #prune(entry: OrphanEntry): void {
     const event: MeshPruneEvent = { entry };
     try {
