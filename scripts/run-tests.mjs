@@ -154,6 +154,15 @@ function configArgs() {
   ];
 }
 
+// What killed runs left (namespaces, work folders named after a PID that is gone) goes before
+// the lanes start: once they run, objects of that shape are theirs.
+if (!unit && process.getuid?.() === 0) {
+  const { reapStale } = await import(join(root, 'dist', 'test', 'support', 'netns.js'));
+  const reaped = await reapStale();
+  const left = [...reaped.namespaces, ...reaped.tempDirs];
+  if (left.length > 0) console.log(`removed what killed runs left: ${left.join(', ')}`);
+}
+
 mkdirSync(dirname(resultsFile), { recursive: true });
 const selection = unit
   ? [

@@ -6,9 +6,19 @@
  * (not failed) when those are missing. Pure parser tests always run.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
-import { join } from 'node:path';
+import { spawn, spawnSync } from 'node:child_process';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
 import {
   CommandError,
   Netns,
@@ -193,7 +203,6 @@ describe('test support', function () {
   let baseline = new Set<string>();
 
   before(async function () {
-    if (toolsMissing() === null) await reapStale();
     baseline = new Set(liveNetnsNames());
   });
 
@@ -280,6 +289,45 @@ describe('test support', function () {
       assert.ok(isGone(pid));
       assert.ok(!(await netnsList()).includes(ns.name));
       assert.ok(!liveNetnsNames().includes(ns.name));
+    });
+
+    it("reapStale removes what a gone PID left, detaching mounts first, and keeps a live one's", async function () {
+      // Objects of the shape helpers make, under a prefix of this test's own (`fgtreap`).
+      const gone = spawn('true');
+      await new Promise((resolve) => gone.on('close', resolve));
+      const live = spawn('sleep', ['30'], { stdio: 'ignore' }); // not a node process: still live
+      const deadPid = gone.pid ?? -1;
+      const livePid = live.pid ?? -1;
+      const outside = mkdtempSync(join(tmpdir(), 'fg-reap-outside-'));
+      writeFileSync(join(outside, 'sentinel'), 'the machine');
+      const deadDir = mkdtempSync(join(tmpdir(), `fgtreap-dir-${deadPid}-`));
+      const liveDir = mkdtempSync(join(tmpdir(), `fgtreap-dir-${livePid}-`));
+      const namespaces = [`fgtreap-${deadPid}-1`, `fgtreap-x-${livePid}-1`];
+      const mounts = [join(deadDir, 'proc'), join(deadDir, 'bind')];
+      try {
+        for (const name of namespaces) await execFileText('ip', ['netns', 'add', name]);
+        for (const point of mounts) mkdirSync(point);
+        await execFileText('mount', ['-t', 'tmpfs', 'fgtreap', mounts[0] ?? '']);
+        writeFileSync(join(mounts[0] ?? '', 'inside'), 'x');
+        await execFileText('mount', ['--bind', outside, mounts[1] ?? '']);
+        const reaped = await reapStale('fgtreap');
+        assert.deepEqual(reaped.namespaces, [namespaces[0]]);
+        assert.deepEqual(reaped.tempDirs, [basename(deadDir)]);
+        assert.ok(!existsSync(deadDir));
+        assert.ok(existsSync(liveDir));
+        assert.deepEqual(
+          (await netnsList()).filter((name) => name.startsWith('fgtreap')),
+          [namespaces[1]],
+        );
+        assert.equal(readFileSync(join(outside, 'sentinel'), 'utf8'), 'the machine');
+        assert.ok(!readFileSync('/proc/self/mountinfo', 'utf8').includes(deadDir));
+      } finally {
+        live.kill('SIGKILL');
+        for (const point of mounts) spawnSync('umount', ['--lazy', point], { stdio: 'ignore' });
+        for (const name of namespaces) spawnSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
+        for (const dir of [deadDir, liveDir, outside])
+          rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     it('waitFor is bounded and reports what it waited for', async function () {

@@ -6,7 +6,7 @@
  * remove whatever is left, so a crashed or interrupted run leaves no namespaces or processes.
  */
 import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { existsSync, lstatSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -507,13 +507,41 @@ export async function destroyAll(): Promise<void> {
   syncCleanups.clear();
 }
 
-function isLiveNodeProcess(pid: number): boolean {
-  if (pid === process.pid) return true;
+/**
+ * Whether a process with this PID runs, asked of the kernel (kill 0) in the caller's own PID
+ * namespace, the one `process.pid` is counted in: /proc may be mounted from another, where a
+ * live process's PID names some other process or none. A PID reused since its run was killed
+ * keeps that run's leftovers until the PID is gone: reaping less is the safe side.
+ */
+function isLiveProcess(pid: number): boolean {
   try {
-    return /node/.test(readlinkSync(`/proc/${pid}/exe`));
-  } catch {
-    return false;
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
+}
+
+/** Mount points at or under `dir` in this mount namespace, deepest first. */
+function mountsUnder(dir: string): string[] {
+  const unescape = (path: string): string =>
+    path.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((line) => unescape(line.split(' ')[4] ?? ''))
+    .filter((point) => point === dir || point.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+}
+
+/**
+ * Removes a stale work folder. A killed run may have left a file system mounted in it
+ * (debootstrap's /proc, a test's tmpfs): each is detached first, so that the removal never
+ * descends into a mount, and never into what a bind mount shows of the machine.
+ */
+function removeStaleDir(dir: string): void {
+  for (const point of mountsUnder(dir)) spawnSync('umount', ['--lazy', point], { stdio: 'ignore' });
+  if (mountsUnder(dir).length > 0) throw new Error(`${dir}: a mount under it would not detach`);
+  rmSync(dir, { recursive: true, force: true });
 }
 
 /** Temp-dir prefix for helpers: `/tmp/fgt-KIND-<pid>-XXXXXX`, reapable by `reapStale`. */
@@ -528,8 +556,9 @@ export interface ReapResult {
 }
 
 /**
- * Remove what earlier, killed (SIGKILL) runs left behind, i.e. objects named after a PID that is
- * gone or is no longer a node process:
+ * Remove what earlier, killed (SIGKILL) runs left behind, i.e. objects named after a PID that no
+ * process has now. The test runner calls it once, before its lanes start: a run in progress
+ * owns objects of the same shape, named after its live PIDs.
  *  - namespaces `PREFIX*-<pid>-<n>` (e.g. `fgt-123-4`, `fgt-mon-123-4`); any process still
  *    inside one is killed first;
  *  - temp dirs `/tmp/PREFIX-*-<pid>-*` (udevd config, pcap files).
@@ -546,16 +575,16 @@ export async function reapStale(prefix = 'fgt'): Promise<ReapResult> {
   const nsRe = new RegExp(`^${esc}[A-Za-z0-9_.-]*-(\\d+)-\\d+$`);
   for (const name of names) {
     const m = nsRe.exec(name);
-    if (m === null || isLiveNodeProcess(Number(m[1]))) continue;
+    if (m === null || isLiveProcess(Number(m[1]))) continue;
     for (const p of netnsPidsSync(name)) killQuietly(p, 'SIGKILL');
     await execFile('ip', ['netns', 'del', name], { allowFailure: true });
     result.namespaces.push(name);
   }
-  const dirRe = new RegExp(`^${esc}-[a-z]+-(\\d+)-[A-Za-z0-9]{6}$`);
+  const dirRe = new RegExp(`^${esc}-[a-z][a-z-]*-(\\d+)-[A-Za-z0-9]{6}$`);
   for (const name of readdirSync(tmpdir())) {
     const m = dirRe.exec(name);
-    if (m === null || isLiveNodeProcess(Number(m[1]))) continue;
-    rmSync(join(tmpdir(), name), { recursive: true, force: true });
+    if (m === null || isLiveProcess(Number(m[1]))) continue;
+    removeStaleDir(join(tmpdir(), name));
     result.tempDirs.push(name);
   }
   return result;

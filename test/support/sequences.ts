@@ -11,7 +11,6 @@
  * step took. A failure shrinks to a minimal sequence and names its seed.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 
@@ -473,8 +472,8 @@ export class SequenceBed {
   }
 
   static async create(): Promise<SequenceBed> {
-    const ns = await Netns.create('fgseq');
-    const stateDir = mkdtempSync(join(tmpdir(), 'fg-seq-state-'));
+    const ns = await Netns.create('fgt-seq');
+    const stateDir = mkdtempSync(tempDirPrefix('seqstate'));
     const bed = new SequenceBed(ns, stateDir);
     try {
       await ns.ipBatch([...UNDERLAY_LINES, ...flannelDeviceLines(DESIRED)]);
