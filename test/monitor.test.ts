@@ -228,22 +228,26 @@ describe('LinkMonitor (real kernel, netns)', function () {
 
   it('an allowance counts over time: a rewrite once the window has passed is answered without arming again, one inside it is refused', async function () {
     const { m, link } = await openWithArmableVx1();
-    armPinned(m, link, { limit: 1, windowMs: 250, recent: [] });
-    const answered: boolean[] = [];
-    for (const [foreign, wait] of [
-      ['0e:00:00:00:00:02', 300],
-      ['0e:00:00:00:00:03', 0],
-      ['0e:00:00:00:00:04', 0],
-    ] as const) {
+    const rewrite = async (foreign: string): Promise<boolean> => {
       const changed = nextEvent(m, 'linkChanged', (e) => e.link.mac === foreign);
       await ns.ip(`link set vx1 address ${foreign}`);
       const [event] = await changed;
-      answered.push(event.correction !== undefined);
-      await delay(wait);
-    }
-    // The second came 300 ms after the first: out of its 250 ms window. The third, right
-    // after the second, is refused; the arming ended with it.
-    assert.deepEqual(answered, [true, true, false]);
+      return event.correction !== undefined;
+    };
+    // Passing time in one arming: limit 1 in 250 ms, the second rewrite at least 300 ms after
+    // the first (later on a slow machine only helps).
+    armPinned(m, link, { limit: 1, windowMs: 250, recent: [] });
+    assert.equal(await rewrite('0e:00:00:00:00:02'), true);
+    const first = monotonicMs();
+    await delay(300);
+    assert.ok(monotonicMs() - first >= 300);
+    assert.equal(await rewrite('0e:00:00:00:00:03'), true, 'out of the window: answered');
+    // Refusal inside the window, with a window no machine's pace reaches: an answered rewrite
+    // 61 s ago (out of a 60 s window) lets one through, and the next is refused.
+    await ns.ip(`link set vx1 address ${pinned}`);
+    armPinned(m, link, { limit: 1, windowMs: 60_000, recent: [monotonicMs() - 61_000] });
+    assert.equal(await rewrite('0e:00:00:00:00:04'), true, 'the history aged out');
+    assert.equal(await rewrite('0e:00:00:00:00:06'), false, 'inside the window: refused');
     // Terms outside the native bounds are refused, never wrapped into an integer.
     for (const bad of [
       { limit: 17, windowMs: 1, recent: [] },
@@ -284,9 +288,6 @@ describe('LinkMonitor (real kernel, netns)', function () {
     // report: the first of the storm is reported at once.
     await ns.ip('link set vx1 address 0e:00:00:00:01:00');
     await waitFor(() => seen.length === 1, { timeoutMs: 2 * interval, what: 'the first report' });
-    seen.length = 0;
-    await delay(interval);
-    const before = m.stats();
     const storm = [
       '0e:00:00:00:01:01',
       '0e:00:00:00:01:02',
@@ -308,11 +309,27 @@ describe('LinkMonitor (real kernel, netns)', function () {
       `  sleep ${gapMs / 1000}`,
       'done',
     ].join('\n');
-    const started = monotonicMs();
-    await ns.run(['sh', '-c', script, 'storm', ...storm]);
-    const ended = monotonicMs();
-    // What follows holds for a storm inside one interval, which the interval is chosen to dwarf.
-    assert.ok(ended - started < interval / 2, `the storm took ${ended - started} ms`);
+    // What follows holds for a storm inside half an interval. A machine too busy for that (a
+    // storm of 605 ms was seen under memcheck beside a full run) gets another storm, up to 3.
+    let before = m.stats();
+    let started = 0;
+    let ended = 0;
+    const durations: number[] = [];
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      await waitFor(() => seen.length === (attempt === 0 ? 1 : storm.length), {
+        timeoutMs: 2 * interval,
+        what: 'the reports before the storm',
+      });
+      seen.length = 0;
+      await delay(interval);
+      before = m.stats();
+      started = monotonicMs();
+      await ns.run(['sh', '-c', script, 'storm', ...storm]);
+      ended = monotonicMs();
+      durations.push(ended - started);
+      if (ended - started < interval / 2) break;
+    }
+    assert.ok(ended - started < interval / 2, `the storms took ${durations.join(', ')} ms`);
     // The first reported at once (with any read in the same batch: a slow read takes in the
     // next), the rest held.
     const reportedAtOnce = seen.length;
