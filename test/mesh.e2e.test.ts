@@ -94,9 +94,9 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
   const endpoint = (): string => `http://${String(guard.events('ready')[0]?.metrics)}`;
 
   /** `flannel-guard status --mesh` for node1, as a user runs it. */
-  function meshStatus(json: boolean): Promise<RunResult> {
+  function meshStatus(json: boolean, extra: string[] = []): Promise<RunResult> {
     const args = ['status', '--mesh', '--netns', n(1).ns.name, '--kubeconfig', kubeconfig];
-    return execFile(CLI, [...args, '--node', 'node1', ...(json ? ['--json'] : [])], {
+    return execFile(CLI, [...args, '--node', 'node1', ...extra, ...(json ? ['--json'] : [])], {
       allowFailure: true,
       timeoutMs: 30_000,
     });
@@ -393,5 +393,37 @@ describe('the mesh seen from node1 (three nodes, real VXLAN, the fake API server
     );
     assert.equal(await arpMacOn(n(1), n(2).vtepIp), n(2).publishedMac);
     assert.equal(await tcpWorks(n(1), n(2)), true);
+  });
+
+  it("flannel's DirectRouting: a peer with neither entry is direct with --mesh-direct-routing, missing without", async function () {
+    await guard.stop();
+    guard = await startNodeGuard(n(1), kubeconfig, [
+      ...['--mesh', 'repair', '--mesh-grace', String(GRACE_MS), '--mesh-direct-routing'],
+    ]);
+    await meshLine('node2|ipv4', 'ok');
+    // What flanneld leaves for a peer on node1's own segment: no ARP entry, no FDB entry.
+    await n(1).ns.run(['ip', 'neigh', 'del', n(2).vtepIp, 'dev', VTEP]);
+    for (const entry of await n(1).fdb()) {
+      if (entry.mac !== n(2).publishedMac || entry.dst === undefined) continue;
+      await n(1).ns.run(['bridge', 'fdb', 'del', entry.mac, 'dev', VTEP, 'dst', entry.dst]);
+    }
+    await meshLine('node2|ipv4', 'direct');
+    const peersOf = (result: RunResult): string[][] =>
+      (
+        JSON.parse(result.stdout) as { table: { peers: { node: string; verdict: string }[] } }
+      ).table.peers.map((p) => [p.node, p.verdict]);
+    const plain = await meshStatus(true);
+    assert.equal(plain.code, 1, plain.stderr);
+    assert.deepEqual(peersOf(plain), [['node2', 'missing']]);
+    const direct = await meshStatus(true, ['--mesh-direct-routing']);
+    assert.equal(direct.code, 0, direct.stderr);
+    assert.deepEqual(peersOf(direct), [['node2', 'direct']]);
+    await new Promise((resolve) => setTimeout(resolve, 2 * GRACE_MS));
+    assert.equal(guard.events('mesh-repair').length, 0, 'a direct peer is not repaired');
+    assert.equal(await arpMacOn(n(1), n(2).vtepIp), undefined);
+    const readyz = JSON.parse((await httpGet(`${endpoint()}/readyz`)).body) as {
+      mesh: { consistent: boolean };
+    };
+    assert.equal(readyz.mesh.consistent, true);
   });
 });

@@ -10,7 +10,16 @@ import { NTF_SELF } from '../lib/core/constants';
 import type { NeighbourInfo } from '../lib/core/types';
 import type { KubeNode } from '../lib/kubernetes/api';
 import { canonicalIp, networkAddress, readPeer } from '../lib/kubernetes/mesh-peers';
-import { compareMesh, type PeerLease } from '../lib/mesh/compare';
+import {
+  MeshComparison,
+  compareMesh,
+  type MeshDelta,
+  type MeshSubject,
+  type OrphanEntry,
+  type PeerLease,
+  type PeerRow,
+  type SelfRow,
+} from '../lib/mesh/compare';
 import {
   MeshView,
   type MeshDevices,
@@ -160,13 +169,16 @@ describe('mesh: the table compared', function () {
           entries.push(arp(lease.vtepIp, random() < 0.7 ? lease.mac : pick(macs)));
         if (random() < 0.8) entries.push(fdb(random() < 0.7 ? lease.mac : pick(macs), pick(ips)));
       }
+      const directRouting = round % 2 === 1;
       const table = compareMesh({
         self: 'n1',
         leases,
         entries: new Map([['flannel.1', entries]]),
         deviceMacs: new Map([['flannel.1', '0a:00:00:00:00:01']]),
+        directRouting,
       });
       const context = JSON.stringify({
+        directRouting,
         leases,
         entries: entries.map((e) => [e.family, e.destination, e.lladdr]),
       });
@@ -181,6 +193,8 @@ describe('mesh: the table compared', function () {
         let expected: string;
         if (shared) expected = 'duplicate-mac';
         else if (arpEntry && arpEntry.lladdr !== row.publishedMac) expected = 'stale-mac';
+        // DirectRouting: flanneld writes neither entry for a peer on this node's segment.
+        else if (directRouting && !arpEntry && remotes.length === 0) expected = 'direct';
         else if (!arpEntry || remotes.length === 0) expected = 'missing';
         else if (!remotes.some((e) => e.destination === row.publicIp)) expected = 'stale-underlay';
         else expected = 'ok';
@@ -214,6 +228,102 @@ describe('mesh: the table compared', function () {
   });
 });
 
+describe('mesh: the table kept current', function () {
+  it('equals a comparison from scratch after each of 3 000 seeded changes, and its deltas say every change', function () {
+    const random = prng(0x1c4e);
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+    const macs = [
+      '0a:00:00:00:00:01',
+      '0a:00:00:00:00:02',
+      '0a:00:00:00:00:03',
+      '0a:00:00:00:00:04',
+    ];
+    const ips = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
+    const devices = ['flannel.1', 'flannel-v6.1'];
+    const nodeNames = ['n1', 'n2', 'n3', 'n4', 'n5'];
+    const leaseOf = (node: string): PeerLease[] =>
+      devices
+        .filter(() => random() < 0.6)
+        .map((device) => ({
+          node,
+          family: device === 'flannel.1' ? 'ipv4' : 'ipv6',
+          device,
+          vtepIp: pick(['198.18.1.0', '198.18.2.0', '198.18.3.0', '198.18.4.0']),
+          mac: pick(macs),
+          publicIp: pick(ips),
+        }));
+    const entriesOf = (): Map<string, NeighbourInfo[]> =>
+      new Map(
+        devices.map((device) => [
+          device,
+          Array.from({ length: 1 + Math.floor(random() * 6) }, () =>
+            random() < 0.5
+              ? arp(pick(['198.18.1.0', '198.18.2.0', '198.18.3.0', '198.18.4.0']), pick(macs))
+              : fdb(pick(macs), pick(ips)),
+          ),
+        ]),
+      );
+    for (let round = 0; round < 30; round += 1) {
+      const leases = new Map<string, PeerLease[]>();
+      let entries = entriesOf();
+      let deviceMacs = new Map(devices.map((device) => [device, pick([...macs, null])]));
+      const comparison = new MeshComparison('n1');
+      const tracked = new Map<string, MeshSubject>();
+      const apply = (delta: MeshDelta): void => {
+        // A key both removed and changed would read as gone, then new: a false 'gone' event.
+        for (const key of delta.removed) assert.ok(!delta.changed.has(key), `${key}: both`);
+        for (const key of delta.removed)
+          assert.ok(tracked.delete(key), `removed ${key}: never said`);
+        for (const [key, subject] of delta.changed) tracked.set(key, subject);
+      };
+      const input = () => ({ leases: [...leases.values()].flat(), entries, deviceMacs });
+      apply(comparison.load(input()));
+      for (let step = 0; step < 100; step += 1) {
+        const what = random();
+        if (what < 0.7) {
+          const node = pick(nodeNames);
+          const next = random() < 0.2 ? [] : leaseOf(node);
+          if (next.length === 0) leases.delete(node);
+          else leases.set(node, next);
+          apply(comparison.setNode(node, next));
+        } else if (what < 0.85) {
+          deviceMacs = new Map(devices.map((device) => [device, pick([...macs, null])]));
+          apply(comparison.setDeviceMacs(deviceMacs));
+        } else {
+          entries = entriesOf();
+          apply(comparison.load(input()));
+        }
+        const expected = compareMesh({ self: 'n1', ...input() });
+        const context = `round ${round} step ${step}: ${JSON.stringify(input().leases)}`;
+        assert.deepEqual(comparison.table(), expected, context);
+        const fromDeltas = {
+          self: [] as SelfRow[],
+          peers: [] as PeerRow[],
+          orphans: [] as OrphanEntry[],
+        };
+        for (const subject of tracked.values()) {
+          if (subject.kind === 'self') fromDeltas.self.push(subject.row);
+          else if (subject.kind === 'peer') fromDeltas.peers.push(subject.row);
+          else fromDeltas.orphans.push(subject.entry);
+        }
+        assert.deepEqual(
+          new Set(
+            [...fromDeltas.self, ...fromDeltas.peers, ...fromDeltas.orphans].map((x) =>
+              JSON.stringify(x),
+            ),
+          ),
+          new Set(
+            [...expected.self, ...expected.peers, ...expected.orphans].map((x) =>
+              JSON.stringify(x),
+            ),
+          ),
+          `the deltas, ${context}`,
+        );
+      }
+    }
+  });
+});
+
 /** The view driven through its ports: a table the test edits, and a clock it moves. */
 function viewRig(mode: MeshMode) {
   let now = 0;
@@ -222,6 +332,7 @@ function viewRig(mode: MeshMode) {
   const listeners = new Set<(change: VtepEntryChange) => void>();
   const writes: NeighbourInfo[][] = [];
   const removed: NeighbourInfo[] = [];
+  let reads = 0;
   const change = (entry: NeighbourInfo, portid: number): void => {
     table = table.filter(
       (e) =>
@@ -235,7 +346,11 @@ function viewRig(mode: MeshMode) {
       listener({ device: 'flannel.1', entry, removed: false, portid });
   };
   const devices: MeshDevices = {
-    read: () => ({ mac: '0a:00:00:00:00:01', entries: table }),
+    read: () => {
+      reads += 1;
+      return { mac: '0a:00:00:00:00:01', entries: table };
+    },
+    mac: () => '0a:00:00:00:00:01',
     write: (_device, entries) => {
       writes.push([...entries]);
       for (const entry of entries) change(entry, 77);
@@ -303,6 +418,7 @@ function viewRig(mode: MeshMode) {
     publish,
     lease,
     setTable: (entries: NeighbourInfo[]) => (table = entries),
+    reads: () => reads,
   };
 }
 
@@ -384,6 +500,25 @@ describe('mesh: the view', function () {
     rig.publish('0a:00:00:00:00:44');
     rig.advance(1100);
     assert.equal(rig.writes.length, 3, 'new published data: repaired again');
+  });
+
+  it('reads the entries at the list and after an entry change, never for a Node event', function () {
+    const rig = viewRig('report');
+    rig.setTable([arp('198.18.2.0', '0a:00:00:00:00:02'), fdb('0a:00:00:00:00:02', '192.0.2.12')]);
+    rig.view.setNodes([{ node: 'n2', leases: [rig.lease('0a:00:00:00:00:02')], incomplete: [] }]);
+    assert.equal(rig.reads(), 1);
+    for (let i = 3; i < 50; i += 1) {
+      const lease = { ...rig.lease(`0a:00:00:00:00:${i}`), node: `n${i}`, vtepIp: `198.18.${i}.0` };
+      rig.view.updateNode(`n${i}`, { node: `n${i}`, leases: [lease], incomplete: [] });
+      rig.publish(i % 2 === 0 ? '0a:00:00:00:00:02' : '0a:00:00:00:00:aa');
+    }
+    rig.advance(5000);
+    assert.equal(rig.reads(), 1, 'Node events and timers compare without reading the entries');
+    assert.equal(rig.view.snapshot().reported['n2|ipv4'], 'stale-mac');
+    rig.change(arp('198.18.2.0', '0a:00:00:00:00:aa'), 0);
+    rig.advance(1100);
+    assert.equal(rig.reads(), 2, 'an entry change: read once');
+    assert.equal(rig.view.snapshot().reported['n2|ipv4'], 'missing');
   });
 
   it('prunes an orphan only in prune mode, and only after the grace period', function () {

@@ -58,6 +58,12 @@ export const nodeFlag: FlagSpec = {
     "this node's name in the cluster, whose annotation gives the desired MACs (default: $NODE_NAME)",
 };
 
+export const meshDirectRoutingFlag: FlagSpec = {
+  name: 'mesh-direct-routing',
+  description:
+    "flannel runs with Backend.DirectRouting: a peer with neither ARP nor FDB entry here is routed directly on this node's L2 segment (verdict direct), not missing",
+};
+
 export const kubeconfigFlag: FlagSpec = {
   name: 'kubeconfig',
   value: '<file>',

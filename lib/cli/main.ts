@@ -27,6 +27,7 @@ import {
   integerFlag,
   jsonFlag,
   kubeconfigFlag,
+  meshDirectRoutingFlag,
   macFlag,
   netnsFlag,
   nodeFlag,
@@ -80,6 +81,7 @@ interface WatchFlags extends CommonFlags {
   nodeCondition: boolean;
   mesh: string | undefined;
   meshGrace: string;
+  meshDirectRouting: boolean;
 }
 
 function commonFlags(flags: Flags): CommonFlags {
@@ -114,6 +116,7 @@ function watchFlags(flags: Flags): WatchFlags {
     nodeCondition: flags.has('node-condition'),
     mesh: flags.value('mesh'),
     meshGrace: flags.required('mesh-grace'),
+    meshDirectRouting: flags.has('mesh-direct-routing'),
   };
 }
 
@@ -185,6 +188,7 @@ async function startServices(
       : {
           mode: flags.dryRun ? ('report' as const) : (meshMode as MeshMode),
           graceMs: integerFlag('--mesh-grace', flags.meshGrace, RANGES.timerMs),
+          directRouting: flags.meshDirectRouting,
         };
   if (!cluster && metricsAddress === 'off') return null;
   let stop = (): void => {};
@@ -427,6 +431,7 @@ const watchCommand: CommandSpec = {
       description: "how long a peer's entries may differ from what it publishes before it counts",
       default: String(DEFAULT_MESH_GRACE_MS),
     },
+    meshDirectRoutingFlag,
     {
       name: 'strategy',
       value: '<strategy>',
@@ -463,6 +468,7 @@ const statusCommand: CommandSpec = {
       description:
         "instead: every peer's ARP/FDB entries here against what its Node publishes (node, VTEP IP, published MAC, ARP MAC, FDB dst, verdict); exit 1 unless all ok",
     },
+    meshDirectRoutingFlag,
     nodeFlag,
     kubeconfigFlag,
   ],

@@ -13,12 +13,14 @@ import {
 } from '../kubernetes/event-recorder';
 import { MeshNodeWatch } from '../kubernetes/mesh-peers';
 import type { GuardMetrics } from '../kubernetes/metrics';
+import { isHealthyVerdict } from '../mesh/compare';
 import { MeshView, type MeshMode, type MeshVerdictEvent } from '../mesh/view';
 import type { LogLine } from './log-line';
 
 export interface MeshSettings {
   mode: MeshMode;
   graceMs: number;
+  directRouting: boolean;
 }
 
 export interface MeshServiceOptions {
@@ -63,6 +65,7 @@ export function startMesh(
     self: options.nodeName,
     mode: options.settings.mode,
     graceMs: options.settings.graceMs,
+    directRouting: options.settings.directRouting,
     devices: guard.meshDevices(),
   });
   const { log, recorder } = options;
@@ -71,7 +74,7 @@ export function startMesh(
   };
   view.on('verdict', (e) => {
     const text = describeVerdict(e);
-    const fine = e.verdict === 'ok' || e.verdict === 'gone';
+    const fine = isHealthyVerdict(e.verdict) || e.verdict === 'gone';
     log('mesh', fine ? 'info' : 'warn', e, text);
     if (e.subject.kind !== 'peer' || fine) return;
     if (e.verdict === 'duplicate-mac') record('Warning', EVENT_REASONS.meshDuplicate, text);

@@ -16,7 +16,12 @@ import { listAllNodes } from '../kubernetes/api';
 import { createKubernetesClient } from '../kubernetes/client';
 import { detectCluster, type ClusterSettings } from '../kubernetes/cluster';
 import { MESH_MAX_PAGES, MESH_PAGE_SIZE, readPeer } from '../kubernetes/mesh-peers';
-import { compareMesh, type IncompletePeer, type MeshTable } from '../mesh/compare';
+import {
+  compareMesh,
+  isHealthyVerdict,
+  type IncompletePeer,
+  type MeshTable,
+} from '../mesh/compare';
 import type { NodeLeases } from '../mesh/view';
 import { checkNetnsFlag } from './common';
 import { UsageError, type Flags } from './flags';
@@ -68,6 +73,7 @@ export function clusterFlags(flags: Flags, flag: string): ClusterSettings {
 export async function readMeshStatus(options: {
   netns: string | undefined;
   cluster: ClusterSettings;
+  directRouting: boolean;
 }): Promise<MeshStatus> {
   const { cluster } = options;
   const readings = await listNodeLeases(cluster);
@@ -94,13 +100,19 @@ export async function readMeshStatus(options: {
   } finally {
     control.close();
   }
-  const table = compareMesh({ self: cluster.nodeName, leases, entries, deviceMacs });
+  const table = compareMesh({
+    self: cluster.nodeName,
+    leases,
+    entries,
+    deviceMacs,
+    directRouting: options.directRouting,
+  });
   return {
     netns: options.netns ?? null,
     node: cluster.nodeName,
     table,
     incomplete: readings.flatMap((reading) => reading.incomplete),
-    consistent: [...table.self, ...table.peers].every((row) => row.verdict === 'ok'),
+    consistent: [...table.self, ...table.peers].every((row) => isHealthyVerdict(row.verdict)),
   };
 }
 
@@ -108,7 +120,11 @@ export async function meshStatus(flags: Flags): Promise<number> {
   const netns = flags.value('netns');
   checkNetnsFlag(netns);
   const cluster = clusterFlags(flags, '--mesh');
-  const status = await readMeshStatus({ netns, cluster });
+  const status = await readMeshStatus({
+    netns,
+    cluster,
+    directRouting: flags.has('mesh-direct-routing'),
+  });
   writeOut(flags.has('json') ? `${JSON.stringify(status)}\n` : formatMesh(status));
   return status.consistent ? 0 : 1;
 }

@@ -36,16 +36,12 @@ export function vtepTables(
       const entries = monitor.neighbours({ ifindex: device.ifindex }).filter((e) => e.permanent);
       return { mac: monitor.getLink(device.ifindex)?.mac ?? null, entries };
     },
-    write(name, entries) {
+    mac(name) {
       const device = byName(name);
-      if (device === undefined) {
-        throw systemError('ENODEV', `${name} is not a device the guard keeps`, { interface: name });
-      }
-      if (dryRun) {
-        throw systemError('EPERM', `dry run: ${name}'s entries are not written`, {
-          interface: name,
-        });
-      }
+      return device === undefined ? null : (monitor.getLink(device.ifindex)?.mac ?? null);
+    },
+    write(name, entries) {
+      const device = writable(name);
       const placed: NeighbourInfo[] = entries.map((entry) => ({
         ...entry,
         ifindex: device.ifindex,

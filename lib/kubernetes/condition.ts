@@ -13,6 +13,7 @@
 import { EventEmitter } from 'node:events';
 
 import type { DeviceStatus, FlannelGuard } from '../guard';
+import { isHealthyVerdict } from '../mesh/compare';
 import type { MeshSnapshot, MeshView } from '../mesh/view';
 import type { KubernetesApi } from './api';
 
@@ -78,7 +79,9 @@ export function vtepCondition(
         .join('; '),
     };
   }
-  const diverged = Object.entries(mesh?.reported ?? {}).filter(([, verdict]) => verdict !== 'ok');
+  const diverged = Object.entries(mesh?.reported ?? {}).filter(
+    ([, verdict]) => !isHealthyVerdict(verdict),
+  );
   if (diverged.length > 0) {
     return {
       status: 'False',

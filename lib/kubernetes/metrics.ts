@@ -29,6 +29,7 @@ const MESH_VERDICTS = [
   'stale-underlay',
   'missing',
   'duplicate-mac',
+  'direct',
   'contested',
   'orphan',
 ] as const;
@@ -228,7 +229,7 @@ export class GuardMetrics {
     });
     this.#meshPeers = new Gauge({
       name: `${p}mesh_peers`,
-      help: "Peers by the verdict on this node's entries for them (after the grace period): ok, stale-mac, stale-underlay, missing, duplicate-mac, contested; orphan counts entries no Node publishes",
+      help: "Peers by the verdict on this node's entries for them (after the grace period): ok, stale-mac, stale-underlay, missing, duplicate-mac, direct, contested; orphan counts entries no Node publishes",
       labelNames: ['verdict'],
       registers,
       collect: () => {

@@ -20,6 +20,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 
 import type { FlannelGuard } from '../guard';
+import { isHealthyVerdict } from '../mesh/compare';
 import type { MeshSnapshot } from '../mesh/view';
 import { VtepHealth } from './condition';
 import type { ListenAddress } from './listen';
@@ -102,7 +103,7 @@ function meshSummary(mesh: MeshSnapshot): Record<string, unknown> {
   for (const verdict of Object.values(mesh.reported))
     verdicts[verdict] = (verdicts[verdict] ?? 0) + 1;
   const diverged = Object.entries(mesh.reported)
-    .filter(([, verdict]) => verdict !== 'ok')
+    .filter(([, verdict]) => !isHealthyVerdict(verdict))
     .map(([peer]) => peer);
   return {
     consistent: mesh.consistent,

@@ -1,7 +1,8 @@
 /**
  * MeshView: the mesh table (mesh/compare.ts) kept current from what the Nodes publish and what
- * the guard's native mirror holds of its VTEPs' permanent entries: re-compared on each Node
- * event and each entry change (no dumps), a divergence counted only after the grace period (so
+ * the guard's native mirror holds of its VTEPs' permanent entries: a Node event judges again the
+ * rows it touches, an entry change reads the entries anew from the mirror (no dumps either
+ * way), a divergence counted only after the grace period (so
  * flanneld's own update of a peer is not reported), and, in 'repair' mode, the peer's entries
  * written as flanneld writes them. Never fights: a peer whose entries are put back to the same
  * stale values twice within the fight window is `contested` and left alone until what it
@@ -9,26 +10,28 @@
  */
 import { EventEmitter } from 'node:events';
 
-import { NTF_SELF, NUD_PERMANENT } from '../core/constants';
 import { monotonicMs } from '../core/clock';
 import { DEFAULT_MESH_FIGHT_WINDOW_MS, DEFAULT_MESH_GRACE_MS } from '../core/defaults';
 import { invalidArgument, messageOf } from '../core/errors';
-import { choiceOption, integerOption, rejectUnknownOptions } from '../core/options';
-import { ipVersion, RANGES } from '../core/validate';
+import { booleanOption, choiceOption, integerOption, rejectUnknownOptions } from '../core/options';
+import { RANGES } from '../core/validate';
 import type { NeighbourInfo } from '../core/types';
 import {
-  compareMesh,
-  orphanKey,
-  peerKey,
+  isHealthyVerdict,
+  MeshComparison,
   type IncompletePeer,
-  type MeshFamily,
+  type MeshDelta,
+  type MeshInput,
+  type MeshSubject,
   type MeshTable,
   type OrphanEntry,
   type PeerLease,
   type PeerRow,
   type PeerVerdict,
-  type SelfRow,
 } from './compare';
+import { flannelEntries, orphanEntry } from './entries';
+
+export type { MeshSubject } from './compare';
 
 /** One Node's leases (none when it publishes nothing usable), as read from the API. */
 export interface NodeLeases {
@@ -50,6 +53,8 @@ export interface VtepEntryChange {
 export interface MeshDevices {
   /** The device's MAC and entries now; null when there is no such device. */
   read(device: string): { mac: string | null; entries: readonly NeighbourInfo[] } | null;
+  /** The device's MAC now (null: no such device): what `read` says, without the entries. */
+  mac(device: string): string | null;
   /** Replaces the entries (NLM_F_REPLACE); the ARP/NDP ones join the device's restore set. */
   write(device: string, entries: readonly NeighbourInfo[]): void;
   /** Deletes the entry (RTM_DELNEIGH); an ARP/NDP one leaves the restore set. */
@@ -75,6 +80,8 @@ export interface MeshViewOptions {
   graceMs?: number;
   /** Two repairs undone within this long: the peer is contested; default 60 s. */
   fightWindowMs?: number;
+  /** flannel runs with `Backend.DirectRouting`: a peer with neither entry is 'direct' (default false). */
+  directRouting?: boolean;
   /** The guard's devices: `FlannelGuard.meshDevices()`. */
   devices: MeshDevices;
   /** Default: CLOCK_MONOTONIC, timers that keep no process alive. */
@@ -87,6 +94,7 @@ const OPTION_NAMES = [
   'mode',
   'graceMs',
   'fightWindowMs',
+  'directRouting',
   'devices',
   'clock',
 ] as const satisfies readonly (keyof MeshViewOptions)[];
@@ -98,11 +106,6 @@ const REAL_CLOCK: MeshClock = {
     return () => clearTimeout(timer);
   },
 };
-
-export type MeshSubject =
-  | { kind: 'peer'; row: PeerRow }
-  | { kind: 'self'; row: SelfRow }
-  | { kind: 'orphan'; entry: OrphanEntry };
 
 /** A change of a reported verdict ('gone': the row or entry is no more). */
 export interface MeshVerdictEvent {
@@ -174,7 +177,11 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
   readonly #fights = new Map<string, FightRecord>();
   /** Last writer of each entry (device|arp|address, device|fdb|mac). */
   readonly #writers = new Map<string, number>();
-  #table: MeshTable = { self: [], peers: [], orphans: [] };
+  readonly #comparison: MeshComparison;
+  /** The table as the comparison last gave it; undefined once anything changed. */
+  #table: MeshTable | undefined;
+  /** The mirror reported an entry change: the next comparison loads every entry. */
+  #entriesChanged = true;
   #synced = false;
   #repairs = 0;
   #cancelTimer: (() => void) | undefined;
@@ -199,12 +206,15 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
         'fightWindowMs',
         DEFAULT_MESH_FIGHT_WINDOW_MS,
       ),
+      directRouting: booleanOption(options.directRouting, 'directRouting', false),
       devices,
       clock: options.clock ?? REAL_CLOCK,
     };
+    this.#comparison = new MeshComparison(self, { directRouting: this.#options.directRouting });
     const clock = this.#options.clock;
     this.#unsubscribe = devices.subscribe((change) => {
       this.#noteWriter(change);
+      this.#entriesChanged = true;
       this.#schedule(clock.now() + COALESCE_MS);
     });
   }
@@ -216,6 +226,7 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     for (const node of nodes) this.#nodes.set(node.node, node);
     for (const node of nodes) this.#forgetFightIfChanged(before.get(node.node), node);
     this.#synced = true;
+    this.#entriesChanged = true;
     this.#evaluate();
   }
 
@@ -229,7 +240,13 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     this.#forgetFightIfChanged(before, leases);
     if (leases === null) this.#nodes.delete(name);
     else this.#nodes.set(name, leases);
-    this.#evaluate();
+    if (!this.#synced) return;
+    const known = this.#comparison.devices;
+    // A device no lease named before: its entries are read with all the others.
+    if (leases?.leases.some((lease) => !known.has(lease.device)) === true) {
+      this.#entriesChanged = true;
+    }
+    this.#evaluate(this.#comparison.setNode(name, leases?.leases ?? []));
   }
 
   /** A list of the Nodes has been received. */
@@ -249,11 +266,13 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     const reported: Record<string, PeerVerdict | 'contested'> = {};
     let consistent = this.#synced;
     for (const [key, tracked] of this.#tracked) {
-      if (tracked.subject.kind !== 'orphan' && tracked.reported !== 'ok') consistent = false;
+      const healthy = tracked.subject.kind === 'orphan' || isHealthyVerdict(tracked.reported ?? '');
+      if (!healthy) consistent = false;
       if (tracked.subject.kind === 'peer' && tracked.reported !== null) {
         reported[key] = tracked.reported as PeerVerdict | 'contested';
       }
     }
+    this.#table ??= this.#comparison.table();
     return {
       table: this.#table,
       reported,
@@ -303,59 +322,76 @@ export class MeshView extends EventEmitter<MeshViewEvents> {
     );
   }
 
-  #evaluate(): void {
+  /** Applies what changed (`delta`: a Node's), then reports what has lasted the grace period. */
+  #evaluate(delta?: MeshDelta): void {
     if (this.#closed || !this.#synced) return;
+    const deltas: MeshDelta[] = [];
+    if (this.#entriesChanged) {
+      this.#entriesChanged = false;
+      deltas.push(this.#comparison.load(this.#readDevices()));
+    } else {
+      if (delta !== undefined) deltas.push(delta);
+      const macs = new Map<string, string | null>();
+      for (const device of this.#comparison.devices) {
+        macs.set(device, this.#options.devices.mac(device));
+      }
+      deltas.push(this.#comparison.setDeviceMacs(macs));
+    }
+    const now = this.#options.clock.now();
+    for (const { changed, removed } of deltas) {
+      if (changed.size > 0 || removed.size > 0) this.#table = undefined;
+      for (const key of removed) this.#forget(key);
+      for (const [key, subject] of changed) this.#observe(key, subject, now);
+    }
+    for (const [key, tracked] of this.#tracked) this.#settle(key, tracked, now);
+  }
+
+  /** Every lease, and the entries and MAC of every device a lease names (null: absent). */
+  #readDevices(): Omit<MeshInput, 'self'> {
     const leases = [...this.#nodes.values()].flatMap((node) => node.leases);
-    const devices = new Set(leases.map((lease) => lease.device));
     const entries = new Map<string, readonly NeighbourInfo[]>();
     const deviceMacs = new Map<string, string | null>();
-    for (const device of devices) {
+    for (const device of new Set(leases.map((lease) => lease.device))) {
       const state = this.#options.devices.read(device);
-      if (state === null) continue;
-      entries.set(device, state.entries);
-      deviceMacs.set(device, state.mac);
+      entries.set(device, state?.entries ?? []);
+      deviceMacs.set(device, state?.mac ?? null);
     }
-    this.#table = compareMesh({ self: this.#options.self, leases, entries, deviceMacs });
-    const now = this.#options.clock.now();
-    const seen = new Set<string>();
-    const observe = (key: string, observed: Tracked['observed'], subject: MeshSubject): void => {
-      seen.add(key);
-      let tracked = this.#tracked.get(key);
-      if (tracked === undefined) {
-        tracked = { observed, since: now, reported: null, subject };
-        this.#tracked.set(key, tracked);
-      } else if (tracked.observed !== observed) {
-        tracked.observed = observed;
-        tracked.since = now;
-      }
-      tracked.subject = subject;
-      this.#settle(key, tracked, now);
-    };
-    for (const row of this.#table.self) {
-      observe(`self|${peerKey(row)}`, row.verdict, { kind: 'self', row });
+    return { leases, entries, deviceMacs };
+  }
+
+  #observe(key: string, subject: MeshSubject, now: number): void {
+    const observed = subject.kind === 'orphan' ? 'orphan' : subject.row.verdict;
+    const tracked = this.#tracked.get(key);
+    if (tracked === undefined) {
+      this.#tracked.set(key, { observed, since: now, reported: null, subject });
+      return;
     }
-    for (const row of this.#table.peers) observe(peerKey(row), row.verdict, { kind: 'peer', row });
-    for (const entry of this.#table.orphans) {
-      observe(`orphan|${orphanKey(entry)}`, 'orphan', { kind: 'orphan', entry });
+    if (tracked.observed !== observed) {
+      tracked.observed = observed;
+      tracked.since = now;
     }
-    for (const [key, tracked] of this.#tracked) {
-      if (seen.has(key)) continue;
-      this.#tracked.delete(key);
-      if (tracked.reported !== null) {
-        this.emit('verdict', {
-          key,
-          verdict: 'gone',
-          previous: tracked.reported,
-          subject: tracked.subject,
-        });
-      }
+    tracked.subject = subject;
+  }
+
+  /** A row or entry that is no more: 'gone', if it had been reported. */
+  #forget(key: string): void {
+    const tracked = this.#tracked.get(key);
+    if (tracked === undefined) return;
+    this.#tracked.delete(key);
+    if (tracked.reported !== null) {
+      this.emit('verdict', {
+        key,
+        verdict: 'gone',
+        previous: tracked.reported,
+        subject: tracked.subject,
+      });
     }
   }
 
-  /** Reports the observed verdict once it has lasted the grace period (ok at once). */
+  /** Reports the observed verdict once it has lasted the grace period (a healthy one at once). */
   #settle(key: string, tracked: Tracked, now: number): void {
     const due = tracked.since + this.#options.graceMs;
-    if (tracked.observed !== 'ok' && now < due) {
+    if (!isHealthyVerdict(tracked.observed) && now < due) {
       this.#schedule(due);
       return;
     }
@@ -461,40 +497,4 @@ function staleValues(row: PeerRow): string[] {
   if (row.arpMac !== null && row.arpMac !== row.publishedMac) stale.push(`arp ${row.arpMac}`);
   if (row.fdbDst !== null && row.fdbDst !== row.publicIp) stale.push(`fdb ${row.fdbDst}`);
   return stale;
-}
-
-/** The kernel entry an orphan stands for, to delete it. */
-function orphanEntry(orphan: OrphanEntry): NeighbourInfo {
-  if (orphan.kind === 'fdb') return fdbEntry(orphan.lladdr, orphan.destination);
-  const family = ipVersion(orphan.destination ?? '') === 6 ? 'ipv6' : 'ipv4';
-  return arpEntry(family, orphan.destination, orphan.lladdr);
-}
-
-/** A permanent ARP/NDP entry, as flanneld writes one (device.go AddARP, AddV6ARP). */
-function arpEntry(family: MeshFamily, address: string | null, mac: string): NeighbourInfo {
-  return {
-    family: family === 'ipv4' ? 'inet' : 'inet6',
-    ifindex: 0,
-    destination: address,
-    lladdr: mac,
-    state: NUD_PERMANENT,
-    states: ['permanent'],
-    permanent: true,
-    flags: 0,
-    vni: null,
-    master: null,
-  };
-}
-
-/** A permanent FDB entry of the device itself, as flanneld writes one (device.go AddFDB). */
-function fdbEntry(mac: string, remote: string | null): NeighbourInfo {
-  return { ...arpEntry('ipv4', remote, mac), family: 'bridge', flags: NTF_SELF };
-}
-
-/** The two entries flanneld writes for a peer (see compare.ts), ARP/NDP first. */
-export function flannelEntries(row: PeerRow): NeighbourInfo[] {
-  return [
-    arpEntry(row.family, row.vtepIp, row.publishedMac),
-    fdbEntry(row.publishedMac, row.publicIp),
-  ];
 }
