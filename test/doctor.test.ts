@@ -21,11 +21,13 @@ import {
   execFile,
   Netns,
   registerSyncCleanup,
+  snapshotTree,
   tempDirPrefix,
   trackChild,
   waitFor,
 } from './support/netns';
 import { runDoctorCli, type DoctorRun } from './support/doctor-run';
+import { prng } from './support/prng';
 import { FlannelTestbed, VTEP, type TestbedNode } from './support/testbed';
 
 const DEFAULT_LINK = '/usr/lib/systemd/network/99-default.link';
@@ -525,6 +527,7 @@ describe('flannel-guard doctor in the test bed (real systemd-udevd)', function (
       'counts',
       'checks',
       'fixed',
+      'dryRun',
       'changes',
       'before',
     ]);
@@ -616,6 +619,89 @@ describe('flannel-guard doctor on a single namespace', function () {
     );
   });
 
+  it('--fix --dry-run changes nothing, and its plan is what --fix then does (seeded nodes)', async function () {
+    const random = prng(0xd0c);
+    const mac = (): string =>
+      `0e:${Array.from({ length: 5 }, () =>
+        Math.floor(random() * 256)
+          .toString(16)
+          .padStart(2, '0'),
+      ).join(':')}`;
+    /** What --fix may change: the scratch root, and the device as iproute2 and ethtool read it. */
+    const state = async (node: Netns, dir: string): Promise<string> =>
+      [
+        snapshotTree(dir),
+        (await node.run(['ip', '-d', 'link', 'show', 'dev', 'flannel.1'])).stdout,
+        (await node.run(['ip', 'neigh', 'show', 'dev', 'flannel.1'])).stdout,
+        (await node.run(['bridge', 'fdb', 'show', 'dev', 'flannel.1'])).stdout,
+        (await node.run(['ethtool', '-k', 'flannel.1'])).stdout,
+      ].join('\n');
+    // Offload outcomes are known only once written: the plan says what it asks for.
+    const shape = (changes: DoctorReport['changes']): unknown[] =>
+      changes.map((change) => {
+        if (change.kind === 'command') return { kind: change.kind, argv: change.argv };
+        if (change.kind !== 'device' || change.action.action !== 'set-offload') return change;
+        const { action, device, requested } = change.action;
+        return { kind: change.kind, device: change.device, action: { action, device, requested } };
+      });
+    for (let round = 0; round < 3; round += 1) {
+      const node = round === 0 ? ns : await Netns.create('fgt-dplan');
+      const dir = round === 0 ? root : tree();
+      try {
+        await node.ipBatch([
+          ...(round === 0
+            ? []
+            : [
+                'link add eth0 type veth peer name eth0p',
+                'addr add 192.0.2.21/24 dev eth0',
+                'link set eth0 up',
+              ]),
+          'link add flannel.1 type vxlan id 1 dstport 8472 nolearning local 192.0.2.21 dev eth0',
+          'link set flannel.1 up',
+          ...Array.from(
+            { length: Math.floor(random() * 3) },
+            (_, i) =>
+              `neigh replace 198.18.${10 + i}.0 lladdr ${mac()} dev flannel.1 nud permanent`,
+          ),
+        ]);
+        if (random() < 0.5) {
+          mkdirSync(join(dir, 'etc/NetworkManager'), { recursive: true });
+          writeFileSync(
+            join(dir, 'etc/NetworkManager/NetworkManager.conf'),
+            '[main]\nplugins=keyfile\n',
+          );
+        }
+        const args = ['--root', dir, '--netns', node.name];
+        if (random() < 0.6) args.push('--mac', `flannel.1=${mac()}`);
+        for (let i = 0; i < Math.floor(random() * 3); i += 1) {
+          args.push('--peer', `198.18.${20 + i}.0=${mac()}@192.0.2.${30 + i}`);
+        }
+        const before = await state(node, dir);
+        const plain = await doctor(args);
+        const planned = await doctor([...args, '--fix', '--dry-run']);
+        const context = `round ${round}: ${args.join(' ')}`;
+        assert.equal(await state(node, dir), before, `the dry run changed something, ${context}`);
+        assert.equal(planned.report.dryRun, true);
+        assert.equal(planned.report.fixed, false);
+        assert.equal(planned.code, plain.code, context);
+        assert.deepEqual(
+          planned.report.checks,
+          plain.report.checks.map((c) => ({ ...c })),
+          context,
+        );
+        assert.ok(planned.report.changes.length > 0, context);
+        const text = await runDoctorCli([...args, '--fix', '--dry-run']);
+        assert.match(text.stdout, /^Would change \(a dry run: nothing was changed\):$/m, context);
+        assert.equal(await state(node, dir), before, `the dry run changed something, ${context}`);
+        const fixed = await doctor([...args, '--fix']);
+        assert.equal(fixed.report.dryRun, false);
+        assert.deepEqual(shape(planned.report.changes), shape(fixed.report.changes), context);
+      } finally {
+        if (round > 0) await node.destroy();
+      }
+    }
+  });
+
   it('vtep: no flannel device warns (exit 0); a veth called flannel.1 fails', async function () {
     const none = await doctor(['--root', root, '--netns', ns.name]);
     const missing = check(none.report, 'vtep', null);
@@ -688,6 +774,7 @@ describe('flannel-guard doctor on a single namespace', function () {
       ['--iface', '*'],
       ['--no-such-flag'],
       ['--netns', 'fgt-no-such-namespace'],
+      ['--dry-run'],
     ]) {
       const run = await runDoctorCli(['--netns', ns.name, '--root', root, ...args]);
       assert.equal(run.code, 2, `${args.join(' ')}: ${run.stdout}${run.stderr}`);

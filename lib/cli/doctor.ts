@@ -61,6 +61,10 @@ function options(flags: Flags): DoctorOptions {
     interfaces: parseIfaceFlags(flags.list('iface')),
     fix: flags.has('fix'),
   };
+  if (flags.has('dry-run')) {
+    if (!result.fix) throw new UsageError('--dry-run plans what --fix would change: give both');
+    result.dryRun = true;
+  }
   if (netns !== undefined) result.netns = netns;
   const mac = parseMacFlags(flags.list('mac'));
   if (mac) result.mac = mac;
@@ -127,6 +131,11 @@ export const doctorCommand: CommandSpec = {
       name: 'fix',
       description:
         'write the MACAddressPolicy=none .link file, set the published MAC back, re-install neighbours, apply the offload policy; prints what it changed',
+    },
+    {
+      name: 'dry-run',
+      description:
+        'with --fix: print the plan (each file with its content, each command, each device write) and change nothing',
     },
     { name: 'verbose', description: 'show the evidence of passing checks too' },
     {

@@ -125,6 +125,12 @@ export class FsRoot {
    * writing through it. Returns the real path written.
    */
   writeFile(path: string, content: string, mode = 0o644): string {
+    const { dir, name } = this.writeTarget(path);
+    return writeFileReplacing(this.#makeDirs(dir), name, content, mode);
+  }
+
+  /** Where `writeFile(path)` writes: the real folder (made then if missing) and the name. */
+  writeTarget(path: string): { dir: string; name: string; realPath: string } {
     const dir = posix.dirname(path);
     const name = posix.basename(path);
     const real = this.resolve(dir);
@@ -134,7 +140,7 @@ export class FsRoot {
       // A resolved folder is always inside the root; this only guards against a race.
       throw new Error(`${dir} resolves outside ${this.root}`);
     }
-    return writeFileReplacing(this.#makeDirs(real), name, content, mode);
+    return { dir: real, name, realPath: posix.join(real, name) };
   }
 
   /** The root as a prefix of real paths: '' for '/', else without a trailing slash. */

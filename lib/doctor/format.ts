@@ -7,18 +7,20 @@ function onOff(value: boolean): string {
   return value ? 'on' : 'off';
 }
 
-/** One line per change, saying exactly what was written. */
-export function describeChange(change: DoctorChange): string[] {
+/** One line per change, saying exactly what was written (planned: what would be). */
+export function describeChange(change: DoctorChange, planned = false): string[] {
+  const wrote = planned ? 'would write' : 'wrote';
   switch (change.kind) {
     case 'write-file':
       return [
-        `wrote ${change.path}:`,
+        `${wrote} ${change.path}:`,
         ...change.content
           .trimEnd()
           .split('\n')
           .map((line) => `    | ${line}`),
       ];
     case 'command':
+      if (planned) return [`would run ${change.argv.join(' ')}`];
       return [
         `ran ${change.argv.join(' ')}: ${change.status === 0 ? 'ok' : `failed (${change.status ?? 'not run'})`}${change.output ? ` ${change.output}` : ''}`,
       ];
@@ -31,7 +33,7 @@ export function describeChange(change: DoctorChange): string[] {
       switch (a.action) {
         case 'set-mac':
           return a.reason === 'pin'
-            ? [`${a.device}: wrote its MAC ${a.to} again (addr_assign_type 1 -> 3)`]
+            ? [`${a.device}: ${wrote} its MAC ${a.to} again (addr_assign_type 1 -> 3)`]
             : [`${a.device}: MAC ${a.from ?? 'none'} -> ${a.to}`];
         case 'replace-neighbour':
           return [
@@ -40,6 +42,10 @@ export function describeChange(change: DoctorChange): string[] {
               : `${a.device}: neighbour ${a.destination} lladdr ${a.lladdr} permanent (${a.reason})`,
           ];
         case 'set-offload': {
+          if (!('active' in a)) {
+            const wanted = Object.entries(a.requested).map(([name, on]) => `${name} ${onOff(on)}`);
+            return [`${a.device}: ${wrote} ${wanted.join(', ')}`];
+          }
           const features = Object.entries(a.requested).map(
             ([name, wanted]) => `${name} ${onOff(!wanted)} -> ${onOff(a.active[name] ?? !wanted)}`,
           );
@@ -75,14 +81,15 @@ export function formatReport(report: DoctorReport, verbose = false): string {
     }
     if (check.fix !== null) lines.push(`${indent}fix: ${check.fix}`);
   }
-  if (report.fixed) {
+  if (report.fixed || report.dryRun) {
+    const heading = report.dryRun ? 'Would change (a dry run: nothing was changed)' : 'Changed';
     lines.push('');
     if (report.changes.length === 0)
-      lines.push('Changed: nothing (nothing --fix can change was wrong)');
+      lines.push(`${heading}: nothing (nothing --fix can change was wrong)`);
     else {
-      lines.push('Changed:');
+      lines.push(`${heading}:`);
       for (const change of report.changes) {
-        for (const line of describeChange(change)) lines.push(`  ${line}`);
+        for (const line of describeChange(change, report.dryRun)) lines.push(`  ${line}`);
       }
     }
   }

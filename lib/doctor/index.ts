@@ -4,7 +4,8 @@
  */
 import { execFile } from 'node:child_process';
 
-import { ensureVtep, type EnsureAction } from '../ensure/ensure';
+import { ensureVtep, type EnsureAction, type EnsurePlannedAction } from '../ensure/ensure';
+import { invalidArgument } from '../core/errors';
 import { NET_ADDR_RANDOM } from '../core/constants';
 import { absolutePathOption, booleanOption, rejectUnknownOptions } from '../core/options';
 import {
@@ -28,6 +29,8 @@ export const DOCTOR_SCHEMA = 'flannel-guard/doctor/v1';
 export interface DoctorOptions extends DoctorInput {
   /** Prevent and repair what can be: the .link file, the MAC, neighbours, the offload policy. */
   fix?: boolean;
+  /** With `fix`: the plan only, each file, command and device write `fix` would make; nothing changed. */
+  dryRun?: boolean;
   /**
    * Run `udevadm control --reload` after writing a .link file (default: when the root is '/',
    * i.e. the files are the running system's).
@@ -40,7 +43,7 @@ export interface DoctorOptions extends DoctorInput {
 export type DoctorChange =
   | { kind: 'write-file'; path: string; content: string }
   | { kind: 'command'; argv: string[]; status: number | null; output: string }
-  | { kind: 'device'; device: string; action: EnsureAction }
+  | { kind: 'device'; device: string; action: EnsureAction | EnsurePlannedAction }
   | { kind: 'not-fixed'; check: CheckId; device: string | null; reason: string };
 
 export interface DoctorReport {
@@ -57,6 +60,8 @@ export interface DoctorReport {
   checks: CheckResult[];
   /** Whether fixes were attempted. */
   fixed: boolean;
+  /** --fix --dry-run: `changes` is the plan, and nothing was changed. */
+  dryRun: boolean;
   /** What --fix changed (in order), and what it could not fix. */
   changes: DoctorChange[];
   /** Verdicts before the fixes (null without --fix). */
@@ -107,10 +112,16 @@ function chooseLinkName(gathered: Gathered, offending: readonly LinkFile[]): str
   return null;
 }
 
+/** Where the fixes go: the changes made (or, on a dry run, planned). */
+interface FixLog {
+  changes: DoctorChange[];
+  dryRun: boolean;
+}
+
 async function fixLinkFiles(
   gathered: Gathered,
   checks: CheckResult[],
-  changes: DoctorChange[],
+  log: FixLog,
   reload: boolean,
 ): Promise<void> {
   const bad = checks.filter((c) => c.id === 'link-files' && c.verdict !== 'ok');
@@ -127,7 +138,7 @@ async function fixLinkFiles(
   }
   const name = chooseLinkName(gathered, [...offending]);
   if (name === null) {
-    changes.push({
+    log.changes.push({
       kind: 'not-fixed',
       check: 'link-files',
       device: null,
@@ -144,7 +155,7 @@ async function fixLinkFiles(
     'link-files',
     file,
     reload ? ['udevadm', 'control', '--reload'] : null,
-    changes,
+    log,
   );
 }
 
@@ -152,7 +163,7 @@ async function fixLinkFiles(
 async function fixNetworkManager(
   gathered: Gathered,
   checks: CheckResult[],
-  changes: DoctorChange[],
+  log: FixLog,
   reload: boolean,
 ): Promise<void> {
   if (!checks.some((c) => c.id === 'networkmanager' && c.verdict !== 'ok')) return;
@@ -162,7 +173,7 @@ async function fixNetworkManager(
     'networkmanager',
     networkManagerDropIn(gathered.globs),
     reloadArgv,
-    changes,
+    log,
   );
 }
 
@@ -172,11 +183,14 @@ async function writeConfigFile(
   check: CheckId,
   file: { path: string; content: string },
   reloadArgv: string[] | null,
-  changes: DoctorChange[],
+  log: FixLog,
 ): Promise<void> {
+  const { changes } = log;
   let real: string;
   try {
-    real = gathered.fs.writeFile(file.path, file.content);
+    real = log.dryRun
+      ? gathered.fs.writeTarget(file.path).realPath
+      : gathered.fs.writeFile(file.path, file.content);
   } catch (error) {
     changes.push({
       kind: 'not-fixed',
@@ -187,14 +201,13 @@ async function writeConfigFile(
     return;
   }
   changes.push({ kind: 'write-file', path: real, content: file.content });
-  if (reloadArgv) changes.push({ kind: 'command', argv: reloadArgv, ...(await run(reloadArgv)) });
+  if (reloadArgv === null) return;
+  const outcome = log.dryRun ? { status: null, output: '' } : await run(reloadArgv);
+  changes.push({ kind: 'command', argv: reloadArgv, ...outcome });
 }
 
-async function fixDevices(
-  gathered: Gathered,
-  input: DoctorOptions,
-  changes: DoctorChange[],
-): Promise<void> {
+async function fixDevices(gathered: Gathered, input: DoctorOptions, log: FixLog): Promise<void> {
+  const { changes } = log;
   for (const device of gathered.devices) {
     if (device.link.kind !== 'vxlan') continue;
     try {
@@ -206,8 +219,9 @@ async function fixDevices(
         offload: input.offload ?? gathered.offload,
         pin: device.addrAssignType === NET_ADDR_RANDOM,
         ...(device.addrAssignType === null ? {} : { addrAssignType: device.addrAssignType }),
+        dryRun: log.dryRun,
       });
-      for (const action of result.actions)
+      for (const action of log.dryRun ? result.planned : result.actions)
         changes.push({ kind: 'device', device: device.link.name, action });
       for (const drift of result.drift.filter((d) => !d.fixable)) {
         changes.push({
@@ -240,6 +254,7 @@ const OPTION_NAMES = [
   'kernelRelease',
   'probe',
   'fix',
+  'dryRun',
   'reloadUdev',
   'reloadNetworkManager',
   'cluster',
@@ -253,21 +268,27 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
   rejectUnknownOptions(options, OPTION_NAMES, 'runDoctor');
   if (options.root !== undefined) absolutePathOption(options.root, 'root');
   const fix = booleanOption(options.fix, 'fix', false);
+  const dryRun = booleanOption(options.dryRun, 'dryRun', false);
+  if (dryRun && !fix)
+    throw invalidArgument('dryRun plans the fixes: it needs fix', { option: 'dryRun' });
   const input: DoctorOptions = options;
   let gathered = await gather(input);
   let checks = await runChecks(gathered);
   const changes: DoctorChange[] = [];
   let before: DoctorReport['before'] = null;
   if (fix) {
-    before = checks.map((c) => ({ id: c.id, device: c.device, verdict: c.verdict }));
     const live = gathered.fs.root === '/';
     const reloadUdev = booleanOption(options.reloadUdev, 'reloadUdev', live);
     const reloadNm = booleanOption(options.reloadNetworkManager, 'reloadNetworkManager', live);
-    await fixLinkFiles(gathered, checks, changes, reloadUdev);
-    await fixNetworkManager(gathered, checks, changes, reloadNm);
-    await fixDevices(gathered, input, changes);
-    gathered = await gather(input);
-    checks = await runChecks(gathered);
+    const log: FixLog = { changes, dryRun };
+    await fixLinkFiles(gathered, checks, log, reloadUdev);
+    await fixNetworkManager(gathered, checks, log, reloadNm);
+    await fixDevices(gathered, input, log);
+    if (!dryRun) {
+      before = checks.map((c) => ({ id: c.id, device: c.device, verdict: c.verdict }));
+      gathered = await gather(input);
+      checks = await runChecks(gathered);
+    }
   }
   const counts: Record<Verdict, number> = { ok: 0, warn: 0, fail: 0 };
   for (const check of checks) counts[check.verdict] += 1;
@@ -280,7 +301,8 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
     verdict: worst(checks),
     counts,
     checks,
-    fixed: fix,
+    fixed: fix && !dryRun,
+    dryRun,
     changes,
     before,
   };

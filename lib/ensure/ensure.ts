@@ -71,6 +71,11 @@ export type EnsureAction =
       notApplied: string[];
     };
 
+/** A write the repair calls for, before it is made (an offload's outcome is not known yet). */
+export type EnsurePlannedAction =
+  | Exclude<EnsureAction, { action: 'set-offload' }>
+  | { action: 'set-offload'; device: string; requested: Record<string, boolean> };
+
 export interface EnsureVtepResult {
   device: string;
   ifindex: number;
@@ -90,6 +95,8 @@ export interface EnsureVtepResult {
   drift: Drift[];
   /** What was written (empty on a dry run or when nothing was wrong). */
   actions: EnsureAction[];
+  /** The writes the repair calls for, in order: what a dry run would write. */
+  planned: EnsurePlannedAction[];
   /** True when the device is in the desired state now (for a dry run: already was). */
   ok: boolean;
   dryRun: boolean;
@@ -333,6 +340,25 @@ function planOffloads(wanted: Plan, state: VtepState, repair: Repair): void {
 }
 
 /** Makes the repair's writes, in order (MAC, entries, offloads), until the signal stops them. */
+/** The writes applyRepair makes for this repair, in its order. */
+function plannedActions(device: string, mac: string | null, repair: Repair): EnsurePlannedAction[] {
+  const planned: EnsurePlannedAction[] = [];
+  if (repair.mac !== null) {
+    planned.push({
+      action: 'set-mac',
+      device,
+      from: mac,
+      to: repair.mac.to,
+      reason: repair.mac.reason,
+    });
+  }
+  planned.push(...repair.writes.values());
+  if (Object.keys(repair.offloadWanted).length > 0) {
+    planned.push({ action: 'set-offload', device, requested: { ...repair.offloadWanted } });
+  }
+  return planned;
+}
+
 async function applyRepair(
   control: RawControl,
   state: VtepState,
@@ -402,6 +428,7 @@ async function ensureWith(
     },
     drift,
     actions: [],
+    planned: plannedActions(wanted.device, link.mac, repair),
     ok: drift.length === 0,
     dryRun: wanted.dryRun,
     interrupted: false,
