@@ -199,9 +199,22 @@ describe('offload auto on the relay bed (a wire that finishes no checksum)', fun
         assert.ok(found, run.stdout);
         return found;
       };
+      // TCP connections n1's namespace opened: each probe round's SYNs count there.
+      const activeOpens = async (): Promise<number> => {
+        const snmp = (await n1.ns.readFile('/proc/net/snmp')).split('\n');
+        const [names, values] = snmp.filter((line) => line.startsWith('Tcp:'));
+        const column = names?.split(' ').indexOf('ActiveOpens') ?? -1;
+        return Number(values?.split(' ')[column]);
+      };
+      const opensBefore = await activeOpens();
+      const passive = await probeCheck(['--passive']);
+      assert.equal(passive.verdict, 'warn', passive.summary);
+      assert.match(passive.summary, /not probed \(--passive: the doctor sent nothing\)/);
+      assert.equal(await activeOpens(), opensBefore, '--passive opened no connection');
       const broken = await probeCheck([]);
       assert.equal(broken.verdict, 'fail', broken.summary);
       assert.match(broken.summary, /answered ICMP echo but neither UDP nor TCP/);
+      assert.ok((await activeOpens()) > opensBefore, 'the probe sends a SYN to each peer');
       await runDoctorCli(['--root', root, '--netns', n1.ns.name, '--fix']);
       assert.equal(await n1.feature(CSUM), 'off');
       assert.equal((await probeCheck([])).verdict, 'ok');

@@ -576,6 +576,8 @@ describe('options of every entry point (lib/core/options.ts): one check for the 
       [() => ensureVtep({ dryRun: 1 } as unknown as EnsureVtepOptions), /option dryRun number 1/],
       [() => runDoctor({ root: 'etc' }), /option root etc: expected an absolute path/],
       [() => runDoctor({ fix: 'no' } as unknown as DoctorOptions), /option fix no/],
+      [() => runDoctor({ passive: 1 } as unknown as DoctorOptions), /option passive number 1/],
+      [() => runDoctor({ dryRun: true }), /dryRun plans the fixes: it needs fix/],
       [() => readStatus({ interfaces: ['*'] }), /matches every interface/],
     ] as [() => Promise<unknown>, RegExp][]) {
       assert.match((await rejected(call)).message, message);

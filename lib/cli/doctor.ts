@@ -60,6 +60,7 @@ function options(flags: Flags): DoctorOptions {
     root: resolve(flags.required('root')),
     interfaces: parseIfaceFlags(flags.list('iface')),
     fix: flags.has('fix'),
+    passive: flags.has('passive'),
   };
   if (flags.has('dry-run')) {
     if (!result.fix) throw new UsageError('--dry-run plans what --fix would change: give both');
@@ -136,6 +137,11 @@ export const doctorCommand: CommandSpec = {
       name: 'dry-run',
       description:
         'with --fix: print the plan (each file with its content, each command, each device write) and change nothing',
+    },
+    {
+      name: 'passive',
+      description:
+        'send nothing: skip the offload-probe check (one ICMP echo, UDP datagram and TCP SYN to each of up to 8 peers)',
     },
     { name: 'verbose', description: 'show the evidence of passing checks too' },
     {

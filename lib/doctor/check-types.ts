@@ -66,6 +66,8 @@ export interface DoctorInput {
   probe?: Partial<SystemProbe>;
   /** What every Node publishes (`doctor --cluster`): checked for VtepMACs published twice. */
   cluster?: ClusterPublished;
+  /** Send nothing: the offload-probe check (ICMP, UDP and TCP to up to 8 peers) is not run. */
+  passive?: boolean;
 }
 
 /** The VtepMACs the cluster's Nodes publish, as flanneld reads them. */
@@ -149,6 +151,8 @@ export interface Gathered {
   offload: Readonly<Record<string, boolean>>;
   peersGiven: boolean;
   cluster: ClusterPublished | null;
+  /** --passive: no packet sent (the paths are not probed). */
+  passive: boolean;
   /** The checksum-error counters when the doctor began (read again at the end), or why not. */
   checksumErrorsAtStart: { counters: ChecksumErrorCounters; at: number } | Error;
 }

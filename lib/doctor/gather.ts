@@ -153,6 +153,7 @@ export async function gather(input: DoctorInput): Promise<Gathered> {
     offload,
     peersGiven: peerList.length > 0,
     cluster: input.cluster ?? null,
+    passive: input.passive === true,
     checksumErrorsAtStart,
   };
 }

@@ -253,6 +253,7 @@ const OPTION_NAMES = [
   'offload',
   'kernelRelease',
   'probe',
+  'passive',
   'fix',
   'dryRun',
   'reloadUdev',
@@ -269,6 +270,7 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
   if (options.root !== undefined) absolutePathOption(options.root, 'root');
   const fix = booleanOption(options.fix, 'fix', false);
   const dryRun = booleanOption(options.dryRun, 'dryRun', false);
+  booleanOption(options.passive, 'passive', false);
   if (dryRun && !fix)
     throw invalidArgument('dryRun plans the fixes: it needs fix', { option: 'dryRun' });
   const input: DoctorOptions = options;

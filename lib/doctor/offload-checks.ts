@@ -339,6 +339,15 @@ export async function checkOffloadProbe(
       fix: null,
     };
   }
+  if (gathered.passive) {
+    return {
+      ...base,
+      verdict: 'warn',
+      summary: `${link.name}: ${peers.length} peer path(s) not probed (--passive: the doctor sent nothing)`,
+      evidence: [offload],
+      fix: 'Run the doctor without --passive to measure the paths (one ICMP echo, UDP datagram and TCP SYN to a closed port per peer).',
+    };
+  }
   let answers: PathAnswer[];
   try {
     answers = await gathered.probe.probePaths(link.name, peers);
