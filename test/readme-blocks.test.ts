@@ -10,6 +10,8 @@
  *   against the repository: the Dockerfile the image test builds, the image name the kustomization
  *   rewrites and the DaemonSet uses, the DaemonSet's name and namespace, the Events' component.
  *   (The image itself: test/image.test.ts; the manifests: test/kubernetes-deploy.test.ts.)
+ * - cni-by-hand: as it is, against a throw-away namespace of its own name; its stdout is the one
+ *   the README shows after it.
  * (The TypeScript blocks are type-checked by test/lint.test.ts.)
  */
 import assert from 'node:assert/strict';
@@ -35,7 +37,7 @@ import { Netns, registerSyncCleanup, tempDirPrefix, waitFor } from './support/ne
 import { inNetns, runCommand, startCommand } from './support/node-child';
 
 const CHECKOUT = join(__dirname, '..', '..');
-const RUNNERS = ['quick-start', 'main-job', 'cluster'] as const;
+const RUNNERS = ['quick-start', 'main-job', 'cluster', 'cni-by-hand'] as const;
 type Runner = (typeof RUNNERS)[number];
 
 interface ShellBlock {
@@ -115,6 +117,25 @@ describe("the README's shell blocks, run", function () {
     );
     assert.match(run.stdout, /rewrite: flannel\.1 \S+ -> 0e:00:00:00:00:01 /);
     assert.match(run.stdout, /restored: flannel\.1 mac \S+ and 0 neighbour entries in /);
+    assert.equal(existsSync(`/run/netns/${name}`), false, 'the block removed its namespace');
+  });
+
+  it('cni-by-hand, as it is: CHECK finds the drift, ADD fixes it and passes prevResult on, CHECK and STATUS pass', async function () {
+    const name = `fgt-cni-${process.pid}`;
+    registerSyncCleanup(() => {
+      spawnSync('ip', ['netns', 'del', name]);
+    });
+    const run = await runCommand(['sh', '-c', block('cni-by-hand').replaceAll('fg-cni', name)], {
+      timeoutMs: 60_000,
+      cwd: CHECKOUT,
+    });
+    assert.equal(run.code, 0, run.stdout + run.stderr);
+    // The text block after it is what the README says the block prints.
+    const readme = readFileSync(join(CHECKOUT, 'README.md'), 'utf8');
+    const after = readme.slice(readme.indexOf('<!-- cni-by-hand'));
+    const shown = /^```text\n([\s\S]*?)^```$/m.exec(after);
+    assert.equal(run.stdout, shown?.[1], 'the README shows what the block prints');
+    assert.match(run.stderr, /flannel-guard-cni: flannel\.1 repaired in [\d.]+ ms: offload /);
     assert.equal(existsSync(`/run/netns/${name}`), false, 'the block removed its namespace');
   });
 
