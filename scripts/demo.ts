@@ -8,7 +8,7 @@
 import { describe, type GuardEventName } from '../lib/cli/output';
 import type { FlannelGuardEvents } from '../lib/guard';
 import { GuardProcess } from '../test/support/guard-process';
-import { destroyAll } from '../test/support/netns';
+import { claimStateRoot, destroyAll, releaseStateRoot } from '../test/support/netns';
 import { FlannelTestbed, VTEP, type TestbedNode } from '../test/support/testbed';
 
 const bold = (text: string): string => (process.stdout.isTTY ? `\x1b[1m${text}\x1b[0m` : text);
@@ -38,6 +38,8 @@ function show(guard: GuardProcess, from: number, label: string): void {
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0)
     throw new Error('the demo creates network namespaces: run it as root');
+  // The guards' state files go to a folder of the demo's own, removed with the rest.
+  claimStateRoot();
   say('Building two flannel-like nodes, each running systemd-udevd (MACAddressPolicy=persistent)');
   const bed = await FlannelTestbed.create({ nodes: 2, udev: true });
   const guards: GuardProcess[] = [];
@@ -52,11 +54,10 @@ async function main(): Promise<void> {
     say('Starting `flannel-guard watch` in each node, told the MAC flanneld published');
     for (const node of [n1, n2]) {
       guards.push(
+        // The node's udev root: the writer is named from its machine-id and .link files.
         await GuardProcess.start([
-          '--netns',
-          node.ns.name,
-          '--mac',
-          `${VTEP}=${node.publishedMac}`,
+          ...['--netns', node.ns.name, '--mac', `${VTEP}=${node.publishedMac}`],
+          ...node.udevRootFlags(),
         ]),
       );
     }
@@ -69,7 +70,7 @@ async function main(): Promise<void> {
 
     say('Restarting flannel on node2 with a guard that pins what flanneld publishes (first-seen)');
     await (guards[1] as GuardProcess).stop();
-    guards[1] = await GuardProcess.start(['--netns', n2.ns.name]);
+    guards[1] = await GuardProcess.start(['--netns', n2.ns.name, ...n2.udevRootFlags()]);
     const guard2 = guards[1];
     let from = guard2.lines.length;
     const mac = await bed.restartFlannel(n2);
@@ -92,7 +93,8 @@ async function main(): Promise<void> {
     await Promise.all(guards.map((guard) => guard.stop()));
     await bed.destroy();
     await destroyAll();
-    console.log('  all namespaces and processes removed');
+    releaseStateRoot();
+    console.log('  all namespaces, processes and files removed');
   }
 }
 
