@@ -11,6 +11,9 @@ import { posix } from 'node:path';
 import { fnmatch } from '../core/glob';
 import { NETWORK_DIRS, type FsRoot } from '../core/fsroot';
 import { parseSystemdIni, splitWords } from '../core/ini';
+import { CONDITIONS, testCondition, type ConditionName, type HostFacts } from './conditions';
+
+export { compareVersions, type HostFacts } from './conditions';
 
 export type Tristate = 'yes' | 'no' | 'unknown';
 
@@ -30,29 +33,9 @@ export interface DeviceFacts {
   mac: string | null;
 }
 
-/** Facts about the host that [Match] conditions test. */
-export interface HostFacts {
-  hostname: string | null;
-  machineId: string | null;
-  kernelRelease: string | null;
-  /** systemd's architecture name ('x86-64', 'arm64', ...). */
-  architecture: string | null;
-  kernelCommandLine: string | null;
-}
-
 export type MacPolicy = 'persistent' | 'random' | 'none';
 
 const MATCH_LISTS = ['MACAddress', 'PermanentMACAddress', 'Path', 'Driver', 'Type', 'Kind'];
-const CONDITIONS = [
-  'Host',
-  'Virtualization',
-  'KernelCommandLine',
-  'KernelVersion',
-  'Credential',
-  'Architecture',
-  'Firmware',
-] as const;
-type ConditionName = (typeof CONDITIONS)[number];
 const MATCH_KEYS = new Set<string>([...MATCH_LISTS, 'OriginalName', 'Property', ...CONDITIONS]);
 
 export interface LinkFile {
@@ -315,70 +298,6 @@ export function testPatterns(patterns: readonly string[], value: string | null):
     }
   }
   return positive ? match : true;
-}
-
-/** strverscmp()-like comparison of kernel versions ("5.4.0-42-generic" vs "5.7"). */
-export function compareVersions(a: string, b: string): number {
-  const parts = (v: string): (number | string)[] =>
-    (v.match(/\d+|[^\d.\-+~_]+/g) ?? []).map((p) => (/^\d+$/.test(p) ? Number(p) : p));
-  const [x, y] = [parts(a), parts(b)];
-  for (let i = 0; i < Math.max(x.length, y.length); i += 1) {
-    const p = x[i];
-    const q = y[i];
-    if (p === undefined) return -1;
-    if (q === undefined) return 1;
-    if (p === q) continue;
-    if (typeof p === 'number' && typeof q === 'number') return p < q ? -1 : 1;
-    return String(p) < String(q) ? -1 : 1;
-  }
-  return 0;
-}
-
-function testKernelVersion(expression: string, release: string): boolean {
-  // ConditionKernelVersion=: space-separated terms, each "OP VERSION" or a glob; all must hold.
-  return splitWords(expression).every((term) => {
-    const op = /^(<=|>=|!=|<|>|=)\s*(.+)$/.exec(term);
-    if (!op) return fnmatch(term, release);
-    const cmp = compareVersions(release, op[2] ?? '');
-    switch (op[1]) {
-      case '<':
-        return cmp < 0;
-      case '<=':
-        return cmp <= 0;
-      case '>':
-        return cmp > 0;
-      case '>=':
-        return cmp >= 0;
-      case '=':
-        return cmp === 0;
-      default:
-        return cmp !== 0;
-    }
-  });
-}
-
-function testCondition(name: ConditionName, value: string, host: HostFacts): boolean | 'unknown' {
-  switch (name) {
-    case 'Host': {
-      if (host.machineId !== null && /^[0-9a-f]{32}$/i.test(value)) {
-        return value.toLowerCase() === host.machineId.toLowerCase();
-      }
-      return host.hostname === null ? 'unknown' : fnmatch(value, host.hostname);
-    }
-    case 'KernelVersion':
-      return host.kernelRelease === null ? 'unknown' : testKernelVersion(value, host.kernelRelease);
-    case 'Architecture':
-      return host.architecture === null ? 'unknown' : value === host.architecture;
-    case 'KernelCommandLine': {
-      if (host.kernelCommandLine === null) return 'unknown';
-      const words = splitWords(host.kernelCommandLine, false);
-      return value.includes('=')
-        ? words.includes(value)
-        : words.some((word) => word === value || word.startsWith(`${value}=`));
-    }
-    default:
-      return 'unknown';
-  }
 }
 
 export interface MatchOutcome {

@@ -95,6 +95,22 @@ const MATCH_LINES = [
   'KernelCommandLine=!nosuchparam',
   'KernelVersion=>=3.0',
   'KernelVersion=<3.0',
+  // The version as the next word (systemd allows it in the first term only), several terms, globs.
+  'KernelVersion=>= 3.0',
+  'KernelVersion=>=3.0 <999',
+  'KernelVersion=>= 3.0 <999',
+  'KernelVersion=<999 >= 3.0',
+  'KernelVersion=!=3.0',
+  'KernelVersion=*.*',
+  'KernelVersion=2.*',
+  `KernelVersion=${release()}`,
+  'Architecture=native',
+  'Architecture=!native',
+  // A backslash in a glob.
+  'Driver=vxl\\*',
+  'Kind=vx\\lan',
+  'Type=vxla\\n',
+  'Driver=vxla?',
   'Host=no-such-host',
   'Host=!no-such-host',
   'Name=flannel*',
@@ -141,9 +157,30 @@ function section(
   return `[${name}]\n${body.join('\n')}\n`;
 }
 
+/** The machine-id udev runs with for the tree of `seed` (its Host= lines name it). */
+export function machineIdFor(seed: number): string {
+  const random = prng(seed ^ 0x5eed);
+  return Array.from({ length: 32 }, () => Math.floor(random() * 16).toString(16)).join('');
+}
+
+/** Host= lines for a machine-id: as 32 digits, as a UUID, negated, and another machine's. */
+function hostLines(machineId: string): string[] {
+  const uuid = (id: string): string =>
+    [id.slice(0, 8), id.slice(8, 12), id.slice(12, 16), id.slice(16, 20), id.slice(20)].join('-');
+  const other = `${machineId.slice(1)}${machineId[0] === 'a' ? 'b' : 'a'}`;
+  return [
+    `Host=${machineId}`,
+    `Host=${uuid(machineId)}`,
+    `Host=${uuid(machineId).toUpperCase()}`,
+    `Host=!${uuid(machineId)}`,
+    `Host=${uuid(other)}`,
+  ];
+}
+
 /** A random tree for `seed` (the system's 99-default.link is always in /usr/lib). */
 export function randomTree(seed: number): Tree {
   const random = prng(seed);
+  const matchLines = [...MATCH_LINES, ...hostLines(machineIdFor(seed))];
   const tree: Tree = {};
   const files = 1 + Math.floor(random() * 5);
   for (let i = 0; i < files; i += 1) {
@@ -152,7 +189,7 @@ export function randomTree(seed: number): Tree {
     if (roll < 0.7) {
       const content =
         random() < 0.9
-          ? `${section(random, 'Match', MATCH_LINES, 3)}\n${section(random, 'Link', LINK_LINES, 2)}`
+          ? `${section(random, 'Match', matchLines, 3)}\n${section(random, 'Link', LINK_LINES, 2)}`
           : `${section(random, 'Link', LINK_LINES, 2)}`;
       tree[path] = { kind: 'file', content };
     } else if (roll < 0.78) {
@@ -179,7 +216,7 @@ export function randomTree(seed: number): Tree {
             content:
               random() < 0.7
                 ? section(random, 'Link', LINK_LINES, 2)
-                : section(random, 'Match', MATCH_LINES, 2),
+                : section(random, 'Match', matchLines, 2),
           }
         : roll < 0.85
           ? { kind: 'file', content: '' }
@@ -247,20 +284,13 @@ ip link del flannel.1
 `;
 
 /** What udev 252 does with `root`'s tree to a new flannel.1 in `ns`. */
-export async function udevVerdict(ns: Netns, root: string): Promise<UdevVerdict> {
+export async function udevVerdict(
+  ns: Netns,
+  root: string,
+  machineId: string = randomMachineId(),
+): Promise<UdevVerdict> {
   const { stdout } = await ns.run(
-    [
-      'unshare',
-      '-m',
-      '--propagation',
-      'private',
-      'sh',
-      '-c',
-      SCRIPT,
-      'fgt-link',
-      root,
-      randomMachineId(),
-    ],
+    ['unshare', '-m', '--propagation', 'private', 'sh', '-c', SCRIPT, 'fgt-link', root, machineId],
     { timeoutMs: 20_000 },
   );
   const applied = /: Config file (\S+) is applied/.exec(stdout)?.[1] ?? null;
@@ -272,11 +302,11 @@ export async function udevVerdict(ns: Netns, root: string): Promise<UdevVerdict>
 
 const ARCH: Record<string, string> = { x64: 'x86-64', arm64: 'arm64' };
 
-/** This machine as [Match] conditions see it. */
-export function hostFacts(): HostFacts {
+/** This machine as [Match] conditions see it (with udev's machine-id when given). */
+export function hostFacts(machineId: string | null = null): HostFacts {
   return {
     hostname: hostname(),
-    machineId: null,
+    machineId,
     kernelRelease: release(),
     architecture: ARCH[arch()] ?? null,
     kernelCommandLine: readFileSync('/proc/cmdline', 'utf8').trim(),
@@ -308,8 +338,13 @@ export async function compareTree(
 ): Promise<Comparison> {
   const { root, dispose } = writeTree(tree);
   try {
-    const evaluation = evaluateLinkFiles(loadLinkFiles(new FsRoot(root)), FLANNEL_1, hostFacts());
-    const udev = await udevVerdict(ns, root);
+    const machineId = machineIdFor(seed);
+    const evaluation = evaluateLinkFiles(
+      loadLinkFiles(new FsRoot(root)),
+      FLANNEL_1,
+      hostFacts(machineId),
+    );
+    const udev = await udevVerdict(ns, root, machineId);
     const predicted = {
       applied: evaluation.applied?.path ?? null,
       rewrites: evaluation.applied ? macEffect(evaluation.applied).rewrites : false,
