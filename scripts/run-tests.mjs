@@ -39,6 +39,7 @@ const UNIT_SUITES = [
   'kubernetes',
   'kubernetes-credentials',
   'other-guards',
+  'journal',
 ];
 const args = process.argv.slice(2);
 const unit = args.includes('--unit');

@@ -741,6 +741,23 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     assert.deepEqual(out.classes, ['function', 'function']);
   });
 
+  it("compiles the README's library example with the README's tsconfig, as a user's project would", function () {
+    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    const library = readme.slice(readme.indexOf('\n## Library\n'));
+    const example = /^```ts\n([\s\S]*?)^```$/m.exec(library)?.[1];
+    const tsconfig = /<!-- consumer-tsconfig -->\n```json\n([\s\S]*?)^```$/m.exec(library)?.[1];
+    assert.ok(example !== undefined && tsconfig !== undefined, 'the example and its tsconfig');
+    const project = join(consumer, 'readme-example');
+    mkdirSync(project, { recursive: true });
+    writeFileSync(join(project, 'example.mts'), example);
+    writeFileSync(join(project, 'tsconfig.json'), tsconfig);
+    ok(run(process.execPath, [tsc, '-p', 'tsconfig.json'], { cwd: project }), 'tsc on the example');
+    assert.ok(
+      existsSync(join(project, 'out', 'example.mjs')),
+      'out/example.mjs, as the README says',
+    );
+  });
+
   it('fails the TypeScript consumer on a type error in the use of the public API', function () {
     writeFileSync(
       join(consumer, 'consumer.ts'),

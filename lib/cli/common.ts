@@ -4,7 +4,7 @@
  */
 import { isSystemError } from '../core/errors';
 import { netnsPathProblem } from '../core/files';
-import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD } from '../core/defaults';
+import { DEFAULT_INTERFACES, DEFAULT_OFFLOAD, DEFAULT_STATE_DIR } from '../core/defaults';
 import {
   compileInterfaceGlob,
   describeRange,
@@ -63,6 +63,17 @@ export const meshDirectRoutingFlag: FlagSpec = {
   description:
     "flannel runs with Backend.DirectRouting: a peer with neither ARP nor FDB entry here is routed directly on this node's L2 segment (verdict direct), not missing",
 };
+
+/** --state-dir: the guard's state and the change journal (`undo` reads it). */
+export function stateDirFlag(what: string): FlagSpec {
+  return {
+    name: 'state-dir',
+    value: '<dir|off>',
+    description: `${what}; the default is $FLANNEL_GUARD_STATE_DIR when set`,
+    // Read once at start, like every flag.
+    default: process.env.FLANNEL_GUARD_STATE_DIR ?? DEFAULT_STATE_DIR,
+  };
+}
 
 export const kubeconfigFlag: FlagSpec = {
   name: 'kubeconfig',

@@ -19,6 +19,7 @@ import {
   parseIfaceFlags,
   parseMacFlags,
   parseOffloadFlags,
+  stateDirFlag,
 } from './common';
 import { UsageError, type CommandSpec, type Flags } from './flags';
 import { readRegularFile } from '../core/files';
@@ -62,6 +63,8 @@ function options(flags: Flags): DoctorOptions {
     fix: flags.has('fix'),
     passive: flags.has('passive'),
   };
+  const stateDir = flags.required('state-dir');
+  if (stateDir !== 'off') result.stateDir = resolve(stateDir);
   if (flags.has('dry-run')) {
     if (!result.fix) throw new UsageError('--dry-run plans what --fix would change: give both');
     result.dryRun = true;
@@ -143,6 +146,7 @@ export const doctorCommand: CommandSpec = {
       description:
         'send nothing: skip the offload-probe check (one ICMP echo, UDP datagram and TCP SYN to each of up to 8 peers)',
     },
+    stateDirFlag('where --fix notes what it changed, with what was there before (for undo)'),
     { name: 'verbose', description: 'show the evidence of passing checks too' },
     {
       name: 'root',

@@ -18,6 +18,7 @@ import { existsSync } from 'node:fs';
 import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from '../guard';
 import { guardConfig, withSource } from '../guard/config';
 import { doctorCommand } from './doctor';
+import { undoCommand } from './undo';
 import { DEFAULT_FIGHT_POLICY } from '../guard/fight-tracker';
 import { RANGES } from '../core/validate';
 import {
@@ -29,6 +30,7 @@ import {
   kubeconfigFlag,
   meshDirectRoutingFlag,
   macFlag,
+  stateDirFlag,
   netnsFlag,
   nodeFlag,
   offloadFlag,
@@ -37,7 +39,7 @@ import {
   parseOffloadFlags,
 } from './common';
 import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec } from './flags';
-import { DEFAULT_MESH_GRACE_MS, DEFAULT_STATE_DIR, DEFAULT_UDEV_ROOT } from '../core/defaults';
+import { DEFAULT_MESH_GRACE_MS, DEFAULT_UDEV_ROOT } from '../core/defaults';
 import type { MeshMode } from '../mesh/view';
 import { readStatus } from './status';
 import { formatStatus } from './tables';
@@ -371,14 +373,9 @@ const watchCommand: CommandSpec = {
       choices: ['close', 'continue'],
       default: 'close',
     },
-    {
-      name: 'state-dir',
-      value: '<dir|off>',
-      description:
-        "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace); the default is $FLANNEL_GUARD_STATE_DIR when set",
-      // Read once at start, like every flag.
-      default: process.env.FLANNEL_GUARD_STATE_DIR ?? DEFAULT_STATE_DIR,
-    },
+    stateDirFlag(
+      "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace) and what it changed (for undo)",
+    ),
     {
       name: 'udev-root',
       value: '<dir|off>',
@@ -479,7 +476,7 @@ const PROGRAM: ProgramSpec = {
   name: 'flannel-guard',
   description: "Keeps flannel's VXLAN device at its published MAC and offload policy",
   version: packageVersion,
-  commands: [watchCommand, statusCommand, doctorCommand],
+  commands: [watchCommand, statusCommand, doctorCommand, undoCommand],
 };
 
 export async function main(argv: readonly string[]): Promise<number> {

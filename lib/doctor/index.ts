@@ -4,7 +4,16 @@
  */
 import { execFile } from 'node:child_process';
 
-import { ensureVtep, type EnsureAction, type EnsurePlannedAction } from '../ensure/ensure';
+import { existsSync } from 'node:fs';
+import { dirname } from 'node:path';
+
+import {
+  ensureVtep,
+  type EnsureAction,
+  type EnsurePlannedAction,
+  type EnsureVtepResult,
+} from '../ensure/ensure';
+import { recordFile, recordOffloads } from '../core/journal';
 import { invalidArgument } from '../core/errors';
 import { NET_ADDR_RANDOM } from '../core/constants';
 import { absolutePathOption, booleanOption, rejectUnknownOptions } from '../core/options';
@@ -38,6 +47,8 @@ export interface DoctorOptions extends DoctorInput {
   reloadUdev?: boolean;
   /** Run `nmcli general reload conf` after writing the NetworkManager drop-in (same default). */
   reloadNetworkManager?: boolean;
+  /** Where `fix` notes what it changed, with what was there before (`flannel-guard undo`). */
+  stateDir?: string;
 }
 
 export type DoctorChange =
@@ -116,6 +127,8 @@ function chooseLinkName(gathered: Gathered, offending: readonly LinkFile[]): str
 interface FixLog {
   changes: DoctorChange[];
   dryRun: boolean;
+  /** The change journal's folder (undefined: none kept). */
+  journal: string | undefined;
 }
 
 async function fixLinkFiles(
@@ -188,9 +201,21 @@ async function writeConfigFile(
   const { changes } = log;
   let real: string;
   try {
-    real = log.dryRun
-      ? gathered.fs.writeTarget(file.path).realPath
-      : gathered.fs.writeFile(file.path, file.content);
+    const target = gathered.fs.writeTarget(file.path);
+    const before = gathered.fs.readText(file.path);
+    const createdDirs = missingDirs(target.dir);
+    real = log.dryRun ? target.realPath : gathered.fs.writeFile(file.path, file.content);
+    if (!log.dryRun && log.journal !== undefined) {
+      const reload = reloadArgv;
+      recordFile(log.journal, {
+        kind: 'file',
+        path: real,
+        before,
+        written: file.content,
+        createdDirs,
+        reload,
+      });
+    }
   } catch (error) {
     changes.push({
       kind: 'not-fixed',
@@ -223,6 +248,7 @@ async function fixDevices(gathered: Gathered, input: DoctorOptions, log: FixLog)
       });
       for (const action of log.dryRun ? result.planned : result.actions)
         changes.push({ kind: 'device', device: device.link.name, action });
+      if (log.journal !== undefined) journalOffloads(log.journal, input.netns ?? null, result);
       for (const drift of result.drift.filter((d) => !d.fixable)) {
         changes.push({
           kind: 'not-fixed',
@@ -242,6 +268,29 @@ async function fixDevices(gathered: Gathered, input: DoctorOptions, log: FixLog)
   }
 }
 
+/** The folders of `dir` (a real path) that do not exist yet, outermost first. */
+function missingDirs(dir: string): string[] {
+  const missing: string[] = [];
+  for (let current = dir; !existsSync(current); current = dirname(current)) {
+    missing.unshift(current);
+  }
+  return missing;
+}
+
+/** Notes the offload features a repair changed, with their states before. */
+function journalOffloads(dir: string, netns: string | null, result: EnsureVtepResult): void {
+  for (const action of result.actions) {
+    if (action.action !== 'set-offload') continue;
+    const before: Record<string, boolean> = {};
+    for (const [name, active] of Object.entries(action.active)) {
+      const found = result.found.offloads[name];
+      if (typeof found === 'boolean' && found !== active) before[name] = found;
+    }
+    for (const change of action.sideEffects) before[change.name] = change.before;
+    if (Object.keys(before).length > 0) recordOffloads(dir, netns, action.device, before);
+  }
+}
+
 /** Every name DoctorOptions declares: anything else is a caller's mistake (EINVAL). */
 const OPTION_NAMES = [
   'root',
@@ -258,6 +307,7 @@ const OPTION_NAMES = [
   'dryRun',
   'reloadUdev',
   'reloadNetworkManager',
+  'stateDir',
   'cluster',
 ] as const satisfies readonly (keyof DoctorOptions)[];
 
@@ -282,7 +332,9 @@ export async function runDoctor(options: DoctorOptions = {}): Promise<DoctorRepo
     const live = gathered.fs.root === '/';
     const reloadUdev = booleanOption(options.reloadUdev, 'reloadUdev', live);
     const reloadNm = booleanOption(options.reloadNetworkManager, 'reloadNetworkManager', live);
-    const log: FixLog = { changes, dryRun };
+    const journal =
+      options.stateDir === undefined ? undefined : absolutePathOption(options.stateDir, 'stateDir');
+    const log: FixLog = { changes, dryRun, journal };
     await fixLinkFiles(gathered, checks, log, reloadUdev);
     await fixNetworkManager(gathered, checks, log, reloadNm);
     await fixDevices(gathered, input, log);

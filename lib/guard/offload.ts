@@ -5,6 +5,7 @@
  * MAC rewrite is, under a key of its own.
  */
 import { systemError } from '../core/errors';
+import { recordOffloads } from '../core/journal';
 import type { FeatureSetResult } from '../core/types';
 import type { GuardContext } from './context';
 import type { GuardPorts } from './ports';
@@ -24,7 +25,7 @@ export type OffloadEnforcementContext = Pick<
   GuardContext,
   'counters' | 'emit' | 'fight' | 'devices' | 'fail'
 > & {
-  readonly config: Pick<GuardConfig, 'dryRun' | 'offload'>;
+  readonly config: Pick<GuardConfig, 'dryRun' | 'offload' | 'stateDir' | 'netns'>;
   readonly ports: Pick<GuardPorts, 'getFeatures' | 'setFeatures'>;
 };
 
@@ -145,10 +146,29 @@ export class OffloadEnforcement {
       if (result.written) {
         counters.writes += 1;
         counters.offloadApplications += 1;
+        this.#journal(device, result);
       }
       for (const [name, state] of Object.entries(result.active)) device.offloads[name] = state;
       this.#report(device, reason, result);
     });
+  }
+
+  /** Notes what the write changed, with the states before, for `flannel-guard undo`. */
+  #journal(device: ManagedDevice, result: FeatureSetResult): void {
+    const { stateDir, netns } = this.#ctx.config;
+    if (stateDir === undefined) return;
+    const before: Record<string, boolean> = {};
+    for (const [name, active] of Object.entries(result.active)) {
+      const previous = device.offloads[name];
+      if (typeof previous === 'boolean' && previous !== active) before[name] = previous;
+    }
+    for (const change of result.sideEffects) before[change.name] = change.before;
+    if (Object.keys(before).length === 0) return;
+    try {
+      recordOffloads(stateDir, netns?.label ?? null, device.name, before);
+    } catch (error) {
+      this.#ctx.fail(error);
+    }
   }
 
   #report(device: ManagedDevice, reason: OffloadReason, result: FeatureSetResult): void {

@@ -1,0 +1,214 @@
+/**
+ * `flannel-guard undo`: takes back what the change journal (core/journal.ts) says `watch` and
+ * `doctor --fix` changed: each offload feature set back to its state before, each file written
+ * removed (or given back what it held), the folders made for it removed when empty, and the
+ * command that re-reads them run again. Refuses while a guard watches a device it would set
+ * back (the guard would turn it again); leaves a file changed since it was written.
+ */
+import { execFile } from 'node:child_process';
+import { closeSync, rmdirSync, unlinkSync } from 'node:fs';
+import { basename, dirname } from 'node:path';
+
+import { binding } from '../core/binding';
+import { isSystemError, messageOf } from '../core/errors';
+import { readRegularFile, writeFileReplacing } from '../core/files';
+import {
+  readJournal,
+  writeJournal,
+  type FileChange,
+  type JournalRecord,
+  type OffloadChange,
+} from '../core/journal';
+import { setFeatures } from '../core/oneshot';
+import { netnsTarget } from '../core/validate';
+import { EXIT_FAILURE, checkNetnsFlag, jsonFlag, netnsFlag, stateDirFlag } from './common';
+import { UsageError, type CommandSpec, type Flags } from './flags';
+import { writeOut } from './stdio';
+
+/** A file written is at most this big (the doctor writes a few lines). */
+const MAX_FILE_BYTES = 1024 * 1024;
+
+interface UndoStep {
+  /** What was (or, on a dry run, would be) done, in one line. */
+  said: string;
+  /** Taken back: the record leaves the journal. */
+  done: boolean;
+  failed: boolean;
+}
+
+function onOff(features: Readonly<Record<string, boolean>>): string {
+  return Object.entries(features)
+    .map(([name, on]) => `${name} ${on ? 'on' : 'off'}`)
+    .join(', ');
+}
+
+/** Whether a guard holds the device's name in its namespace (guard/other-guards.ts). */
+function guardWatches(record: OffloadChange): boolean {
+  const target = netnsTarget(record.netns ?? undefined);
+  const name = `flannel-guard/${record.device}`;
+  const claim =
+    target === null ? binding.claimName(name) : binding.claimName(name, target.path, target.label);
+  closeSync(claim.fd);
+  return !claim.held;
+}
+
+async function undoOffload(record: OffloadChange, dryRun: boolean): Promise<UndoStep> {
+  const where = `${record.device}${record.netns === null ? '' : ` (netns ${record.netns})`}`;
+  if (dryRun)
+    return { said: `would set ${where}: ${onOff(record.before)}`, done: false, failed: false };
+  try {
+    const result = await setFeatures(
+      record.device,
+      record.before,
+      record.netns === null ? {} : { netns: record.netns },
+    );
+    const missed =
+      result.notApplied.length > 0 ? `; not applied: ${result.notApplied.join(', ')}` : '';
+    return {
+      said: `${where}: ${onOff(record.before)} (as before)${missed}`,
+      done: true,
+      failed: missed !== '',
+    };
+  } catch (error) {
+    if (isSystemError(error) && error.code === 'ENODEV') {
+      return {
+        said: `${where}: gone (a device made again has the kernel's defaults): dropped`,
+        done: true,
+        failed: false,
+      };
+    }
+    return { said: `${where}: ${messageOf(error)}`, done: false, failed: true };
+  }
+}
+
+function run(argv: readonly string[]): Promise<string> {
+  return new Promise((resolve) => {
+    execFile(argv[0] ?? '', argv.slice(1), { timeout: 10_000 }, (error) => {
+      resolve(error === null ? 'ok' : `failed (${error.message})`);
+    });
+  });
+}
+
+async function undoFile(record: FileChange, dryRun: boolean): Promise<UndoStep[]> {
+  let now: string | null;
+  try {
+    now = readRegularFile(record.path, MAX_FILE_BYTES, 'file', { missing: 'null' });
+  } catch (error) {
+    return [{ said: `${record.path}: ${messageOf(error)}`, done: false, failed: true }];
+  }
+  if (now !== record.written) {
+    return [
+      {
+        said: `left ${record.path}: ${now === null ? 'removed' : 'changed'} since flannel-guard wrote it`,
+        done: true,
+        failed: false,
+      },
+    ];
+  }
+  const verb = record.before === null ? 'remove' : 'put back what it held in';
+  if (dryRun) {
+    return [
+      { said: `would ${verb} ${record.path}`, done: false, failed: false },
+      ...record.createdDirs.map((dir) => ({
+        said: `would remove the folder ${dir} (if empty)`,
+        done: false,
+        failed: false,
+      })),
+      ...(record.reload === null
+        ? []
+        : [{ said: `would run ${record.reload.join(' ')}`, done: false, failed: false }]),
+    ];
+  }
+  const steps: UndoStep[] = [];
+  try {
+    if (record.before === null) unlinkSync(record.path);
+    else writeFileReplacing(dirname(record.path), basename(record.path), record.before);
+    steps.push({
+      said: `${verb === 'remove' ? 'removed' : 'put back what it held in'} ${record.path}`,
+      done: true,
+      failed: false,
+    });
+  } catch (error) {
+    return [{ said: `${record.path}: ${messageOf(error)}`, done: false, failed: true }];
+  }
+  for (const dir of [...record.createdDirs].reverse()) {
+    try {
+      rmdirSync(dir);
+      steps.push({ said: `removed the folder ${dir}`, done: true, failed: false });
+    } catch {
+      break; // not empty (something else lives there now): it stays, and so do its parents
+    }
+  }
+  if (record.reload !== null) {
+    steps.push({
+      said: `ran ${record.reload.join(' ')}: ${await run(record.reload)}`,
+      done: true,
+      failed: false,
+    });
+  }
+  return steps;
+}
+
+async function undo(flags: Flags): Promise<number> {
+  const netns = flags.value('netns');
+  checkNetnsFlag(netns);
+  const dir = flags.required('state-dir');
+  if (dir === 'off') throw new UsageError('--state-dir off: undo reads the journal there');
+  const dryRun = flags.has('dry-run');
+  let records: JournalRecord[];
+  try {
+    records = readJournal(dir);
+  } catch (error) {
+    writeOut(`undo: ${messageOf(error)}\n`);
+    return EXIT_FAILURE;
+  }
+  const mine = (record: JournalRecord): boolean =>
+    record.kind === 'file' || record.netns === (netns ?? null);
+  const selected = records.filter(mine);
+  const watched = selected.filter(
+    (record): record is OffloadChange => record.kind === 'offload' && guardWatches(record),
+  );
+  if (watched.length > 0) {
+    writeOut(
+      `undo: a guard watches ${watched.map((r) => r.device).join(', ')}: stop it first (it would turn them again); nothing changed\n`,
+    );
+    return EXIT_FAILURE;
+  }
+  const lines: string[] = [];
+  const undone = new Set<JournalRecord>();
+  let failed = false;
+  for (const record of selected) {
+    const steps =
+      record.kind === 'offload'
+        ? [await undoOffload(record, dryRun)]
+        : await undoFile(record, dryRun);
+    for (const step of steps) lines.push(step.said);
+    if (steps.some((step) => step.failed)) failed = true;
+    else if (steps.every((step) => step.done)) undone.add(record);
+  }
+  if (!dryRun && undone.size > 0)
+    writeJournal(
+      dir,
+      records.filter((r) => !undone.has(r)),
+    );
+  if (lines.length === 0) lines.push('nothing to take back');
+  writeOut(
+    flags.has('json')
+      ? `${JSON.stringify({ dryRun, steps: lines, left: records.length - undone.size })}\n`
+      : lines.map((line) => `undo: ${line}\n`).join(''),
+  );
+  return failed ? EXIT_FAILURE : 0;
+}
+
+export const undoCommand: CommandSpec = {
+  name: 'undo',
+  description:
+    'take back what watch and doctor --fix changed (offload features, files written), as the change journal in the state dir says',
+  flags: [
+    netnsFlag,
+    stateDirFlag('where the change journal is'),
+    { name: 'dry-run', description: 'say what it would take back, change nothing' },
+    jsonFlag('print one JSON object'),
+  ],
+  run: undo,
+};

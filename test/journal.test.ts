@@ -1,0 +1,93 @@
+/**
+ * The change journal (lib/core/journal.ts) on its own: the first value before a change is kept,
+ * and a journal that is not what it claims is refused whole (EINVAL), never half read.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import {
+  JOURNAL_NAME,
+  readJournal,
+  recordFile,
+  recordOffloads,
+  writeJournal,
+} from '../lib/core/journal';
+
+describe('the change journal', function () {
+  let dir: string;
+
+  beforeEach(function () {
+    dir = mkdtempSync(join(tmpdir(), 'fg-journal-'));
+  });
+
+  afterEach(function () {
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps the first state seen before a change, per namespace and device, and each file once', function () {
+    assert.deepEqual(readJournal(dir), []);
+    recordOffloads(dir, 'ns1', 'flannel.1', { 'tx-checksum-ip-generic': true });
+    // The device made again and turned off again: its first "before" stands.
+    recordOffloads(dir, 'ns1', 'flannel.1', {
+      'tx-checksum-ip-generic': false,
+      'tx-tcp-segmentation': true,
+    });
+    recordOffloads(dir, null, 'flannel.1', { 'tx-checksum-ip-generic': true });
+    const file = {
+      kind: 'file' as const,
+      path: '/etc/x.link',
+      createdDirs: ['/etc'],
+      reload: null,
+    };
+    recordFile(dir, { ...file, before: null, written: 'a' });
+    recordFile(dir, { ...file, before: 'a', written: 'b', createdDirs: [] });
+    assert.deepEqual(readJournal(dir), [
+      {
+        kind: 'offload',
+        netns: 'ns1',
+        device: 'flannel.1',
+        before: { 'tx-checksum-ip-generic': true, 'tx-tcp-segmentation': true },
+      },
+      {
+        kind: 'offload',
+        netns: null,
+        device: 'flannel.1',
+        before: { 'tx-checksum-ip-generic': true },
+      },
+      { ...file, before: null, written: 'b' },
+    ]);
+  });
+
+  it('refuses a journal that is not what it claims, whole, with EINVAL', function () {
+    const path = join(dir, JOURNAL_NAME);
+    for (const text of [
+      'not json',
+      '{}',
+      '{"version":2,"records":[]}',
+      '{"version":1,"records":{}}',
+      '{"version":1,"records":[{"kind":"offload","netns":null,"device":"","before":{}}]}',
+      '{"version":1,"records":[{"kind":"offload","netns":null,"device":"f","before":{"x":1}}]}',
+      '{"version":1,"records":[{"kind":"file","path":"rel","before":null,"written":"","createdDirs":[],"reload":null}]}',
+      '{"version":1,"records":[{"kind":"route"}]}',
+      `{"version":1,"records":[${Array(4097).fill('{"kind":"offload","netns":null,"device":"f","before":{}}').join(',')}]}`,
+    ]) {
+      writeFileSync(path, text);
+      assert.throws(
+        () => readJournal(dir),
+        (error: NodeJS.ErrnoException) => error.code === 'EINVAL',
+        text.slice(0, 60),
+      );
+    }
+    rmSync(path);
+    symlinkSync('/etc/passwd', path);
+    assert.throws(
+      () => readJournal(dir),
+      (error: NodeJS.ErrnoException) => error.code === 'EINVAL',
+    );
+    rmSync(path);
+    writeJournal(dir, []);
+    assert.deepEqual(readJournal(dir), []);
+  });
+});

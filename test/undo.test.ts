@@ -1,0 +1,139 @@
+/**
+ * `flannel-guard undo` on the real kernel: what `watch` and `doctor --fix` changed (offload
+ * features with their side effects, files written under a scratch root with the folders made for
+ * them) is taken back to exactly what was there before, as `ethtool -k` and the tree read it; a
+ * running guard makes it refuse and change nothing; a dry run changes nothing; a file changed
+ * since it was written is left.
+ */
+import assert from 'node:assert/strict';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { join } from 'node:path';
+
+import { JOURNAL_NAME } from '../lib/core/journal';
+import { CLI, GuardProcess } from './support/guard-process';
+import {
+  execFile,
+  Netns,
+  registerSyncCleanup,
+  tempDirPrefix,
+  type RunResult,
+} from './support/netns';
+
+/** Every folder and file under `dir` with its content: what a tree holds, not when. */
+function treeOf(dir: string, prefix = ''): string[] {
+  return readdirSync(join(dir, prefix), { withFileTypes: true })
+    .sort((a, b) => (a.name < b.name ? -1 : 1))
+    .flatMap((entry) => {
+      const path = join(prefix, entry.name);
+      if (entry.isDirectory()) return [`${path}/`, ...treeOf(dir, path)];
+      return [`${path}: ${readFileSync(join(dir, path), 'utf8')}`];
+    });
+}
+
+describe('flannel-guard undo', function () {
+  this.timeout(60_000);
+  let ns: Netns;
+  let state: string;
+
+  const undo = (...args: string[]): Promise<RunResult> =>
+    execFile(CLI, ['undo', '--netns', ns.name, '--state-dir', state, ...args], {
+      allowFailure: true,
+      timeoutMs: 30_000,
+    });
+  const offloads = async (): Promise<string> =>
+    (await ns.run(['ethtool', '-k', 'flannel.1'])).stdout;
+
+  beforeEach(async function () {
+    ns = await Netns.create('fgt-undo');
+    state = mkdtempSync(tempDirPrefix('undo'));
+    registerSyncCleanup(() => rmSync(state, { recursive: true, force: true }));
+    await ns.ipBatch([
+      'link add eth0 type veth peer name eth0p',
+      'addr add 192.0.2.31/24 dev eth0',
+      'link set eth0 up',
+      'link add flannel.1 type vxlan id 1 dstport 8472 nolearning local 192.0.2.31 dev eth0',
+      'link set flannel.1 up',
+    ]);
+  });
+
+  afterEach(async function () {
+    await ns.destroy();
+    rmSync(state, { recursive: true, force: true });
+  });
+
+  it('after watch: refused while the guard runs, nothing on a dry run, then every feature as before', async function () {
+    const before = await offloads();
+    const guard = await GuardProcess.start(['--netns', ns.name, '--state-dir', state]);
+    try {
+      const changed = await offloads();
+      assert.match(changed, /^\s*tx-checksum-ip-generic: off$/m);
+      const refused = await undo();
+      assert.equal(refused.code, 1, refused.stdout);
+      assert.match(refused.stdout, /a guard watches flannel\.1: stop it first/);
+      assert.equal(await offloads(), changed, 'nothing changed while the guard runs');
+    } finally {
+      await guard.stop();
+    }
+    const plan = await undo('--dry-run');
+    assert.equal(plan.code, 0, plan.stdout + plan.stderr);
+    assert.match(plan.stdout, /would set flannel\.1 \(netns \S+\): tx-checksum-ip-generic on, /);
+    assert.notEqual(await offloads(), before, 'the dry run changed nothing');
+    const done = await undo();
+    assert.equal(done.code, 0, done.stdout + done.stderr);
+    assert.match(done.stdout, /tx-checksum-ip-generic on.* \(as before\)/);
+    assert.equal(await offloads(), before);
+    const again = await undo();
+    assert.equal(again.stdout, 'undo: nothing to take back\n');
+  });
+
+  it('after doctor --fix: the files and folders it made gone, the offloads as before; a file edited since is left', async function () {
+    const root = mkdtempSync(tempDirPrefix('undoroot'));
+    registerSyncCleanup(() => rmSync(root, { recursive: true, force: true }));
+    const defaultLink = '/usr/lib/systemd/network/99-default.link';
+    mkdirSync(join(root, '/usr/lib/systemd/network'), { recursive: true });
+    copyFileSync(defaultLink, join(root, defaultLink));
+    mkdirSync(join(root, 'etc/NetworkManager'), { recursive: true });
+    writeFileSync(
+      join(root, 'etc/NetworkManager/NetworkManager.conf'),
+      '[main]\nplugins=keyfile\n',
+    );
+    const treeBefore = treeOf(root);
+    const offloadsBefore = await offloads();
+    const fixed = await execFile(
+      CLI,
+      ['doctor', '--fix', '--root', root, '--netns', ns.name, '--state-dir', state],
+      { allowFailure: true, timeoutMs: 30_000 },
+    );
+    const written = treeOf(root).filter((line) => !treeBefore.includes(line));
+    assert.ok(written.includes('etc/systemd/'), `${fixed.stdout}\n${written.join('\n')}`);
+    assert.ok(written.some((line) => line.startsWith('etc/systemd/network/10-flannel.link: ')));
+    assert.ok(
+      written.some((line) => line.startsWith('etc/NetworkManager/conf.d/99-flannel-guard.conf: ')),
+    );
+    assert.notEqual(await offloads(), offloadsBefore);
+    const journal = readFileSync(join(state, JOURNAL_NAME), 'utf8');
+    assert.match(journal, /"kind": "file"/);
+
+    // A file edited since it was written is left, and says so; the rest goes.
+    const dropIn = join(root, 'etc/NetworkManager/conf.d/99-flannel-guard.conf');
+    writeFileSync(dropIn, '[keyfile]\nunmanaged-devices=interface-name:eth9\n');
+    const done = await undo();
+    assert.equal(done.code, 0, done.stdout + done.stderr);
+    assert.match(
+      done.stdout,
+      /left \S+99-flannel-guard\.conf: changed since flannel-guard wrote it/,
+    );
+    assert.equal(await offloads(), offloadsBefore);
+    rmSync(dropIn);
+    rmSync(join(root, 'etc/NetworkManager/conf.d'), { recursive: true });
+    assert.deepEqual(treeOf(root), treeBefore);
+  });
+});
