@@ -688,7 +688,7 @@ describe('hardening: a crash never loses the neighbour table (state under --stat
 
   it("a state file that is not this namespace's, broken, or a FIFO is ignored with one error", async function () {
     await crashAndRewrite([]);
-    const [name] = readdirSync(stateDir).filter((n) => n.endsWith('.json'));
+    const [name] = readdirSync(stateDir).filter((n) => /^net-\d+-\d+\.json$/.test(n));
     assert.ok(name);
     const path = join(stateDir, name);
     const saved = JSON.parse(readFileSync(path, 'utf8')) as { netnsCookie: string };
