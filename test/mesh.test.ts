@@ -141,17 +141,21 @@ describe('mesh: a Node read by flannel rules', function () {
   });
 });
 
+/** The seeded tables' MACs and underlay addresses, few so that they collide. */
+const macs = ['0a:00:00:00:00:01', '0a:00:00:00:00:02', '0a:00:00:00:00:03', '0a:00:00:00:00:04'];
+const ips = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
+
+function seeded(seed: number): { random: () => number; pick: <T>(items: readonly T[]) => T } {
+  const random = prng(seed);
+  return {
+    random,
+    pick: <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T,
+  };
+}
+
 describe('mesh: the table compared', function () {
   it('gives each verdict by its definition, over 300 seeded tables', function () {
-    const random = prng(0x3e5);
-    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
-    const macs = [
-      '0a:00:00:00:00:01',
-      '0a:00:00:00:00:02',
-      '0a:00:00:00:00:03',
-      '0a:00:00:00:00:04',
-    ];
-    const ips = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
+    const { random, pick } = seeded(0x3e5);
     for (let round = 0; round < 300; round += 1) {
       const leases: PeerLease[] = [];
       const entries: NeighbourInfo[] = [];
@@ -230,15 +234,7 @@ describe('mesh: the table compared', function () {
 
 describe('mesh: the table kept current', function () {
   it('equals a comparison from scratch after each of 3 000 seeded changes, and its deltas say every change', function () {
-    const random = prng(0x1c4e);
-    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
-    const macs = [
-      '0a:00:00:00:00:01',
-      '0a:00:00:00:00:02',
-      '0a:00:00:00:00:03',
-      '0a:00:00:00:00:04',
-    ];
-    const ips = ['192.0.2.11', '192.0.2.12', '192.0.2.13'];
+    const { random, pick } = seeded(0x1c4e);
     const devices = ['flannel.1', 'flannel-v6.1'];
     const nodeNames = ['n1', 'n2', 'n3', 'n4', 'n5'];
     const leaseOf = (node: string): PeerLease[] =>
