@@ -48,6 +48,18 @@ describe('flannel-guard undo', function () {
       allowFailure: true,
       timeoutMs: 30_000,
     });
+  /** What `status` lists of the journal for this namespace. */
+  const listed = async (...args: string[]): Promise<unknown> => {
+    const run = await execFile(
+      CLI,
+      ['status', '--netns', ns.name, '--state-dir', state, '--offload', 'none', ...args],
+      { allowFailure: true, timeoutMs: 30_000 },
+    );
+    assert.equal(run.code, 0, run.stdout + run.stderr);
+    return args.includes('--json')
+      ? (JSON.parse(run.stdout) as { changes: unknown }).changes
+      : run.stdout;
+  };
   const offloads = async (): Promise<string> =>
     (await ns.run(['ethtool', '-k', 'flannel.1'])).stdout;
 
@@ -82,6 +94,11 @@ describe('flannel-guard undo', function () {
     } finally {
       await guard.stop();
     }
+    const text = String(await listed());
+    assert.match(
+      text,
+      /^changes \(flannel-guard undo takes them back\):\n {2}flannel\.1 \(netns \S+\): tx-checksum-ip-generic was on, /m,
+    );
     const plan = await undo('--dry-run');
     assert.equal(plan.code, 0, plan.stdout + plan.stderr);
     assert.match(plan.stdout, /would set flannel\.1 \(netns \S+\): tx-checksum-ip-generic on, /);
@@ -92,6 +109,8 @@ describe('flannel-guard undo', function () {
     assert.equal(await offloads(), before);
     const again = await undo();
     assert.equal(again.stdout, 'undo: nothing to take back\n');
+    assert.doesNotMatch(String(await listed()), /^changes/m);
+    assert.deepEqual(await listed('--json'), { stateDir: state, records: [], error: null });
   });
 
   it('after doctor --fix: the files and folders it made gone, the offloads as before; a file edited since is left', async function () {
@@ -121,6 +140,20 @@ describe('flannel-guard undo', function () {
     assert.notEqual(await offloads(), offloadsBefore);
     const journal = readFileSync(join(state, JOURNAL_NAME), 'utf8');
     assert.match(journal, /"kind": "file"/);
+    const { records } = (await listed('--json')) as { records: { kind: string; path?: string }[] };
+    assert.deepEqual(
+      records
+        .filter((record) => record.kind === 'file')
+        .map((record) => record.path?.slice(root.length))
+        .sort(),
+      ['/etc/NetworkManager/conf.d/99-flannel-guard.conf', '/etc/systemd/network/10-flannel.link'],
+    );
+    assert.ok(records.some((record) => record.kind === 'offload'));
+    // A journal that does not read is said, and status still answers.
+    const saved = readFileSync(join(state, JOURNAL_NAME));
+    writeFileSync(join(state, JOURNAL_NAME), '{');
+    assert.match(String(await listed()), /^changes: EINVAL: change journal \S+: not JSON$/m);
+    writeFileSync(join(state, JOURNAL_NAME), saved);
 
     // A file edited since it was written is left, and says so; the rest goes.
     const dropIn = join(root, 'etc/NetworkManager/conf.d/99-flannel-guard.conf');

@@ -18,7 +18,7 @@ import { existsSync } from 'node:fs';
 import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from '../guard';
 import { guardConfig, withSource } from '../guard/config';
 import { doctorCommand } from './doctor';
-import { undoCommand } from './undo';
+import { recordedChanges, undoCommand } from './undo';
 import { DEFAULT_FIGHT_POLICY } from '../guard/fight-tracker';
 import { RANGES } from '../core/validate';
 import {
@@ -42,7 +42,7 @@ import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec 
 import { DEFAULT_MESH_GRACE_MS, DEFAULT_UDEV_ROOT } from '../core/defaults';
 import type { MeshMode } from '../mesh/view';
 import { readStatus } from './status';
-import { formatStatus } from './tables';
+import { formatChanges, formatStatus } from './tables';
 import { writeErr, writeOut } from './stdio';
 import { Output, printer, type GuardEventName } from './output';
 import { NODE_CONDITION_TYPE } from '../kubernetes/condition';
@@ -324,15 +324,20 @@ async function watch(flags: WatchFlags): Promise<number> {
 async function status(flags: Flags): Promise<number> {
   // Loaded when asked for: it needs the Kubernetes client.
   if (flags.has('mesh')) return (await import('./status-mesh.js')).meshStatus(flags);
-  return deviceStatus(commonFlags(flags));
+  return deviceStatus(commonFlags(flags), flags.required('state-dir'));
 }
 
-async function deviceStatus(flags: CommonFlags): Promise<number> {
+async function deviceStatus(flags: CommonFlags, stateDir: string): Promise<number> {
   const { offload, ...options } = commonOptions(flags);
   if (offload === 'auto')
     throw new UsageError('--offload auto: only watch measures; status shows a fixed policy');
   const report = await readStatus(offload === undefined ? options : { ...options, offload });
-  writeOut(flags.json ? `${JSON.stringify(report)}\n` : formatStatus(report));
+  const changes = recordedChanges(stateDir, flags.netns);
+  writeOut(
+    flags.json
+      ? `${JSON.stringify({ ...report, changes })}\n`
+      : formatStatus(report) + formatChanges(changes),
+  );
   // 1 when a device's MAC is not the one --mac asks for (offloads are shown, not judged).
   return report.devices.some((d) => d.desiredMac !== null && d.mac !== d.desiredMac) ? 1 : 0;
 }
@@ -468,6 +473,7 @@ const statusCommand: CommandSpec = {
     meshDirectRoutingFlag,
     nodeFlag,
     kubeconfigFlag,
+    stateDirFlag("where the change journal is: what watch and doctor --fix changed (undo's list)"),
   ],
   run: (flags) => status(flags),
 };

@@ -2,6 +2,7 @@
 import type { MeshSnapshot } from '../mesh/view';
 import { onOff } from './output';
 import type { StatusReport } from './status';
+import type { RecordedChanges } from './undo';
 
 /** Rows under a header, each column as wide as its widest cell, two spaces apart. */
 function columns(header: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -40,6 +41,22 @@ export function formatStatus(report: StatusReport): string {
     return `no managed devices in ${report.netns ?? 'this namespace'}\n${ignored.join('')}`;
   }
   return columns(header, rows) + ignored.join('');
+}
+
+/** The journal's records under the devices: what `flannel-guard undo` would take back. */
+export function formatChanges(changes: RecordedChanges): string {
+  if (changes.error !== null) return `changes: ${changes.error}\n`;
+  if (changes.records.length === 0) return ''; // nothing to take back: the table alone
+  const lines = changes.records.map((record) =>
+    record.kind === 'offload'
+      ? `  ${record.device}${record.netns === null ? '' : ` (netns ${record.netns})`}: ${Object.entries(
+          record.before,
+        )
+          .map(([name, on]) => `${name} was ${onOff(on)}`)
+          .join(', ')}`
+      : `  ${record.path}: written, ${record.before === null ? 'did not exist' : 'held something else'} before${record.reload === null ? '' : `; re-read by ${record.reload.join(' ')}`}`,
+  );
+  return `changes (flannel-guard undo takes them back):\n${lines.map((line) => `${line}\n`).join('')}`;
 }
 
 /** One row per peer and family, this node's own device first, then the orphan entries. */

@@ -149,6 +149,29 @@ async function undoFile(record: FileChange, dryRun: boolean): Promise<UndoStep[]
   return steps;
 }
 
+/** Whether a record is this namespace's (a file written is every namespace's). */
+export function concerns(record: JournalRecord, netns: string | undefined): boolean {
+  return record.kind === 'file' || record.netns === (netns ?? null);
+}
+
+/** What `status` shows of the journal: this namespace's records, or why they cannot be read. */
+export interface RecordedChanges {
+  /** Null: --state-dir off. */
+  stateDir: string | null;
+  records: JournalRecord[];
+  error: string | null;
+}
+
+export function recordedChanges(stateDir: string, netns: string | undefined): RecordedChanges {
+  if (stateDir === 'off') return { stateDir: null, records: [], error: null };
+  try {
+    const records = readJournal(stateDir).filter((record) => concerns(record, netns));
+    return { stateDir, records, error: null };
+  } catch (error) {
+    return { stateDir, records: [], error: messageOf(error) };
+  }
+}
+
 async function undo(flags: Flags): Promise<number> {
   const netns = flags.value('netns');
   checkNetnsFlag(netns);
@@ -162,9 +185,7 @@ async function undo(flags: Flags): Promise<number> {
     writeOut(`undo: ${messageOf(error)}\n`);
     return EXIT_FAILURE;
   }
-  const mine = (record: JournalRecord): boolean =>
-    record.kind === 'file' || record.netns === (netns ?? null);
-  const selected = records.filter(mine);
+  const selected = records.filter((record) => concerns(record, netns));
   const watched = selected.filter(
     (record): record is OffloadChange => record.kind === 'offload' && guardWatches(record),
   );
