@@ -74,6 +74,7 @@ if (build) {
   );
 }
 if (build && !unit) {
+  run(process.execPath, [join(root, 'scripts', 'cni-shim.mjs')], 'building the CNI shim');
   run(
     'cmake',
     ['-S', 'native', '-B', 'build/native-tests', '-DFG_SANITIZE=ON', '-DCMAKE_BUILD_TYPE=Debug'],

@@ -44,7 +44,8 @@ import type { MeshMode } from '../mesh/view';
 import { readStatus } from './status';
 import { formatChanges, formatStatus } from './tables';
 import { writeErr, writeOut } from './stdio';
-import { Output, printer, type GuardEventName } from './output';
+import { cniSocketPath, serveCni } from './cni-socket';
+import { GUARD_EVENT_NAMES, Output, printer } from './output';
 import { NODE_CONDITION_TYPE } from '../kubernetes/condition';
 import { detectCluster, type ClusterSettings } from '../kubernetes/cluster';
 import type { ListenAddress } from '../kubernetes/listen';
@@ -79,6 +80,7 @@ interface WatchFlags extends CommonFlags {
   onNetnsDeleted: 'close' | 'continue';
   allowUserNamespace: boolean;
   stateDir: string;
+  cniSocket: string;
   udevRoot: string;
   nodeCondition: boolean;
   mesh: string | undefined;
@@ -114,6 +116,7 @@ function watchFlags(flags: Flags): WatchFlags {
     onNetnsDeleted: flags.required('on-netns-deleted') as WatchFlags['onNetnsDeleted'],
     allowUserNamespace: flags.has('allow-user-namespace'),
     stateDir: flags.required('state-dir'),
+    cniSocket: flags.required('cni-socket'),
     udevRoot: flags.required('udev-root'),
     nodeCondition: flags.has('node-condition'),
     mesh: flags.value('mesh'),
@@ -247,6 +250,7 @@ async function watch(flags: WatchFlags): Promise<number> {
   }
   // Parsed once, before the cluster is reached; the annotation source joins it when there is one.
   const config = guardConfig(options);
+  const cniSocket = cniSocketPath(flags.cniSocket, flags.stateDir);
   const output = new Output(flags.json);
   const services = await startServices(flags, output);
   if (services === 'stopped') return 0;
@@ -278,34 +282,19 @@ async function watch(flags: WatchFlags): Promise<number> {
       resolve(signal.received ? 0 : 1);
     });
   });
-  const names: GuardEventName[] = [
-    'ready',
-    'rewrite',
-    'restored',
-    'adopted',
-    'offload',
-    'verdict',
-    'checksumErrors',
-    'checksumSenders',
-    'contested',
-    'resumed',
-    'deferred',
-    'released',
-    'ignored',
-    'shared',
-    'overrun',
-    'resync',
-    'error',
-  ];
   const events = guard as EventEmitter;
-  for (const name of names) {
+  for (const name of GUARD_EVENT_NAMES) {
     events.on(name, (payload: FlannelGuardEvents[typeof name][0]) => {
       print(name, payload);
     });
   }
   services?.attach(guard);
+  let cni: { close(): Promise<void> } | undefined;
   try {
     await guard.ready();
+    if (cniSocket !== null && !signal.received) {
+      cni = await serveCni(cniSocket, guard, services?.meshSnapshot, output.line);
+    }
   } catch (error) {
     guard.close();
     if (!signal.received) {
@@ -316,6 +305,7 @@ async function watch(flags: WatchFlags): Promise<number> {
   }
   const code = await stopped;
   unfollow();
+  await cni?.close();
   await services?.close();
   output.release();
   return code;
@@ -381,6 +371,13 @@ const watchCommand: CommandSpec = {
     stateDirFlag(
       "where the state that survives a crash is kept (each device's permanent neighbours and pinned MAC, one file per namespace) and what it changed (for undo)",
     ),
+    {
+      name: 'cni-socket',
+      value: '<path|on|off>',
+      description:
+        "answer the CNI shim's calls there from the guard's live state (on: cni.sock in --state-dir, where the shim looks by default)",
+      default: 'off',
+    },
     {
       name: 'udev-root',
       value: '<dir|off>',

@@ -11,6 +11,27 @@ import type { WatchServices } from './services';
 
 export type GuardEventName = Exclude<keyof FlannelGuardEvents, 'close'>;
 
+/** Every event `watch` prints. */
+export const GUARD_EVENT_NAMES: readonly GuardEventName[] = [
+  'ready',
+  'rewrite',
+  'restored',
+  'adopted',
+  'offload',
+  'verdict',
+  'checksumErrors',
+  'checksumSenders',
+  'contested',
+  'resumed',
+  'deferred',
+  'released',
+  'ignored',
+  'shared',
+  'overrun',
+  'resync',
+  'error',
+];
+
 function errorFields(error: Error): object {
   return { message: error.message, ...Object.fromEntries(Object.entries(error)) };
 }

@@ -21,6 +21,7 @@ import type { ListenAddress } from '../kubernetes/listen';
 import { GuardHealth, startMetricsServer, type MetricsServer } from '../kubernetes/server';
 import { PeerNodes } from '../kubernetes/peer-nodes';
 import { KubernetesMacSource, type SourceStatus } from '../kubernetes/source';
+import type { MeshSnapshot } from '../mesh/view';
 import type { LogLine } from './log-line';
 import { startMesh, type MeshSettings } from './mesh';
 
@@ -122,6 +123,8 @@ export class WatchServices {
   readonly #mesh: MeshSettings | null;
   readonly #log: LogLine;
   #closeMesh: (() => void) | undefined;
+  /** The mesh seen from this node, once attach() started its view. */
+  meshSnapshot: (() => MeshSnapshot) | undefined;
 
   private constructor(options: WatchServicesOptions) {
     this.#cluster = options.cluster;
@@ -180,7 +183,8 @@ export class WatchServices {
         recorder: this.#recorder,
         involvedObject,
       });
-      this.health.attachMesh(() => mesh.view.snapshot());
+      this.meshSnapshot = () => mesh.view.snapshot();
+      this.health.attachMesh(this.meshSnapshot);
       this.health.vtep.attachMesh(mesh.view);
       this.#closeMesh = mesh.close;
       // The mesh's watch of every Node names a checksum sender; its own listing until synced.

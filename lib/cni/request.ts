@@ -69,7 +69,14 @@ export interface PluginConfig {
   budgetMs: number;
   /** Fail ADD when the VTEP cannot be checked or fixed (default false: report and go on). */
   failOnError: boolean;
+  /** The guard's socket the shim asks (server.ts); read by the shim, checked here alike. */
+  socket: string;
 }
+
+/** Where the shim asks the guard unless the configuration's `socket` says otherwise. */
+export const DEFAULT_CNI_SOCKET = '/run/flannel-guard/cni.sock';
+/** sun_path less its NUL; printable ASCII without a quote or backslash, as the shim checks it. */
+const SOCKET_PATH = /^\/[\x20-\x21\x23-\x5b\x5d-\x7e]{0,106}$/;
 
 export interface CniRequest {
   command: Command;
@@ -152,6 +159,7 @@ export function parsePluginConfig(config: Record<string, unknown>): PluginConfig
     offload: undefined,
     budgetMs: DEFAULT_BUDGET_MS,
     failOnError: false,
+    socket: DEFAULT_CNI_SOCKET,
   };
   const wrap = <T>(field: string, parse: () => T): T => {
     try {
@@ -208,6 +216,12 @@ export function parsePluginConfig(config: Record<string, unknown>): PluginConfig
       throw invalidConfig('invalid budgetMs', describeRange(range));
     }
     plugin.budgetMs = budget;
+  }
+  if (config.socket !== undefined) {
+    if (typeof config.socket !== 'string' || !SOCKET_PATH.test(config.socket)) {
+      throw invalidConfig('invalid socket', 'an absolute path of at most 107 printable characters');
+    }
+    plugin.socket = config.socket;
   }
   if (config.failOnError !== undefined) {
     if (typeof config.failOnError !== 'boolean') {

@@ -1,7 +1,6 @@
 /**
- * The native addon's raw surface, typed once. Nothing outside this file sees
- * an untyped value from the addon; the public API in the other modules turns
- * these records into friendlier shapes.
+ * The native addon's raw surface, typed once. Nothing outside this file sees an untyped value
+ * from the addon; the public API in the other modules turns these records into friendlier shapes.
  */
 import { join } from 'node:path';
 
@@ -444,6 +443,8 @@ export interface RawBinding {
    * listening socket; else a socket connected to the holder, or -1 when its queue is full.
    */
   claimName(name: string, netns?: string, netnsLabel?: string): { fd: number; held: boolean };
+  /** Who is at the other end of a connected unix socket, as connect() recorded it (SO_PEERCRED). */
+  peerCredentials(fd: number): { pid: number; uid: number; gid: number };
 }
 
 export interface RawProbeOptions extends RawNetnsOptions {
@@ -473,10 +474,9 @@ const PACKAGE_ROOT = join(__dirname, '..', '..', '..');
 let loaded: RawBinding | undefined;
 
 /**
- * Loads the addon on first use: a build of this checkout (build/Release),
- * else the prebuilt binary for this platform, architecture and libc from
- * prebuilds/ (node-gyp-build; `bindings` only looks in build folders). Until
- * then nothing native is loaded, so --help and --version work without it.
+ * Loads the addon on first use: a build of this checkout (build/Release), else the prebuilt
+ * binary for this platform, architecture and libc from prebuilds/ (node-gyp-build; `bindings`
+ * only looks in build folders). Until then nothing native is loaded: --help works without it.
  */
 function loadBinding(): RawBinding {
   if (loaded) return loaded;

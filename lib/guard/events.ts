@@ -76,8 +76,8 @@ export interface RestoredEvent {
 export interface OffloadEvent extends FeatureSetResult {
   device: string;
   ifindex: number;
-  /** 'probe': `--offload auto` set it after measuring (see `verdict`). */
-  reason: 'created' | 'start' | 'managed' | 'drift' | 'resync' | 'probe';
+  /** 'probe': `--offload auto` set it after measuring (see `verdict`); 'pod': a CNI ADD found it off. */
+  reason: 'created' | 'start' | 'managed' | 'drift' | 'resync' | 'probe' | 'pod';
   dryRun: boolean;
 }
 

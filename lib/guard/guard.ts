@@ -1,13 +1,11 @@
 /**
  * FlannelGuard: keeps the VXLAN devices that match its globs at their desired MAC, with the
- * permanent neighbour entries a MAC change flushes put back, and their offload features at the
- * configured policy - all in the turn of the event loop that delivers the change.
- *
- * This class is the guard's life cycle and its dispatch: the monitor's events, each with the time
- * it arrived, go to the parts that own the answer - the device table, MAC correction (mac.ts),
- * offload enforcement (offload.ts), fight control (fight-control.ts), the crash state
- * (device-state-store.ts), the mesh view's access (mesh-devices.ts). The guard's own writes come
- * back as events carrying the desired values, so they are recognised by value, never counted.
+ * permanent neighbour entries a MAC change flushes put back, and their offloads at the policy, in
+ * the turn of the event loop that delivers the change. This class is the life cycle and the
+ * dispatch: each monitor event, with the time it arrived, goes to the part that owns the answer
+ * (devices.ts, mac.ts, offload.ts, fight-control.ts, device-state-store.ts, mesh-devices.ts,
+ * pod-check.ts). Its own writes come back as events carrying the desired values, recognised by
+ * value, never counted.
  */
 import { EventEmitter } from 'node:events';
 
@@ -44,6 +42,7 @@ import { openGuardParts, type GuardInternals } from './parts';
 import { DeviceStateStore } from './device-state-store';
 import type { GuardPorts } from './ports';
 import { vtepTables } from './mesh-devices';
+import { PodCheck } from './pod-check';
 import type { MeshDevices } from '../mesh/view';
 
 export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
@@ -212,11 +211,7 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     });
   }
 
-  /**
-   * The namespace's receive checksum-error counters at the guard's last read (every
-   * `checksumErrorsPollMs`); null before the first read, when they cannot be read or are not
-   * read (`checksumErrorsPollMs` 0).
-   */
+  /** Receive checksum-error counters at the last read (every `checksumErrorsPollMs`), or null. */
   checksumErrors(): ChecksumErrorCounters | null {
     return this.#checksumErrors.totals();
   }
@@ -228,6 +223,13 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
   /** The guarded VTEPs as the mesh view reads and repairs them (mesh/view.ts). */
   meshDevices(): MeshDevices {
     return vtepTables(this.#monitor, this.#ports, this.#devices, this.dryRun);
+  }
+
+  /** The guarded VTEPs as a CNI call checks and repairs them (cni/server.ts). */
+  podCheck(): PodCheck {
+    const parts = { devices: this.#devices, monitor: this.#monitor, offload: this.#offload };
+    const run = (handler: (at: number) => void) => this.#handle(handler);
+    return new PodCheck({ ...parts, mac: this.#mac, dryRun: this.dryRun, run });
   }
 
   /** The managed devices as the guard sees them now. */

@@ -52,7 +52,7 @@ export class OffloadEnforcement {
   /** Reads the policy features' state into the device; null when the device vanished. */
   read(device: ManagedDevice): Map<string, boolean> | null {
     const { counters, devices, ports } = this.#ctx;
-    const policy = this.#policyOf(device);
+    const policy = this.policyOf(device);
     if (!policy) return new Map();
     counters.offloadChecks += 1;
     const active = devices.attempt(
@@ -67,7 +67,7 @@ export class OffloadEnforcement {
   /** Brings the device's features to the policy; `drift`: a features notification. */
   check(device: ManagedDevice, reason: OffloadReason): void {
     const { config, counters, fight } = this.#ctx;
-    const policy = this.#policyOf(device);
+    const policy = this.policyOf(device);
     if (!policy || device.vanishing) return;
     const before = { ...device.offloads };
     const active = this.read(device);
@@ -132,7 +132,7 @@ export class OffloadEnforcement {
   }
 
   /** The configured policy, or what `--offload auto` measured this device needs. */
-  #policyOf(device: ManagedDevice): Readonly<Record<string, boolean>> | null {
+  policyOf(device: ManagedDevice): Readonly<Record<string, boolean>> | null {
     return this.#ctx.config.offload ?? device.offloadPolicy;
   }
 

@@ -3,6 +3,7 @@
 // the pure parser and state mirror for tests.
 #include <linux/fs.h>
 #include <napi.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
                              InstanceMethod<&FlannelGuardAddon::ProbePaths>("probePaths"),
                              InstanceMethod<&FlannelGuardAddon::SampleChecksums>("sampleChecksums"),
                              InstanceMethod<&FlannelGuardAddon::ClaimName>("claimName"),
+                             InstanceMethod<&FlannelGuardAddon::PeerCredentials>("peerCredentials"),
                          });
   }
 
@@ -99,6 +101,24 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
     Napi::Object result = Napi::Object::New(env);
     result.Set("fd", claim.value().fd);
     result.Set("held", claim.value().held);
+    return result;
+  }
+
+  // peerCredentials(fd) -> { pid, uid, gid }: who is at the other end of a connected unix
+  // socket, as the kernel recorded it at connect() (SO_PEERCRED): Node's net.Socket has no way.
+  Napi::Value PeerCredentials(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "peerCredentials(fd: number)");
+    ucred peer{};
+    socklen_t length = sizeof(peer);
+    if (getsockopt(info[0].As<Napi::Number>().Int32Value(), SOL_SOCKET, SO_PEERCRED, &peer,
+                   &length) != 0) {
+      ThrowSysError(env, SysError{errno, "getsockopt"}, "");
+    }
+    Napi::Object result = Napi::Object::New(env);
+    result.Set("pid", static_cast<double>(peer.pid));
+    result.Set("uid", static_cast<double>(peer.uid));
+    result.Set("gid", static_cast<double>(peer.gid));
     return result;
   }
 

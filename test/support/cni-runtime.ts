@@ -19,6 +19,10 @@ import type { ChildResult } from './node-child';
 export const DEBIAN_CNI_DIR = '/usr/lib/cni';
 /** The compiled plugin (dist/lib/cni/main.js). */
 export const CNI_PLUGIN = join(__dirname, '..', '..', 'lib', 'cni', 'main.js');
+/** The shim, as `npm run build` (and the test command) builds it for this machine. */
+export const CNI_SHIM = join(__dirname, '..', '..', '..', 'build', 'flannel-guard-cni');
+/** A PATH without Node.js on it (Debian's node is /usr/bin/node): a node's runtime has none. */
+export const PATH_WITHOUT_NODE = '/usr/sbin:/sbin';
 
 export interface PluginRun extends ChildResult {
   /** stdout parsed as JSON, undefined when empty, null when it does not parse. */
@@ -54,7 +58,11 @@ export class CniRuntime {
   readonly binDir: string;
   readonly #unregister: () => void;
 
-  constructor(readonly node: Netns) {
+  /** `plugin`: what runs as flannel-guard-cni (the Node.js plugin, or the shim). */
+  constructor(
+    readonly node: Netns,
+    plugin: string = CNI_PLUGIN,
+  ) {
     this.binDir = mkdtempSync(tempDirPrefix('cnibin'));
     this.#unregister = registerSyncCleanup(() =>
       rmSync(this.binDir, { recursive: true, force: true }),
@@ -62,8 +70,8 @@ export class CniRuntime {
     for (const plugin of ['bridge', 'host-local', 'loopback', 'portmap']) {
       symlinkSync(join(DEBIAN_CNI_DIR, plugin), join(this.binDir, plugin));
     }
-    chmodSync(CNI_PLUGIN, 0o755);
-    symlinkSync(CNI_PLUGIN, join(this.binDir, 'flannel-guard-cni'));
+    chmodSync(plugin, 0o755);
+    symlinkSync(plugin, join(this.binDir, 'flannel-guard-cni'));
   }
 
   dispose(): void {
@@ -292,6 +300,7 @@ export function libcni(
   conflist: string,
   pod: PodAttachment,
   cacheDir: string,
+  path: string = process.env.PATH ?? '/usr/bin:/bin',
 ): Promise<ChildResult> {
   return runChild(
     [
@@ -300,6 +309,8 @@ export function libcni(
       'exec',
       runtime.node.name,
       'env',
+      '-i',
+      `PATH=${path}`,
       `CNI_PATH=${runtime.binDir}`,
       LIBCNI_TOOL,
       command,

@@ -110,6 +110,11 @@ export class GuardProcess {
     return this.#child.exitCode;
   }
 
+  /** Sends `signal` (SIGSTOP and SIGCONT: the guard held still while the world moves). */
+  signal(signal: NodeJS.Signals): void {
+    if (this.#child.exitCode === null) this.#child.kill(signal);
+  }
+
   /** Sends `signal` and resolves with the exit code (null if it had to be killed). */
   async stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 5000): Promise<number | null> {
     if (this.#child.exitCode !== null) return this.#child.exitCode;
