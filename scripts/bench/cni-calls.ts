@@ -1,0 +1,236 @@
+/**
+ * What a pod's ADD costs on the CNI path, per call, as a runtime starting pods pays it: the shim
+ * asking the guard on its socket (the node-native path), the standalone Node.js plugin (ensureVtep
+ * in a process of its own) and, as the reference in the same run, Debian's `bridge` plugin (a veth
+ * into a pod's namespace and an address from host-local), and /bin/true for what starting a
+ * process costs here at all. Each is started 1, 16 and 64 at once,
+ * on every CPU and pinned to one (the guard too), by scripts/bench/cni-burst.c, which times each
+ * copy from fork to reaping and reads its peak resident set from the kernel (wait4). The three
+ * take turns, round by round. Prints p50 / p99 per call, peak RSS, and the ratios to `bridge`;
+ * asserts nothing.
+ *
+ * Usage (root): npm run bench:cni [-- --rounds N]
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+
+import { CNI_SHIM, DEBIAN_CNI_DIR } from '../../test/support/cni-runtime';
+import { buildBenchTool } from '../../test/support/flooder';
+import { GuardProcess } from '../../test/support/guard-process';
+import { destroyAll, Netns, tempDirPrefix } from '../../test/support/netns';
+import { percentile } from './stats';
+
+const PLUGIN = join(__dirname, '..', '..', 'lib', 'cni', 'main.js');
+const AT_ONCE = [1, 16, 64] as const;
+const PREV = { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', sandbox: '/x' }], ips: [] };
+
+function rounds(): number {
+  const index = process.argv.indexOf('--rounds');
+  const value = index >= 0 ? Number(process.argv[index + 1]) : 30;
+  if (!Number.isInteger(value) || value <= 0) throw new Error('--rounds: expected a count');
+  return value;
+}
+
+interface Call {
+  wallMs: number;
+  rssKiB: number;
+  status: number;
+}
+
+interface Plugin {
+  name: string;
+  path: string;
+  config: string;
+  /** After each burst: what it made taken back (not timed). */
+  cleanup?: (copies: number, cpusArg: string) => void;
+}
+
+/** The pods' namespaces, as pod0, pod1, ... (cni-burst gives each copy its own). */
+let podsDir = '';
+
+function burst(
+  tool: string,
+  node: Netns,
+  plugin: Plugin,
+  copies: number,
+  cpusArg: string,
+  command = 'ADD',
+): Call[] {
+  const run = spawnSync(
+    'ip',
+    [
+      ...['netns', 'exec', node.name, tool, String(copies), plugin.config, cpusArg],
+      ...['-e', `CNI_COMMAND=${command}`, '-e', 'CNI_CONTAINERID=bench%d'],
+      ...['-e', `CNI_NETNS=${join(podsDir, 'pod%d')}`],
+      ...['-e', 'CNI_IFNAME=eth0', '-e', `CNI_PATH=${DEBIAN_CNI_DIR}`, '--', plugin.path],
+    ],
+    { encoding: 'utf8', timeout: 120_000 },
+  );
+  if (run.status !== 0) throw new Error(`cni-burst: ${run.stderr}`);
+  return run.stdout
+    .trim()
+    .split('\n')
+    .map((line) => {
+      const [wall, rss, status] = line.split(' ').map(Number);
+      return { wallMs: wall ?? NaN, rssKiB: rss ?? NaN, status: status ?? -1 };
+    });
+}
+
+async function main(): Promise<void> {
+  const count = rounds();
+  const tool = buildBenchTool('cni-burst');
+  const work = mkdtempSync(tempDirPrefix('bench-cni'));
+  const node = await Netns.create('fgt-benchnode');
+  const pods: Netns[] = [];
+  let guard: GuardProcess | undefined;
+  try {
+    await node.ipBatch([
+      'link add eth0 type veth peer name eth0p',
+      'addr add 192.0.2.41/24 dev eth0',
+      'link set eth0 up',
+      'link add flannel.1 type vxlan id 1 dstport 8472 nolearning local 192.0.2.41 dev eth0',
+      'link set flannel.1 up',
+    ]);
+    podsDir = join(work, 'pods');
+    mkdirSync(podsDir);
+    for (let i = 0; i < Math.max(...AT_ONCE); i += 1) {
+      const pod = await Netns.create('fgt-benchpod');
+      pods.push(pod);
+      symlinkSync(pod.path, join(podsDir, `pod${i}`));
+    }
+    const socket = join(work, 'state', 'cni.sock');
+    guard = await GuardProcess.start([
+      ...['--netns', node.name, '--state-dir', join(work, 'state'), '--cni-socket', 'on'],
+      ...['--offload', 'tx-checksum-ip-generic=off'],
+    ]);
+    await guard.waitFor((line) => line.event === 'cniSocket', 10_000);
+    const config = (name: string, fields: Record<string, unknown>): string => {
+      const file = join(work, `${name}.json`);
+      writeFileSync(file, JSON.stringify({ cniVersion: '1.1.0', name: 'cbr0', ...fields }));
+      return file;
+    };
+    const bridgeConfig = config('bridge', {
+      cniVersion: '1.0.0',
+      type: 'bridge',
+      bridge: 'cni0',
+      isGateway: true,
+      ipam: {
+        type: 'host-local',
+        ranges: [[{ subnet: '198.18.1.0/24' }]],
+        dataDir: join(work, 'ipam'),
+      },
+    });
+    const plugins: Plugin[] = [
+      {
+        name: 'shim, guard up',
+        path: CNI_SHIM,
+        config: config('shim', {
+          type: 'flannel-guard-cni',
+          socket,
+          budgetMs: 10_000,
+          prevResult: PREV,
+        }),
+      },
+      {
+        name: 'Node.js plugin',
+        path: PLUGIN,
+        config: config('node', {
+          type: 'flannel-guard-cni',
+          offload: { 'tx-checksum-ip-generic': false },
+          budgetMs: 10_000,
+          prevResult: PREV,
+        }),
+      },
+      {
+        // The floor: what starting any process costs on this machine, the same way.
+        name: 'exec floor (/bin/true)',
+        path: '/bin/true',
+        config: config('true', {}),
+      },
+      {
+        name: 'bridge (Debian)',
+        path: join(DEBIAN_CNI_DIR, 'bridge'),
+        config: bridgeConfig,
+        cleanup: (copies, cpusArg) => {
+          const bridge = plugins[3] as Plugin;
+          burst(tool, node, bridge, copies, cpusArg, 'DEL');
+        },
+      },
+    ];
+    const allCpus = cpus().length;
+    const pinGuard = (list: string): void => {
+      spawnSync('taskset', ['-a', '-p', '-c', list, String(guard?.pid)], { stdio: 'ignore' });
+    };
+    console.log(
+      `CNI ADD per call: ${count} rounds of 1, ${Math.ceil(count / 4)} of 16, ${Math.ceil(count / 10)} of 64; ${allCpus} CPUs`,
+    );
+    const header = [
+      'plugin',
+      'at once',
+      'CPUs',
+      'calls',
+      'failed',
+      'p50 ms',
+      'p99 ms',
+      'peak RSS MiB (median / max)',
+    ];
+    console.log(header.join(' | '));
+    for (const cpusArg of ['-', '0']) {
+      pinGuard(cpusArg === '-' ? `0-${allCpus - 1}` : cpusArg);
+      for (const copies of AT_ONCE) {
+        const times =
+          copies === 1 ? count : copies === 16 ? Math.ceil(count / 4) : Math.ceil(count / 10);
+        const calls = new Map<string, Call[]>(plugins.map((p) => [p.name, []]));
+        for (let round = 0; round < times; round += 1) {
+          for (const plugin of plugins) {
+            calls.get(plugin.name)?.push(...burst(tool, node, plugin, copies, cpusArg));
+            plugin.cleanup?.(copies, cpusArg);
+          }
+        }
+        const p50 = new Map<string, number>();
+        const p99 = new Map<string, number>();
+        for (const plugin of plugins) {
+          const made = calls.get(plugin.name) ?? [];
+          const walls = made.map((c) => c.wallMs).sort((a, b) => a - b);
+          const rss = made.map((c) => c.rssKiB / 1024).sort((a, b) => a - b);
+          p50.set(plugin.name, percentile(walls, 0.5));
+          p99.set(plugin.name, percentile(walls, 0.99));
+          console.log(
+            [
+              plugin.name,
+              copies,
+              cpusArg === '-' ? `all ${allCpus}` : '1',
+              made.length,
+              made.filter((c) => c.status !== 0).length,
+              percentile(walls, 0.5).toFixed(2),
+              percentile(walls, 0.99).toFixed(2),
+              `${percentile(rss, 0.5).toFixed(1)} / ${(rss[rss.length - 1] ?? NaN).toFixed(1)}`,
+            ].join(' | '),
+          );
+        }
+        const [shim, nodePlugin, , bridge] = plugins.map((p) => p.name) as [
+          string,
+          string,
+          string,
+          string,
+        ];
+        const ratio = (a: string, of: Map<string, number>): string =>
+          ((of.get(a) ?? NaN) / (of.get(bridge) ?? NaN)).toFixed(2);
+        console.log(
+          `  ratios to bridge, p50 / p99: shim ${ratio(shim, p50)} / ${ratio(shim, p99)}, Node.js plugin ${ratio(nodePlugin, p50)} / ${ratio(nodePlugin, p99)}`,
+        );
+      }
+    }
+  } finally {
+    await guard?.stop();
+    await destroyAll();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+void main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
