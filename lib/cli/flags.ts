@@ -231,13 +231,16 @@ export async function runProgram(
     return 0;
   }
   if (first === 'help') {
-    const name = rest[0];
     output.out(
-      name === undefined ? programHelp(program) : commandHelp(program, findCommand(program, name)),
+      rest.length === 0
+        ? programHelp(program)
+        : commandHelp(program, findCommand(program, rest.join(' '))),
     );
     return 0;
   }
-  const command = findCommand(program, first);
+  // A command of two words (`cni install`): the first names its group.
+  const grouped = program.commands.some((c) => c.name.startsWith(`${first} `));
+  const command = findCommand(program, grouped ? `${first} ${rest.shift() ?? ''}`.trim() : first);
   const end = rest.indexOf('--');
   const own = end < 0 ? rest : rest.slice(0, end);
   if (own.includes('-h') || own.includes('--help')) {

@@ -44,6 +44,7 @@ import type { MeshMode } from '../mesh/view';
 import { readStatus } from './status';
 import { formatChanges, formatStatus } from './tables';
 import { writeErr, writeOut } from './stdio';
+import { cniInstallCommand, cniUninstallCommand } from './cni';
 import { cniSocketPath, serveCni } from './cni-socket';
 import { GUARD_EVENT_NAMES, Output, printer } from './output';
 import { NODE_CONDITION_TYPE } from '../kubernetes/condition';
@@ -479,7 +480,8 @@ const PROGRAM: ProgramSpec = {
   name: 'flannel-guard',
   description: "Keeps flannel's VXLAN device at its published MAC and offload policy",
   version: packageVersion,
-  commands: [watchCommand, statusCommand, doctorCommand, undoCommand],
+  // prettier-ignore
+  commands: [watchCommand, statusCommand, doctorCommand, undoCommand, cniInstallCommand, cniUninstallCommand],
 };
 
 export async function main(argv: readonly string[]): Promise<number> {

@@ -135,7 +135,7 @@ function createTemporary(dir: string, name: string, mode: number) {
 export function writeFileReplacing(
   dir: string,
   name: string,
-  content: string,
+  content: string | Uint8Array,
   mode = 0o644,
 ): string {
   const target = join(dir, name);
