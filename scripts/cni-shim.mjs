@@ -5,7 +5,10 @@
 //
 //   node scripts/cni-shim.mjs          build/flannel-guard-cni, for this machine (npm run build)
 //   node scripts/cni-shim.mjs --all    prebuilds/linux-<arch>/flannel-guard-cni, x64 and arm64
-//                                      (prepack: the package and the image ship them)
+//                                      (prepack: the package ships them)
+//   node scripts/cni-shim.mjs --cc     build/flannel-guard-cni by the system's C compiler (the
+//                                      image's build stage, which has gcc and no zig: the source
+//                                      is freestanding, so any C compiler for the machine will do)
 import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, renameSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -31,21 +34,21 @@ const FLAGS = [
   '-s',
 ];
 
-/** Builds the shim for `arch` at `output`, written beside and renamed (never half a file). */
-export function buildShim(arch, output) {
+/**
+ * Builds the shim for `arch` at `output`, written beside and renamed (never half a file); by zig
+ * for the target, or with `systemCompiler` by `cc` for this machine.
+ */
+export function buildShim(arch, output, systemCompiler = false) {
   const target = TARGETS[arch];
   if (target === undefined) throw new Error(`cni-shim: no target for ${arch} (x64, arm64)`);
   mkdirSync(dirname(output), { recursive: true });
   const partial = `${output}.partial-${process.pid}`;
-  const built = spawnSync(
-    zigPath(),
-    ['cc', '-target', target, ...FLAGS, '-o', partial, ...SOURCES],
-    {
-      encoding: 'utf8',
-      env: { ...process.env, ZIG_GLOBAL_CACHE_DIR: zigCache, ZIG_LOCAL_CACHE_DIR: zigCache },
-      timeout: 600_000,
-    },
-  );
+  const [compiler, ...prefix] = systemCompiler ? ['cc'] : [zigPath(), 'cc', '-target', target];
+  const built = spawnSync(compiler, [...prefix, ...FLAGS, '-o', partial, ...SOURCES], {
+    encoding: 'utf8',
+    env: { ...process.env, ZIG_GLOBAL_CACHE_DIR: zigCache, ZIG_LOCAL_CACHE_DIR: zigCache },
+    timeout: 600_000,
+  });
   if (built.status !== 0) {
     throw new Error(
       `cni-shim: zig cc for ${target} failed: ${built.error?.message ?? ''}${built.stderr}`,
@@ -64,6 +67,6 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const arches = all ? Object.keys(TARGETS) : [process.arch];
   for (const arch of arches) {
     const output = all ? join(root, 'prebuilds', `linux-${arch}`, 'flannel-guard-cni') : LOCAL_SHIM;
-    console.error(`cni-shim: ${buildShim(arch, output)}`);
+    console.error(`cni-shim: ${buildShim(arch, output, process.argv.includes('--cc'))}`);
   }
 }

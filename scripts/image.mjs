@@ -21,7 +21,7 @@
 // test/kubernetes-deploy.test.ts), and POD_IP is the namespace's loopback. It must print
 // `ready`, answer the readiness and liveness probes, put a rewritten MAC and the flushed
 // neighbour back, and exit 0 on SIGTERM. Exit status 1 with the reason when a step fails.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -292,14 +292,15 @@ function eventStream(stream) {
 }
 
 /**
- * podman's flags and the command's arguments for deploy/daemonset.yaml's container. A field this
- * does not know how to run is an error, not a silent difference from the DaemonSet.
+ * podman's flags and the command's arguments for deploy/daemonset.yaml's container (or, with
+ * `init`, its init container). A field this does not know how to run is an error, not a silent
+ * difference from the DaemonSet. Every hostPath is `stateDir`.
  */
-function daemonSetContainer(stateDir) {
+function daemonSetContainer(stateDir, init = false) {
   const daemonSet = loadYaml(readFileSync(join(root, 'deploy', 'daemonset.yaml'), 'utf8'));
   const spec = daemonSet.spec.template.spec;
   if (spec.hostNetwork !== true) throw new StepError('the DaemonSet is not on the host network');
-  const [container] = spec.containers;
+  const [container] = init ? spec.initContainers : spec.containers;
   const sc = container.securityContext;
   const flags = [`--user=${sc.runAsUser}`];
   if (sc.privileged) flags.push('--privileged');
@@ -321,6 +322,7 @@ function daemonSetContainer(stateDir) {
   const args = (container.args ?? []).map((arg) =>
     arg.replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (whole, key) => env[key] ?? whole),
   );
+  if (init) return { flags, args, probes: [] };
   const port = container.ports?.find((p) => p.name === container.readinessProbe?.httpGet?.port);
   const probes = [container.readinessProbe, container.livenessProbe].map(
     (probe) => `http://${env.POD_IP}:${port.containerPort}${probe.httpGet.path}`,
@@ -384,6 +386,28 @@ async function smoke() {
   const stateDir = join(work, 'state');
   mkdirSync(stateDir);
 
+  // The init container first: the CNI shim out of the image into the node's bin folder.
+  const init = daemonSetContainer(stateDir, true);
+  await run('ip', [
+    ...['netns', 'exec', netns, 'sh', '-c'],
+    withCgroup2(
+      quote([
+        'podman',
+        ...store,
+        'run',
+        '--rm',
+        '--network=host',
+        '--cgroups=disabled',
+        ...ulimitArgs(),
+        ...init.flags,
+        tag,
+        ...init.args,
+      ]),
+    ),
+  ]);
+  const shim = join(stateDir, 'flannel-guard-cni');
+  if (!existsSync(shim)) throw new StepError('the init container did not install the CNI shim');
+
   const name = `flannel-guard-smoke-${process.pid}`;
   const pod = daemonSetContainer(stateDir);
   const podmanRun = [
@@ -430,6 +454,17 @@ async function smoke() {
       );
     if (restored.neighbours !== 1)
       throw new StepError(`restored counts ${restored.neighbours} neighbours, not 1`);
+    // The shim the init container installed, run as a runtime runs it on the node, asks the
+    // guard in the container on its socket.
+    const config = { cniVersion: '1.1.0', name: 'cbr0', type: 'flannel-guard-cni' };
+    const asked = spawnSync('ip', ['netns', 'exec', netns, shim], {
+      input: JSON.stringify({ ...config, socket: join(stateDir, 'cni.sock') }),
+      env: { CNI_COMMAND: 'STATUS' },
+      encoding: 'utf8',
+      timeout: 10_000,
+    });
+    if (asked.status !== 0)
+      throw new StepError(`the shim's STATUS: ${asked.status} ${asked.stdout}${asked.stderr}`);
 
     const stoppedAt = performance.now();
     await run('podman', [...store, 'stop', '--time=10', name]);

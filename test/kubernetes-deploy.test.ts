@@ -22,7 +22,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { loadClientNode } from '../lib/kubernetes/client-node';
@@ -208,6 +208,65 @@ describe('deploy/: manifests, and the guard run as the DaemonSet runs it', funct
         rows.some((row) => row.includes(`\`${path}\``)),
         `${path}: no row of its own in ${rows.join('\n')}`,
       );
+    }
+  });
+
+  it("the CNI shim: an init container copies it into /opt/cni/bin; the guard answers on its socket; the cni-conflist component, two lines away, keeps its entry in flannel's list", async function () {
+    const spec = podSpec();
+    const [init] = spec.initContainers as JsonObject[];
+    assert.deepEqual(init?.args, ['cni', 'install', '--bin-dir=/host/opt/cni/bin']);
+    assert.deepEqual((init?.securityContext as JsonObject).capabilities, { drop: ['ALL'] });
+    const mounts = (c: JsonObject): [string, string][] =>
+      (c.volumeMounts as JsonObject[]).map((m) => {
+        const volume = (spec.volumes as JsonObject[]).find((v) => v.name === m.name);
+        return [String((volume?.hostPath as JsonObject).path), String(m.mountPath)];
+      });
+    assert.deepEqual(mounts(init as JsonObject), [['/opt/cni/bin', '/host/opt/cni/bin']]);
+    assert.ok((container().args as string[]).includes('--cni-socket=on'));
+    // The README's two lines, in a kustomization of its own beside a copy of deploy/.
+    const overlay = mkdtempSync(tempDirPrefix('overlay'));
+    try {
+      cpSync(DEPLOY, join(overlay, 'deploy'), { recursive: true });
+      const kustomization = join(overlay, 'deploy', 'kustomization.yaml');
+      writeFileSync(
+        kustomization,
+        `${readFileSync(kustomization, 'utf8')}components:\n  - cni-conflist\n`,
+      );
+      const rendered = spawnSync('kubectl', ['kustomize', join(overlay, 'deploy')], {
+        encoding: 'utf8',
+      });
+      assert.equal(rendered.status, 0, rendered.stderr);
+      const k8s = await loadClientNode();
+      const withComponent = (k8s.loadAllYaml(rendered.stdout) as Manifest[]).find(
+        (m) => m.kind === 'DaemonSet',
+      ) as JsonObject;
+      const podWith = ((withComponent.spec as JsonObject).template as JsonObject)
+        .spec as JsonObject;
+      const sidecar = (podWith.containers as JsonObject[]).find(
+        (c) => c.name === 'cni-conflist',
+      ) as JsonObject;
+      assert.deepEqual(sidecar.args, [
+        'cni',
+        'install',
+        '--bin-dir=/host/opt/cni/bin',
+        '--conf-dir=/host/etc/cni/net.d',
+        '--watch',
+      ]);
+      assert.equal(
+        sidecar.image,
+        container().image as string,
+        'the same image, tag set by the kustomization',
+      );
+      const volume = (podWith.volumes as JsonObject[]).find((v) => v.name === 'cni-conf');
+      assert.deepEqual(volume?.hostPath, { path: '/etc/cni/net.d', type: 'DirectoryOrCreate' });
+      const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+      assert.ok(
+        readme.includes('```yaml\ncomponents:\n  - cni-conflist\n```'),
+        'the README shows the two lines',
+      );
+      assert.ok(readme.includes('`hostPath` `/etc/cni/net.d`'), 'and the permission it adds');
+    } finally {
+      rmSync(overlay, { recursive: true, force: true });
     }
   });
 

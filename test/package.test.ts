@@ -312,6 +312,11 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     );
     // As prepack, it prints on stderr only: `npm pack --json` writes its JSON to stdout.
     assert.equal(prebuilt, '', 'nothing on stdout');
+    // The CNI shim for both architectures, as prepack builds it next (seconds: no C library).
+    ok(
+      run(process.execPath, [join(root, 'scripts', 'cni-shim.mjs'), '--all'], { cwd: root }),
+      'cni-shim --all',
+    );
     const packed = JSON.parse(
       ok(
         run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], {
@@ -361,6 +366,8 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       prebuildOf('arm64'),
       prebuildOf('x64', 'musl'),
       prebuildOf('arm64', 'musl'),
+      'prebuilds/linux-x64/flannel-guard-cni',
+      'prebuilds/linux-arm64/flannel-guard-cni',
     ]) {
       assert.ok(files.includes(needed), `${needed} is in the tarball`);
     }
@@ -434,6 +441,47 @@ describe('the npm package (pack, install from the tarball, use)', function () {
         `${arch}: imports that ${MUSL_LIBC} lacks`,
       );
     }
+  });
+
+  it('the CNI shim for x64 and arm64 is static (no interpreter, no library), answers with no guard, and cni install copies it', function () {
+    const installed = join(consumer, 'node_modules', 'flannel-guard');
+    const config = {
+      cniVersion: '1.1.0',
+      name: 'n',
+      type: 'flannel-guard-cni',
+      socket: '/nonexistent/cni.sock',
+      prevResult: { cniVersion: '1.1.0', ips: [] },
+    };
+    for (const arch of ['x64', 'arm64']) {
+      const shim = join(installed, 'prebuilds', `linux-${arch}`, 'flannel-guard-cni');
+      assert.deepEqual(elfImports(shim).needed, [], `${arch}: no library`);
+      assert.doesNotMatch(ok(run('readelf', ['-l', shim], { cwd: consumer }), 'readelf'), /INTERP/);
+      const runShim = (command: string): SpawnSyncReturns<string> =>
+        spawnSync(arch === 'x64' ? shim : 'qemu-aarch64-static', arch === 'x64' ? [] : [shim], {
+          input: JSON.stringify(config),
+          env: { CNI_COMMAND: command },
+          encoding: 'utf8',
+          timeout: 30_000,
+        });
+      assert.deepEqual(JSON.parse(ok(runShim('VERSION'), `${arch} VERSION`)), {
+        cniVersion: '1.1.0',
+        supportedVersions: ['1.0.0', '1.1.0'],
+      });
+      const add = runShim('ADD');
+      assert.deepEqual(JSON.parse(ok(add, `${arch} ADD`)), config.prevResult);
+      assert.match(add.stderr, /no flannel-guard answered on \/nonexistent\/cni\.sock/);
+    }
+    const binDir = join(workDir(), 'cni-bin');
+    mkdirSync(binDir);
+    const bin = join(installed, 'dist', 'lib', 'cli', 'main.js');
+    ok(
+      run(process.execPath, [bin, 'cni', 'install', '--bin-dir', binDir], { cwd: consumer }),
+      'cni install',
+    );
+    assert.deepEqual(
+      readFileSync(join(binDir, 'flannel-guard-cni')),
+      readFileSync(join(installed, 'prebuilds', `linux-${process.arch}`, 'flannel-guard-cni')),
+    );
   });
 
   it("the x64 glibc prebuild loads under glibc 2.17's own dynamic linker; a Debian 12 build does not", function () {
