@@ -62,6 +62,9 @@ describe('flannel-guard cni install / uninstall (a scratch root)', function () {
   let conflist: string;
 
   const cli = (...args: string[]) => execFile(CLI, args, { allowFailure: true, timeoutMs: 30_000 });
+  /** `cni install` of this checkout's shim into the scratch root, the entry in its list. */
+  const install = () =>
+    cli('cni', 'install', '--bin-dir', binDir, '--conf-dir', confDir, '--shim', CNI_SHIM);
 
   beforeEach(function () {
     root = mkdtempSync(tempDirPrefix('cniinstall'));
@@ -80,16 +83,7 @@ describe('flannel-guard cni install / uninstall (a scratch root)', function () {
   });
 
   it('copies the shim, adds the entry last, is idempotent, and uninstall leaves both as they were', async function () {
-    const installed = await cli(
-      'cni',
-      'install',
-      '--bin-dir',
-      binDir,
-      '--conf-dir',
-      confDir,
-      '--shim',
-      CNI_SHIM,
-    );
+    const installed = await install();
     assert.equal(installed.code, 0, installed.stdout + installed.stderr);
     assert.match(installed.stdout, /flannel-guard-cni installed\n.*10-flannel\.conflist: added\n$/);
     const copied = join(binDir, 'flannel-guard-cni');
@@ -100,16 +94,7 @@ describe('flannel-guard cni install / uninstall (a scratch root)', function () {
       parsed.plugins.map((p) => p.type),
       ['flannel', 'portmap', SHIM_TYPE],
     );
-    const again = await cli(
-      'cni',
-      'install',
-      '--bin-dir',
-      binDir,
-      '--conf-dir',
-      confDir,
-      '--shim',
-      CNI_SHIM,
-    );
+    const again = await install();
     assert.match(again.stdout, /unchanged\n.*: present\n$/);
     assert.deepEqual(readdirSync(binDir), ['flannel-guard-cni'], 'no temporary left');
     const removed = await cli('cni', 'uninstall', '--bin-dir', binDir, '--conf-dir', confDir);
@@ -137,16 +122,7 @@ describe('flannel-guard cni install / uninstall (a scratch root)', function () {
     for (const [name, text, reason] of cases) {
       for (const file of readdirSync(confDir)) unlinkSync(join(confDir, file));
       writeFileSync(join(confDir, name), text);
-      const run = await cli(
-        'cni',
-        'install',
-        '--bin-dir',
-        binDir,
-        '--conf-dir',
-        confDir,
-        '--shim',
-        CNI_SHIM,
-      );
+      const run = await install();
       assert.equal(run.code, 1, `${name}: ${run.stdout}`);
       assert.match(run.stdout, reason);
       assert.match(run.stdout, /left alone/);

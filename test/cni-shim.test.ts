@@ -14,6 +14,10 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { join } from 'node:path';
 
 import { encodeRequest } from '../lib/cni/frame';
+import { parsePluginConfig } from '../lib/cni/request';
+import { guardBackend } from '../lib/cni/server';
+import type { PodCheck, PodCheckDrift } from '../lib/guard/pod-check';
+import type { PeerRow, PeerVerdict } from '../lib/mesh/compare';
 import { GuardProcess } from './support/guard-process';
 import {
   CNI_SHIM,
@@ -593,5 +597,78 @@ describe('flannel-guard-cni, the shim: its reading of the configuration against 
         assert.deepEqual(JSON.parse(add.stdout), parsed.prevResult, what);
       }
     }
+  });
+});
+
+/**
+ * The guard's backend (cni/server.ts) between the CNI semantics and the guard's pod check: the
+ * device's own drift is repaired and waited for, a peer's mesh row that is not healthy is said
+ * and not waited for (the mesh view repairs after its grace), `direct` counts as healthy, and a
+ * device the guard does not keep is ENODEV. The pod check here is the seam's shape, answering
+ * what a test sets; the real one runs in the suites above.
+ */
+describe('the guard backend: its own drift waited for, the mesh said', function () {
+  const row = (node: string, verdict: PeerVerdict, device = 'flannel.1'): PeerRow => ({
+    node,
+    family: 'ipv4',
+    device,
+    vtepIp: `198.18.${node.length}.0`,
+    publishedMac: '0e:00:00:00:00:01',
+    publicIp: '192.0.2.9',
+    arpMac: null,
+    fdbDst: null,
+    verdict,
+  });
+
+  it('ADD waits for the device, not for the mesh; CHECK fails on either; ENODEV for a device not kept', async function () {
+    let own: PodCheckDrift[] = [
+      {
+        kind: 'offload',
+        subject: 'tx-checksum-ip-generic',
+        expected: 'off',
+        observed: 'on',
+        fixable: true,
+      },
+    ];
+    let repairs = 0;
+    const pods = {
+      drift: (name: string) => (name === 'flannel.1' ? own : null),
+      repair: () => {
+        repairs += 1;
+        setTimeout(() => (own = []), 20); // the guard's correction lands a little later
+      },
+    } as unknown as PodCheck;
+    const peers = [
+      row('b', 'ok'),
+      row('cc', 'stale-mac'),
+      row('ddd', 'direct'),
+      row('e', 'missing', 'flannel.2'),
+    ];
+    const backend = guardBackend({
+      pods,
+      mesh: () => ({ table: { self: [], peers, orphans: [] } }),
+    });
+    const plugin = parsePluginConfig({});
+    const checked = await backend.ensure(plugin, false, new AbortController().signal);
+    assert.equal(checked.ok, false);
+    assert.deepEqual(
+      checked.drift.map((d) => `${d.kind} ${d.subject ?? ''}`),
+      ['offload tx-checksum-ip-generic', 'neighbour 198.18.2.0 (node cc)'],
+    );
+    assert.equal(repairs, 0, 'CHECK repairs nothing');
+    const added = await backend.ensure(plugin, true, new AbortController().signal);
+    assert.equal(repairs, 1);
+    assert.equal(added.interrupted, false, 'the mesh row is not waited for');
+    assert.equal(added.writes, 1);
+    assert.equal(added.ok, false, 'the mesh row is still there');
+    assert.deepEqual(
+      added.drift.map((d) => d.observed),
+      ['on', 'stale-mac in the mesh'],
+      'what differed when asked',
+    );
+    await assert.rejects(
+      backend.ensure(parsePluginConfig({ device: 'vxlan9' }), false, new AbortController().signal),
+      /ENODEV: vxlan9 is not a device the guard keeps/,
+    );
   });
 });

@@ -74,7 +74,7 @@ export function guardBackend({ pods, mesh }: GuardBackendDeps): VtepBackend {
       const now = driftOf(plugin.device);
       return {
         ok: now.length === 0,
-        drift: left.length === 0 ? found : now,
+        drift: found, // what differed when asked, as ensureVtep reports it
         writes: found.length - now.length,
         interrupted: left.length > 0,
         durationMs: monotonicMs() - started,
