@@ -26,6 +26,7 @@ import {
   buildLibcniTool,
   errorProblems,
   libcni,
+  libcniStatusOrGc,
   resultProblems,
   type PluginRun,
 } from './support/cni-runtime';
@@ -181,10 +182,19 @@ describe('flannel-guard-cni, the shim: libcni, the guard socket, and no Node.js 
     assert.equal(checked.code, 0, checked.stderr);
     const deleted = await libcni(runtime, 'DEL', list, pod, cache, PATH_WITHOUT_NODE);
     assert.equal(deleted.code, 0, deleted.stderr);
-    for (const command of ['STATUS', 'GC']) {
-      const run = await shim(command, { prevResult: undefined });
+    // STATUS and GC on a 1.1.0 list (Debian's bridge speaks 1.0.0: a 1.1 runtime skips a 1.0 list).
+    const statusList = join(dir, 'status.conflist');
+    writeFileSync(
+      statusList,
+      JSON.stringify({
+        cniVersion: '1.1.0',
+        name: 'cbr0',
+        plugins: [{ type: 'flannel-guard-cni', socket }],
+      }),
+    );
+    for (const command of ['STATUS', 'GC'] as const) {
+      const run = await libcniStatusOrGc(runtime, command, statusList, PATH_WITHOUT_NODE);
       assert.equal(run.code, 0, `${command}: ${run.stdout}${run.stderr}`);
-      assert.equal(run.stdout, '', `${command} prints nothing on success`);
     }
     const version = await shim('VERSION', {}, { stdin: '{"cniVersion":"1.0.0"}' });
     assert.deepEqual(version.json, { cniVersion: '1.0.0', supportedVersions: ['1.0.0', '1.1.0'] });
@@ -293,6 +303,20 @@ describe('flannel-guard-cni, the shim: libcni, the guard socket, and no Node.js 
         assert.equal(run.code, 0, run.stdout);
         assert.equal(run.stdout, '');
       }
+      // And as libcni 1.2 runs them on a list: STATUS fails naming the socket, GC goes through.
+      const list = join(dir, 'down.conflist');
+      writeFileSync(
+        list,
+        JSON.stringify({
+          cniVersion: '1.1.0',
+          name: 'cbr0',
+          plugins: [{ type: 'flannel-guard-cni', socket: path }],
+        }),
+      );
+      const status = await libcniStatusOrGc(runtime, 'STATUS', list, PATH_WITHOUT_NODE);
+      assert.equal(status.code, 1);
+      assert.match(status.stderr, new RegExp(`no flannel-guard answered on ${path}`));
+      assert.equal((await libcniStatusOrGc(runtime, 'GC', list, PATH_WITHOUT_NODE)).code, 0);
     }
     guard = await startGuard();
   });

@@ -324,3 +324,20 @@ export function libcni(
     30_000,
   );
 }
+
+/** libcni 1.2's GetStatusNetworkList / GCNetworkList on a conflist file (fg-cnitool runs them). */
+export function libcniStatusOrGc(
+  runtime: CniRuntime,
+  command: 'STATUS' | 'GC',
+  conflist: string,
+  path: string = process.env.PATH ?? '/usr/bin:/bin',
+): Promise<ChildResult> {
+  return runChild(
+    [
+      ...['ip', 'netns', 'exec', runtime.node.name, 'env', '-i', `PATH=${path}`],
+      ...[`CNI_PATH=${runtime.binDir}`, LIBCNI_TOOL, command, conflist],
+    ],
+    '',
+    30_000,
+  );
+}
