@@ -618,9 +618,12 @@ export class SequenceBed {
     worker.on('error', (error) => {
       handle.failed = error.message;
     });
+    // A worker loads the guard (and with a cluster the Kubernetes client) from cold, beside the
+    // other lane and the rest of the tests: a bound, generous, not a measurement.
     await this.#until(
       () => handle.failed !== null || handle.events.some((e) => e.event === 'ready'),
       'the guard to be ready',
+      60_000,
     );
     if (handle.failed !== null) throw new Error(`guard failed to start: ${handle.failed}`);
   }
@@ -1026,7 +1029,14 @@ export async function runSequence(ops: readonly Op[]): Promise<SequenceResult> {
       const startedAt = performance.now();
       const before: Model = { ...model, intended: new Map(model.intended) };
       if (!step(model, op)) continue;
-      await bed.apply(op, before);
+      try {
+        await bed.apply(op, before);
+      } catch (error) {
+        // A failure, reported with its seed and shrunk like any other: never a rejection that
+        // leaves the other lane's sequence running past the test.
+        const problem = `the step threw: ${error instanceof Error ? error.message : String(error)}`;
+        return { ok: false, failure: { step: index, op: describeOp(op), problem } };
+      }
       const offload = op.kind === 'start' || op.kind === 'recreate' || op.kind === 'offloadOn';
       // Quiet long enough for a contest to end, then the state must hold.
       const deadline = performance.now() + SETTLE_MS + FIGHT.quietMs;
