@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Formats the C++ sources with clang-format (repo .clang-format); --check only reports.
+// Formats the C and C++ sources of native/ with clang-format (repo .clang-format); --check only reports.
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -8,7 +8,7 @@ function sources(dir) {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) return entry.name === 'corpus' ? [] : sources(path);
-    return /\.(cc|h)$/.test(entry.name) ? [path] : [];
+    return /\.(cc|c|h)$/.test(entry.name) ? [path] : [];
   });
 }
 

@@ -75,7 +75,7 @@ export function guardBackend({ pods, mesh }: GuardBackendDeps): VtepBackend {
       return {
         ok: now.length === 0,
         drift: found, // what differed when asked, as ensureVtep reports it
-        writes: found.length - now.length,
+        writes: Math.max(0, found.length - now.length),
         interrupted: left.length > 0,
         durationMs: monotonicMs() - started,
       };

@@ -38,6 +38,12 @@ export class DeviceTable {
     return this.#devices.values();
   }
 
+  /** The managed device of that name (the mesh view and CNI calls name devices). */
+  byName(name: string): ManagedDevice | undefined {
+    for (const device of this.#devices.values()) if (device.name === name) return device;
+    return undefined;
+  }
+
   indexes(): number[] {
     return [...this.#devices.keys()];
   }

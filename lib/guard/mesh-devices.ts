@@ -15,12 +15,11 @@ import type { GuardMonitor } from './seams';
 export function vtepTables(
   monitor: GuardMonitor,
   ports: Pick<GuardPorts, 'replaceNeighbours' | 'deleteNeighbour'>,
-  devices: Pick<DeviceTable, 'get' | 'values'>,
+  devices: Pick<DeviceTable, 'byName' | 'get'>,
   dryRun: boolean,
 ): MeshDevices {
-  const byName = (name: string) => [...devices.values()].find((device) => device.name === name);
   const writable = (name: string) => {
-    const device = byName(name);
+    const device = devices.byName(name);
     if (device === undefined) {
       throw systemError('ENODEV', `${name} is not a device the guard keeps`, { interface: name });
     }
@@ -31,13 +30,13 @@ export function vtepTables(
   };
   return {
     read(name) {
-      const device = byName(name);
+      const device = devices.byName(name);
       if (device === undefined) return null;
       const entries = monitor.neighbours({ ifindex: device.ifindex }).filter((e) => e.permanent);
       return { mac: monitor.getLink(device.ifindex)?.mac ?? null, entries };
     },
     mac(name) {
-      const device = byName(name);
+      const device = devices.byName(name);
       return device === undefined ? null : (monitor.getLink(device.ifindex)?.mac ?? null);
     },
     write(name, entries) {

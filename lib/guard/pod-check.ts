@@ -8,7 +8,6 @@
  */
 import { neighbourKey } from '../core/records';
 import type { DeviceTable } from './devices';
-import type { ManagedDevice } from './device';
 import type { MacCorrection } from './mac';
 import type { OffloadEnforcement } from './offload';
 import type { GuardMonitor } from './seams';
@@ -24,7 +23,7 @@ export interface PodCheckDrift {
 }
 
 export interface PodCheckDeps {
-  devices: Pick<DeviceTable, 'values' | 'currentLink' | 'desiredMac' | 'isDrifted'>;
+  devices: Pick<DeviceTable, 'byName' | 'currentLink' | 'desiredMac' | 'isDrifted'>;
   monitor: Pick<GuardMonitor, 'restoreSet' | 'neighbours'>;
   mac: Pick<MacCorrection, 'isContested' | 'reconcile' | 'restoreMissing'>;
   offload: Pick<OffloadEnforcement, 'check' | 'policyOf'>;
@@ -43,7 +42,7 @@ export class PodCheck {
 
   /** What differs now on the device named `name`; null when the guard does not keep it. */
   drift(name: string): PodCheckDrift[] | null {
-    const device = this.#device(name);
+    const device = this.#deps.devices.byName(name);
     if (device === undefined) return null;
     const { devices, monitor, mac, offload } = this.#deps;
     const drift: PodCheckDrift[] = [];
@@ -86,7 +85,7 @@ export class PodCheck {
 
   /** Starts the guard's own corrections of what differs on `name` (no-op when nothing does). */
   repair(name: string): void {
-    const device = this.#device(name);
+    const device = this.#deps.devices.byName(name);
     if (device === undefined || this.#deps.dryRun) return;
     const { devices, mac, offload } = this.#deps;
     this.#deps.run((at) => {
@@ -94,10 +93,5 @@ export class PodCheck {
       mac.reconcile(device, at);
       if (!devices.isDrifted(device)) mac.restoreMissing(device);
     });
-  }
-
-  #device(name: string): ManagedDevice | undefined {
-    for (const device of this.#deps.devices.values()) if (device.name === name) return device;
-    return undefined;
   }
 }

@@ -14,9 +14,18 @@
 // --- system calls ------------------------------------------------------------------------------
 
 #if defined(__x86_64__)
-enum { SYS_READ = 0, SYS_CLOSE = 3, SYS_SOCKET = 41, SYS_CONNECT = 42, SYS_SENDTO = 44,
-       SYS_GETSOCKOPT = 55, SYS_CLOCK_GETTIME = 228, SYS_EXIT_GROUP = 231, SYS_PPOLL = 271,
-       SYS_WRITE = 1 };
+enum {
+  SYS_READ = 0,
+  SYS_CLOSE = 3,
+  SYS_SOCKET = 41,
+  SYS_CONNECT = 42,
+  SYS_SENDTO = 44,
+  SYS_GETSOCKOPT = 55,
+  SYS_CLOCK_GETTIME = 228,
+  SYS_EXIT_GROUP = 231,
+  SYS_PPOLL = 271,
+  SYS_WRITE = 1
+};
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
   register long r10 __asm__("r10") = d;
   register long r8 __asm__("r8") = e;
@@ -28,12 +37,22 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f) {
                    : "rcx", "r11", "memory");
   return ret;
 }
-__asm__(".text\n.global _start\n_start:\n xor %rbp,%rbp\n mov %rsp,%rdi\n and $-16,%rsp\n"
-        " call shim_start\n hlt\n");
+__asm__(
+    ".text\n.global _start\n_start:\n xor %rbp,%rbp\n mov %rsp,%rdi\n and $-16,%rsp\n"
+    " call shim_start\n hlt\n");
 #elif defined(__aarch64__)
-enum { SYS_READ = 63, SYS_CLOSE = 57, SYS_SOCKET = 198, SYS_CONNECT = 203, SYS_SENDTO = 206,
-       SYS_GETSOCKOPT = 209, SYS_CLOCK_GETTIME = 113, SYS_EXIT_GROUP = 94, SYS_PPOLL = 73,
-       SYS_WRITE = 64 };
+enum {
+  SYS_READ = 63,
+  SYS_CLOSE = 57,
+  SYS_SOCKET = 198,
+  SYS_CONNECT = 203,
+  SYS_SENDTO = 206,
+  SYS_GETSOCKOPT = 209,
+  SYS_CLOCK_GETTIME = 113,
+  SYS_EXIT_GROUP = 94,
+  SYS_PPOLL = 73,
+  SYS_WRITE = 64
+};
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
   register long x8 __asm__("x8") = n;
   register long x0 __asm__("x0") = a;
@@ -48,8 +67,9 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f) {
                    : "memory");
   return x0;
 }
-__asm__(".text\n.global _start\n_start:\n mov x29, #0\n mov x30, #0\n mov x0, sp\n"
-        " bl shim_start\n");
+__asm__(
+    ".text\n.global _start\n_start:\n mov x29, #0\n mov x30, #0\n mov x0, sp\n"
+    " bl shim_start\n");
 #else
 #error "flannel-guard-cni: x86-64 and arm64 only"
 #endif
@@ -61,23 +81,34 @@ enum { AF_UNIX = 1, SOCK_STREAM = 1, SOCK_NONBLOCK = 04000, SOCK_CLOEXEC = 02000
 enum { SOL_SOCKET = 1, SO_PEERCRED = 17, MSG_NOSIGNAL = 0x4000, CLOCK_MONOTONIC = 1 };
 enum { POLLIN = 1, POLLOUT = 4, POLLERR = 8, POLLHUP = 0x10 };
 enum { EINTR = 4, EAGAIN = 11 };
-struct timespec_k { long sec, nsec; };
-struct pollfd_k { int fd; short events, revents; };
-struct ucred_k { int pid; unsigned uid, gid; };
-struct sockaddr_un_k { unsigned short family; char path[108]; };
+struct timespec_k {
+  long sec, nsec;
+};
+struct pollfd_k {
+  int fd;
+  short events, revents;
+};
+struct ucred_k {
+  int pid;
+  unsigned uid, gid;
+};
+struct sockaddr_un_k {
+  unsigned short family;
+  char path[108];
+};
 _Static_assert(sizeof(struct ucred_k) == 12, "struct ucred");
 _Static_assert(sizeof(struct sockaddr_un_k) == 110, "struct sockaddr_un");
 _Static_assert(sizeof(struct pollfd_k) == 8, "struct pollfd");
 
 // clang may call these for copies and zeroing even in freestanding code.
-void *memcpy(void *to, const void *from, unsigned long n) {
-  char *d = to;
-  const char *s = from;
+void* memcpy(void* to, const void* from, unsigned long n) {
+  char* d = to;
+  const char* s = from;
   while (n--) *d++ = *s++;
   return to;
 }
-void *memset(void *to, int c, unsigned long n) {
-  char *d = to;
+void* memset(void* to, int c, unsigned long n) {
+  char* d = to;
   while (n--) *d++ = (char)c;
   return to;
 }
@@ -105,7 +136,7 @@ static long wait_for(int fd, short events, long deadline) {
   }
 }
 
-static void write_all(int fd, const char *bytes, unsigned long length) {
+static void write_all(int fd, const char* bytes, unsigned long length) {
   while (length > 0) {
     long written = sys3(SYS_WRITE, fd, bytes, length);
     if (written == -EINTR) continue;
@@ -140,15 +171,21 @@ struct text {
   unsigned long length;
 };
 
-static void put(struct text *t, const char *s) {
+// The line as a C string: ended with a NUL, cut at its capacity.
+static const char* terminated(struct text* t) {
+  t->bytes[t->length < sizeof t->bytes ? t->length : sizeof t->bytes - 1] = 0;
+  return t->bytes;
+}
+
+static void put(struct text* t, const char* s) {
   while (*s && t->length < sizeof t->bytes) t->bytes[t->length++] = *s++;
 }
 
-static void put_span(struct text *t, const char *s, unsigned long n) {
+static void put_span(struct text* t, const char* s, unsigned long n) {
   while (n-- && t->length < sizeof t->bytes) t->bytes[t->length++] = *s++;
 }
 
-static void put_number(struct text *t, unsigned long n) {
+static void put_number(struct text* t, unsigned long n) {
   char digits[24];
   int count = 0;
   do digits[count++] = (char)('0' + n % 10);
@@ -157,49 +194,52 @@ static void put_number(struct text *t, unsigned long n) {
 }
 
 // A JSON string's content: quotes, backslashes and control characters escaped.
-static void put_escaped(struct text *t, const char *s) {
+static void put_escaped(struct text* t, const char* s) {
   static const char hex[] = "0123456789abcdef";
   for (; *s; ++s) {
     unsigned char c = (unsigned char)*s;
     if (c == '"' || c == '\\') {
       put_span(t, "\\", 1);
-      put_span(t, (const char *)&c, 1);
+      put_span(t, (const char*)&c, 1);
     } else if (c < 0x20) {
       char escape[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
       put_span(t, escape, 6);
     } else {
-      put_span(t, (const char *)&c, 1);
+      put_span(t, (const char*)&c, 1);
     }
   }
 }
 
-static unsigned long length_of(const char *s) {
+static unsigned long length_of(const char* s) {
   unsigned long n = 0;
   while (s[n]) ++n;
   return n;
 }
 
-static int starts_with(const char *s, const char *prefix) {
+static int starts_with(const char* s, const char* prefix) {
   while (*prefix)
     if (*s++ != *prefix++) return 0;
   return 1;
 }
 
-static int equals(const char *a, const char *b) { return starts_with(a, b) && a[length_of(b)] == 0; }
+static int equals(const char* a, const char* b) {
+  return starts_with(a, b) && a[length_of(b)] == 0;
+}
 
-// --- answering here -------------------------------------------------------------------------------
+// --- answering here
+// -------------------------------------------------------------------------------
 
 struct call {
-  const char *command;  // CNI_COMMAND (null: missing)
+  const char* command;  // CNI_COMMAND (null: missing)
   struct shim_config config;
   int parsed;  // stdin is one JSON object
-  const char *socket;
+  const char* socket;
   char socket_path[108];
   char version[32];  // the error objects' cniVersion: the configuration's, else 1.1.0
 };
 
-static __attribute__((noreturn)) void fail(const struct call *call, int code, const char *msg,
-                                           const char *details) {
+static __attribute__((noreturn)) void fail(const struct call* call, int code, const char* msg,
+                                           const char* details) {
   struct text t = {{0}, 0};
   put(&t, "{\"cniVersion\":\"");
   put(&t, call->version);
@@ -218,7 +258,7 @@ static __attribute__((noreturn)) void fail(const struct call *call, int code, co
   exit_now(1);
 }
 
-static void note(const char *line) {
+static void note(const char* line) {
   struct text t = {{0}, 0};
   put(&t, "flannel-guard-cni: ");
   put(&t, line);
@@ -227,62 +267,62 @@ static void note(const char *line) {
 }
 
 // DEL releases nothing of ours: whatever goes wrong, it must not fail the runtime's DEL.
-static __attribute__((noreturn)) void release_anyway(const char *why) {
+static __attribute__((noreturn)) void release_anyway(const char* why) {
   struct text t = {{0}, 0};
   put(&t, "DEL: nothing to release (");
   put(&t, why);
   put(&t, ")");
-  t.bytes[t.length < sizeof t.bytes ? t.length : sizeof t.bytes - 1] = 0;
-  note(t.bytes);
+  note(terminated(&t));
   exit_now(0);
 }
 
 // What is answered when no guard answers: `why` says what happened on the socket.
-static __attribute__((noreturn)) void no_guard(const struct call *call, const char *why) {
+static __attribute__((noreturn)) void no_guard(const struct call* call, const char* why) {
   struct text msg = {{0}, 0};
   put(&msg, "no flannel-guard answered on ");
   put(&msg, call->socket);
-  msg.bytes[msg.length < sizeof msg.bytes ? msg.length : sizeof msg.bytes - 1] = 0;
-  const char *command = call->command;
+  const char* message = terminated(&msg);
+  const char* command = call->command;
   if (equals(command, "DEL") || equals(command, "GC")) {
     struct text t = {{0}, 0};
     put(&t, command);
     put(&t, ": ");
-    put(&t, msg.bytes);
+    put(&t, message);
     put(&t, " (");
     put(&t, why);
     put(&t, "): nothing to do");
-    t.bytes[t.length < sizeof t.bytes ? t.length : sizeof t.bytes - 1] = 0;
-    note(t.bytes);
+    note(terminated(&t));
     exit_now(0);
   }
   if (!call->parsed) {
     fail(call, 6, "failed to decode the network configuration", "stdin is not one JSON object");
   }
-  if (equals(command, "STATUS")) fail(call, 50, msg.bytes, why);
+  if (equals(command, "STATUS")) fail(call, 50, message, why);
   if (equals(command, "ADD") && !call->config.fail_on_error) {
     if (call->config.prev_result == 0) {
       fail(call, 7, "flannel-guard-cni must be called as a chained plugin",
            "ADD needs a prevResult (put it after the plugin that creates the interface)");
     }
     struct text t = {{0}, 0};
-    put(&t, msg.bytes);
+    put(&t, message);
     put(&t, " (");
     put(&t, why);
     put(&t, "): the VTEP was not checked (pod creation goes on)");
-    t.bytes[t.length < sizeof t.bytes ? t.length : sizeof t.bytes - 1] = 0;
-    note(t.bytes);
+    note(terminated(&t));
     write_all(1, call->config.prev_result, call->config.prev_result_length);
     write_all(1, "\n", 1);
     exit_now(0);
   }
-  fail(call, 11, msg.bytes, why);  // CHECK, and ADD with failOnError: try again later
+  fail(call, 11, message, why);  // CHECK, and ADD with failOnError: try again later
 }
 
-static void describe_errno(struct text *t, const char *syscall, long error) {
-  static const struct { int number; const char *name; } names[] = {
-      {2, "ENOENT"},  {13, "EACCES"},   {11, "EAGAIN"},        {20, "ENOTDIR"},
-      {104, "ECONNRESET"}, {111, "ECONNREFUSED"}, {32, "EPIPE"}, {91, "EPROTOTYPE"},
+static void describe_errno(struct text* t, const char* syscall, long error) {
+  static const struct {
+    int number;
+    const char* name;
+  } names[] = {
+      {2, "ENOENT"},       {13, "EACCES"},        {11, "EAGAIN"}, {20, "ENOTDIR"},
+      {104, "ECONNRESET"}, {111, "ECONNREFUSED"}, {32, "EPIPE"},  {91, "EPROTOTYPE"},
       {110, "ETIMEDOUT"},  {1, "EPERM"},
   };
   put(t, syscall);
@@ -297,11 +337,11 @@ static void describe_errno(struct text *t, const char *syscall, long error) {
   put_number(t, (unsigned long)-error);
 }
 
-static void put_le32(char *to, unsigned long value) {
+static void put_le32(char* to, unsigned long value) {
   for (int i = 0; i < 4; ++i) to[i] = (char)((value >> (8 * i)) & 0xff);
 }
 
-static unsigned long get_le32(const char *from) {
+static unsigned long get_le32(const char* from) {
   unsigned long value = 0;
   for (int i = 3; i >= 0; --i) value = (value << 8) | (unsigned char)from[i];
   return value;
@@ -309,8 +349,8 @@ static unsigned long get_le32(const char *from) {
 
 // --- the exchange with the guard -------------------------------------------------------------
 
-static int send_all(int fd, const char *bytes, unsigned long length, long deadline,
-                    struct text *why) {
+static int send_all(int fd, const char* bytes, unsigned long length, long deadline,
+                    struct text* why) {
   while (length > 0) {
     long n = sys6(SYS_SENDTO, fd, (long)bytes, (long)length, MSG_NOSIGNAL, 0, 0);
     if (n == -EINTR) continue;
@@ -333,8 +373,8 @@ static int send_all(int fd, const char *bytes, unsigned long length, long deadli
 
 // Sends the request (the header and environment, then stdin) and relays the answer; returns
 // only when no guard answered, with why.
-static void ask_guard(const struct call *call, unsigned long request_length,
-                      unsigned long stdin_length, long deadline, struct text *why) {
+static void ask_guard(const struct call* call, unsigned long request_length,
+                      unsigned long stdin_length, long deadline, struct text* why) {
   int fd = (int)sys3(SYS_SOCKET, AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     describe_errno(why, "socket", fd);
@@ -423,13 +463,14 @@ static void ask_guard(const struct call *call, unsigned long request_length,
 
 // --- main ----------------------------------------------------------------------------------------
 
-static unsigned long read_stdin(const struct call *call) {
+static unsigned long read_stdin(const struct call* call) {
   unsigned long have = 0;
   long deadline = now_ms() + STDIN_TIMEOUT_MS;
   for (;;) {
     long ready = wait_for(0, POLLIN, deadline);
     if (ready == 0) {
-      if (call->command && equals(call->command, "DEL")) release_anyway("stdin did not end in time");
+      if (call->command && equals(call->command, "DEL"))
+        release_anyway("stdin did not end in time");
       fail(call, 11, "flannel-guard-cni: stdin did not end within 10000 ms", 0);
     }
     long n = sys3(SYS_READ, 0, stdin_bytes + have, sizeof stdin_bytes - have);
@@ -444,15 +485,15 @@ static unsigned long read_stdin(const struct call *call) {
   }
 }
 
-__attribute__((used, noreturn)) void shim_start(long *stack) {
+__attribute__((used, noreturn)) void shim_start(long* stack) {
   long argc = stack[0];
-  char **env = (char **)(stack + 1 + argc + 1);
+  char** env = (char**)(stack + 1 + argc + 1);
   static struct call call;
   memcpy(call.version, "1.1.0", 6);
   call.socket = DEFAULT_SOCKET;
   // The CNI_* variables, framed as NUL-terminated KEY=VALUE; nothing else leaves the node's shim.
   unsigned long env_length = 0;
-  for (char **e = env; *e; ++e) {
+  for (char** e = env; *e; ++e) {
     if (!starts_with(*e, "CNI_")) continue;
     if (starts_with(*e, "CNI_COMMAND=")) call.command = *e + 12;
     unsigned long n = length_of(*e) + 1;
@@ -462,7 +503,8 @@ __attribute__((used, noreturn)) void shim_start(long *stack) {
   }
   unsigned long stdin_length = read_stdin(&call);
   int parsed = call.parsed = shim_parse_config(stdin_bytes, stdin_length, &call.config);
-  if (parsed && call.config.version_length > 0 && call.config.version_length < sizeof call.version &&
+  if (parsed && call.config.version_length > 0 &&
+      call.config.version_length < sizeof call.version &&
       shim_is_version(call.config.version, call.config.version_length)) {
     memcpy(call.version, call.config.version, call.config.version_length);
     call.version[call.config.version_length] = 0;
@@ -504,6 +546,5 @@ __attribute__((used, noreturn)) void shim_start(long *stack) {
   put_le32(request + 8, stdin_length);
   struct text why = {{0}, 0};
   ask_guard(&call, 12 + env_length, stdin_length, deadline, &why);
-  why.bytes[why.length < sizeof why.bytes ? why.length : sizeof why.bytes - 1] = 0;
-  no_guard(&call, why.bytes);
+  no_guard(&call, terminated(&why));
 }

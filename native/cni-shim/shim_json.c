@@ -2,7 +2,7 @@
 // brackets, bounded) and without copying but for the strings the shim reads.
 #include "shim_json.h"
 
-static const char *skip_space(const char *p, const char *end) {
+static const char* skip_space(const char* p, const char* end) {
   while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) ++p;
   return p;
 }
@@ -17,8 +17,8 @@ static int hex_value(char c) {
 // p at the opening quote: past the closing one, or 0 when it is not a string. With `out`, the
 // decoded content too (`*out_length` counts past `capacity` when it does not fit; a character
 // outside ASCII from an escape is written as 0xff, which no field the shim reads may hold).
-static const char *scan_string(const char *p, const char *end, char *out, unsigned long capacity,
-                               unsigned long *out_length) {
+static const char* scan_string(const char* p, const char* end, char* out, unsigned long capacity,
+                               unsigned long* out_length) {
   unsigned long n = 0;
   for (++p; p < end; ++p) {
     unsigned char c = (unsigned char)*p;
@@ -33,14 +33,30 @@ static const char *scan_string(const char *p, const char *end, char *out, unsign
     } else {
       if (++p >= end) return 0;
       switch (*p) {
-        case '"': decoded = '"'; break;
-        case '\\': decoded = '\\'; break;
-        case '/': decoded = '/'; break;
-        case 'b': decoded = '\b'; break;
-        case 'f': decoded = '\f'; break;
-        case 'n': decoded = '\n'; break;
-        case 'r': decoded = '\r'; break;
-        case 't': decoded = '\t'; break;
+        case '"':
+          decoded = '"';
+          break;
+        case '\\':
+          decoded = '\\';
+          break;
+        case '/':
+          decoded = '/';
+          break;
+        case 'b':
+          decoded = '\b';
+          break;
+        case 'f':
+          decoded = '\f';
+          break;
+        case 'n':
+          decoded = '\n';
+          break;
+        case 'r':
+          decoded = '\r';
+          break;
+        case 't':
+          decoded = '\t';
+          break;
         case 'u': {
           if (end - p < 5) return 0;
           int code = 0;
@@ -53,7 +69,8 @@ static const char *scan_string(const char *p, const char *end, char *out, unsign
           decoded = code < 0x80 ? (char)code : (char)0xff;
           break;
         }
-        default: return 0;
+        default:
+          return 0;
       }
     }
     if (out && n < capacity) out[n] = decoded;
@@ -62,16 +79,16 @@ static const char *scan_string(const char *p, const char *end, char *out, unsign
   return 0;
 }
 
-static const char *scan_literal(const char *p, const char *end, const char *word) {
+static const char* scan_literal(const char* p, const char* end, const char* word) {
   for (; *word; ++word, ++p)
     if (p >= end || *p != *word) return 0;
   return p;
 }
 
-static int is_digit(const char *p, const char *end) { return p < end && *p >= '0' && *p <= '9'; }
+static int is_digit(const char* p, const char* end) { return p < end && *p >= '0' && *p <= '9'; }
 
 // A number's token; with `value`, its value when it is whole, 0..10^9 (else -1).
-static const char *scan_number(const char *p, const char *end, long *value) {
+static const char* scan_number(const char* p, const char* end, long* value) {
   int negative = p < end && *p == '-';
   if (negative) ++p;
   if (!is_digit(p, end)) return 0;
@@ -121,7 +138,7 @@ static const char *scan_number(const char *p, const char *end, long *value) {
 }
 
 // p at a value: past it, or 0 when it is not one (or nests deeper than SHIM_JSON_MAX_DEPTH).
-static const char *scan_value(const char *p, const char *end) {
+static const char* scan_value(const char* p, const char* end) {
   char closers[SHIM_JSON_MAX_DEPTH];
   int depth = 0;
   for (;;) {
@@ -144,11 +161,21 @@ static const char *scan_value(const char *p, const char *end) {
         if (p >= end || *p != ':') return 0;
         ++p;
         continue;  // the first member's value
-      case '"': p = scan_string(p, end, 0, 0, 0); break;
-      case 't': p = scan_literal(p, end, "true"); break;
-      case 'f': p = scan_literal(p, end, "false"); break;
-      case 'n': p = scan_literal(p, end, "null"); break;
-      default: p = scan_number(p, end, 0); break;
+      case '"':
+        p = scan_string(p, end, 0, 0, 0);
+        break;
+      case 't':
+        p = scan_literal(p, end, "true");
+        break;
+      case 'f':
+        p = scan_literal(p, end, "false");
+        break;
+      case 'n':
+        p = scan_literal(p, end, "null");
+        break;
+      default:
+        p = scan_number(p, end, 0);
+        break;
     }
     if (!p) return 0;
     // After a value: close what ends here, or go on to the next element or member.
@@ -174,16 +201,16 @@ static const char *scan_value(const char *p, const char *end) {
   }
 }
 
-static int key_is(const char *key, unsigned long length, const char *name) {
+static int key_is(const char* key, unsigned long length, const char* name) {
   unsigned long i = 0;
   for (; name[i]; ++i)
     if (i >= length || key[i] != name[i]) return 0;
   return i == length;
 }
 
-int shim_parse_config(const char *json, unsigned long length, struct shim_config *config) {
-  const char *p = json;
-  const char *end = json + length;
+int shim_parse_config(const char* json, unsigned long length, struct shim_config* config) {
+  const char* p = json;
+  const char* end = json + length;
   *config = (struct shim_config){.budget_ms = -1};
   p = skip_space(p, end);
   if (p >= end || *p != '{') return 0;
@@ -197,8 +224,8 @@ int shim_parse_config(const char *json, unsigned long length, struct shim_config
     if (!p) return 0;
     p = skip_space(p, end);
     if (p >= end || *p != ':') return 0;
-    const char *value = skip_space(p + 1, end);
-    const char *value_end = scan_value(value, end);
+    const char* value = skip_space(p + 1, end);
+    const char* value_end = scan_value(value, end);
     if (!value_end) return 0;
     if (key_length > sizeof key) {
       // no field the shim reads has so long a name
@@ -206,8 +233,7 @@ int shim_parse_config(const char *json, unsigned long length, struct shim_config
       config->version_length = 0;
       config->version_token = 0;
       if (*value == '"') {
-        scan_string(value, end, config->version, sizeof config->version,
-                    &config->version_length);
+        scan_string(value, end, config->version, sizeof config->version, &config->version_length);
         config->version_token = value;
         config->version_token_length = (unsigned long)(value_end - value);
       }
@@ -236,7 +262,7 @@ int shim_parse_config(const char *json, unsigned long length, struct shim_config
   }
 }
 
-int shim_is_version(const char *text, unsigned long length) {
+int shim_is_version(const char* text, unsigned long length) {
   int parts = 0;
   unsigned long i = 0;
   while (i < length) {
@@ -251,11 +277,11 @@ int shim_is_version(const char *text, unsigned long length) {
   return parts == 3 && text[length - 1] != '.';
 }
 
-int shim_is_blank(const char *text, unsigned long length) {
+int shim_is_blank(const char* text, unsigned long length) {
   return skip_space(text, text + length) == text + length;
 }
 
-int shim_is_socket_path(const char *text, unsigned long length) {
+int shim_is_socket_path(const char* text, unsigned long length) {
   if (length == 0 || length > SHIM_SOCKET_MAX || text[0] != '/') return 0;
   for (unsigned long i = 0; i < length; ++i) {
     unsigned char c = (unsigned char)text[i];
