@@ -15,7 +15,7 @@ const root = join(__dirname, '..', '..');
  * seed corpus leads to, short enough for CI's half hour; `npm run fuzz -- --seconds N` searches
  * longer, before a change to the native core lands.
  */
-const SECONDS = 24;
+const SECONDS = 16;
 
 describe('fuzzing (libFuzzer, ASan+UBSan)', function () {
   // The echo-reply and snmp parsers and the checksum judge are a few dozen lines: a third of

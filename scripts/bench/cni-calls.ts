@@ -12,7 +12,7 @@
  * Usage (root): npm run bench:cni [-- --rounds N]
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 
@@ -24,6 +24,8 @@ import { percentile } from './stats';
 
 const PLUGIN = join(__dirname, '..', '..', 'lib', 'cni', 'main.js');
 const AT_ONCE = [1, 16, 64] as const;
+/** USER_HZ, which /proc's times count in (getconf CLK_TCK). */
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
 const PREV = { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', sandbox: '/x' }], ips: [] };
 
 function rounds(): number {
@@ -43,8 +45,17 @@ interface Plugin {
   name: string;
   path: string;
   config: string;
+  /** The CNI command the copies run (ADD unless said). */
+  command?: string;
   /** After each burst: what it made taken back (not timed). */
   cleanup?: (copies: number, cpusArg: string) => void;
+}
+
+/** The guard's CPU time so far (all its threads: utime + stime), in ms. */
+function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14 and 15)
+  return (ticks * 1000) / CLOCK_TICKS;
 }
 
 /** The pods' namespaces, as pod0, pod1, ... (cni-burst gives each copy its own). */
@@ -101,11 +112,14 @@ async function main(): Promise<void> {
       symlinkSync(pod.path, join(podsDir, `pod${i}`));
     }
     const socket = join(work, 'state', 'cni.sock');
-    guard = await GuardProcess.start([
+    const running = await GuardProcess.start([
       ...['--netns', node.name, '--state-dir', join(work, 'state'), '--cni-socket', 'on'],
       ...['--offload', 'tx-checksum-ip-generic=off'],
     ]);
-    await guard.waitFor((line) => line.event === 'cniSocket', 10_000);
+    guard = running;
+    const guardPid = running.pid;
+    if (guardPid === undefined) throw new Error('the guard did not start');
+    await running.waitFor((line) => line.event === 'cniSocket', 10_000);
     const config = (name: string, fields: Record<string, unknown>): string => {
       const file = join(work, `${name}.json`);
       writeFileSync(file, JSON.stringify({ cniVersion: '1.1.0', name: 'cbr0', ...fields }));
@@ -134,6 +148,13 @@ async function main(): Promise<void> {
         }),
       },
       {
+        // The same binary answering VERSION itself: the shim's own start and exit, no guard asked.
+        name: 'shim, VERSION (no guard)',
+        path: CNI_SHIM,
+        command: 'VERSION',
+        config: config('shim-version', { type: 'flannel-guard-cni', socket }),
+      },
+      {
         name: 'Node.js plugin',
         path: PLUGIN,
         config: config('node', {
@@ -154,14 +175,14 @@ async function main(): Promise<void> {
         path: join(DEBIAN_CNI_DIR, 'bridge'),
         config: bridgeConfig,
         cleanup: (copies, cpusArg) => {
-          const bridge = plugins[3] as Plugin;
+          const bridge = plugins.find((p) => p.name === 'bridge (Debian)') as Plugin;
           burst(tool, node, bridge, copies, cpusArg, 'DEL');
         },
       },
     ];
     const allCpus = cpus().length;
     const pinGuard = (list: string): void => {
-      spawnSync('taskset', ['-a', '-p', '-c', list, String(guard?.pid)], { stdio: 'ignore' });
+      spawnSync('taskset', ['-a', '-p', '-c', list, String(guardPid)], { stdio: 'ignore' });
     };
     console.log(
       `CNI ADD per call: ${count} rounds of 1, ${Math.ceil(count / 4)} of 16, ${Math.ceil(count / 10)} of 64; ${allCpus} CPUs`,
@@ -183,9 +204,13 @@ async function main(): Promise<void> {
         const times =
           copies === 1 ? count : copies === 16 ? Math.ceil(count / 4) : Math.ceil(count / 10);
         const calls = new Map<string, Call[]>(plugins.map((p) => [p.name, []]));
+        let guardCpuMs = 0;
         for (let round = 0; round < times; round += 1) {
           for (const plugin of plugins) {
-            calls.get(plugin.name)?.push(...burst(tool, node, plugin, copies, cpusArg));
+            const before = plugin.path === CNI_SHIM ? cpuMs(guardPid) : 0;
+            const made = burst(tool, node, plugin, copies, cpusArg, plugin.command);
+            if (plugin.path === CNI_SHIM) guardCpuMs += cpuMs(guardPid) - before;
+            calls.get(plugin.name)?.push(...made);
             plugin.cleanup?.(copies, cpusArg);
           }
         }
@@ -210,7 +235,8 @@ async function main(): Promise<void> {
             ].join(' | '),
           );
         }
-        const [shim, nodePlugin, , bridge] = plugins.map((p) => p.name) as [
+        const [shim, shimAlone, nodePlugin, , bridge] = plugins.map((p) => p.name) as [
+          string,
           string,
           string,
           string,
@@ -220,6 +246,12 @@ async function main(): Promise<void> {
           ((of.get(a) ?? NaN) / (of.get(bridge) ?? NaN)).toFixed(2);
         console.log(
           `  ratios to bridge, p50 / p99: shim ${ratio(shim, p50)} / ${ratio(shim, p99)}, Node.js plugin ${ratio(nodePlugin, p50)} / ${ratio(nodePlugin, p99)}`,
+        );
+        const asked = (calls.get(shim) ?? []).length;
+        const guardShare = (of: Map<string, number>): string =>
+          ((of.get(shim) ?? NaN) - (of.get(shimAlone) ?? NaN)).toFixed(2);
+        console.log(
+          `  the guard's part: ${(guardCpuMs / asked).toFixed(3)} ms of its CPU per call; shim ADD less shim VERSION, p50 / p99: ${guardShare(p50)} / ${guardShare(p99)} ms`,
         );
       }
     }
