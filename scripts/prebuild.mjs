@@ -21,7 +21,9 @@
 //
 // `--platform-tests` also builds the native core's C++ unit tests for musl on x64 and for arm64
 // (build/platform-tests/<target>/native_tests), kept the same way, which the package test runs
-// (arm64 under qemu-user): the one zig step of a test run.
+// (arm64 under qemu-user): the one zig step of a test run. `--platform-tests-only` builds those
+// alone. Each part has a lock of its own, so the package test takes the prebuilds as soon as they
+// are made and runs beside the native tests' build.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
@@ -289,12 +291,12 @@ function placePlatformTests(getZig) {
 }
 
 /**
- * One prebuild at a time per checkout (a pack and a test run, or two test runs, in one
+ * One build of a part at a time per checkout (a pack and a test run, or two test runs, in one
  * checkout: the second waits, then finds the cache warm): a lock folder with the holder's pid; one
  * left by a process that is gone is taken over.
  */
-function lock() {
-  const dir = join(root, 'build', 'prebuild.lock');
+function lock(name) {
+  const dir = join(root, 'build', `${name}.lock`);
   mkdirSync(dirname(dir), { recursive: true });
   let announced = false;
   for (;;) {
@@ -315,7 +317,7 @@ function lock() {
       rmSync(dir, { recursive: true, force: true });
       continue;
     }
-    if (!announced) console.error(`prebuild: waiting for the prebuild that holds ${dir}`);
+    if (!announced) console.error(`prebuild: waiting for the run that holds ${dir}`);
     announced = true;
     Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1_000);
   }
@@ -330,17 +332,29 @@ function isAlive(pid) {
   }
 }
 
-const unlock = lock();
-try {
-  const key = contentKey();
-  // Only the current sources' builds are kept.
-  if (existsSync(cacheRoot)) {
-    for (const old of readdirSync(cacheRoot)) {
-      if (old !== key) rmSync(join(cacheRoot, old), { recursive: true, force: true });
-    }
+/** Runs `part` holding the lock named `name`. */
+function locked(name, part) {
+  const unlock = lock(name);
+  try {
+    part();
+  } finally {
+    unlock();
   }
-  for (const prebuild of PREBUILDS) place(prebuild, key, getZig);
-  if (process.argv.includes('--platform-tests')) placePlatformTests(getZig);
-} finally {
-  unlock();
+}
+
+const platformTestsOnly = process.argv.includes('--platform-tests-only');
+if (!platformTestsOnly) {
+  locked('prebuild', () => {
+    const key = contentKey();
+    // Only the current sources' builds are kept.
+    if (existsSync(cacheRoot)) {
+      for (const old of readdirSync(cacheRoot)) {
+        if (old !== key) rmSync(join(cacheRoot, old), { recursive: true, force: true });
+      }
+    }
+    for (const prebuild of PREBUILDS) place(prebuild, key, getZig);
+  });
+}
+if (platformTestsOnly || process.argv.includes('--platform-tests')) {
+  locked('platform-tests', () => placePlatformTests(getZig));
 }

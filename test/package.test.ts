@@ -227,13 +227,15 @@ console.log(JSON.stringify({
 const byName = (a: string, b: string): number => a.localeCompare(b);
 
 /**
- * The bound on the one zig step (scripts/prebuild.mjs --platform-tests: the four prebuilds and
- * the native tests for musl and arm64). .ci/run starts it beside the tests at nice 19 and this
- * suite runs last (.mocharc.json): it waits for that run on the script's lock, then copies from
- * the content-keyed cache in a second; a developer's run may start cold: fetching zig and
- * compiling libc++ for the four prebuilds took 1 422 s here with two CPU hogs beside it (912 s
- * without), and the two native test builds add a few minutes. Three times the prebuilds' time,
- * so a slower machine is not a failure.
+ * The bound on each part of the one zig step (scripts/prebuild.mjs --platform-tests: the four
+ * prebuilds, then the native tests for musl and arm64). .ci/run starts it beside the tests at
+ * nice 19 and this suite runs last (.mocharc.json): before() waits for the prebuilds on their
+ * lock, then copies them from the content-keyed cache in a second, and the native tests' build
+ * goes on beside this suite's other tests until the one that runs them (last) waits for it on
+ * its own lock. A developer's run may start cold: fetching zig and compiling libc++ for the four
+ * prebuilds took 1 422 s here with two CPU hogs beside it (912 s without), and the two native
+ * test builds add a few minutes. Three times the prebuilds' time, so a slower machine is not a
+ * failure.
  */
 const PREBUILD_BOUND_MS = 3 * 1_422_000;
 
@@ -304,7 +306,7 @@ describe('the npm package (pack, install from the tarball, use)', function () {
     // The prebuilt addon for this machine, from the build the tests use (prepack does this);
     // --ignore-scripts: `prepare` would rebuild dist/ under running tests.
     const prebuilt = ok(
-      run(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--platform-tests'], {
+      run(process.execPath, [join(root, 'scripts', 'prebuild.mjs')], {
         cwd: root,
         timeoutMs: PREBUILD_BOUND_MS,
       }),
@@ -566,33 +568,6 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       'node-gyp-build',
     );
     assert.equal(resolved.trim(), join(installed, prebuildOf(process.arch, 'musl')));
-  });
-
-  it('the native core passes its C++ unit tests on musl (x64) and on arm64 (under qemu-user)', function () {
-    this.timeout(300_000);
-    // Built in before() (scripts/prebuild.mjs --platform-tests): musl's by zig, arm64's by
-    // Debian's cross compiler, each linked against the C library that runs it.
-    for (const [platform, needed, runner] of [
-      ['x86_64-linux-musl', [MUSL_LIBC], []],
-      ['aarch64-linux-gnu', ['libc.so.6', 'libgcc_s.so.1', 'libstdc++.so.6'], AARCH64],
-    ] as const) {
-      const binary = join(root, 'build', 'platform-tests', platform, 'native_tests');
-      assert.deepEqual(elfImports(binary).needed, needed, `${platform}: its C library`);
-      const [command = binary, ...args] = [...runner, binary];
-      const tested = run(command, args, { cwd: workDir(), timeoutMs: 120_000 });
-      const lines = tested.stdout.split('\n').filter((line) => line !== '');
-      assert.ok(
-        lines.filter((line) => line.startsWith('ok ')).length > 150,
-        `${platform}: ${tested.stdout}${tested.stderr}`,
-      );
-      const failed = lines.filter((line) => line.startsWith('not ok '));
-      if (runner.length === 0) {
-        assert.deepEqual(failed, [], platform);
-      } else {
-        // qemu-user does not translate SIOCETHTOOL: ENOSYS (38) there, the one thing allowed to fail.
-        for (const line of failed) assert.match(line, /^not ok ethtool: .*\(got -?38 vs -?\d+\)$/);
-      }
-    }
   });
 
   it('the arm64 prebuild runs in an arm64 Node under qemu-user: links, a monitor event, features', function () {
@@ -904,6 +879,41 @@ describe('the npm package (pack, install from the tarball, use)', function () {
       );
     } finally {
       renameSync(`${prebuilds}.away`, prebuilds);
+    }
+  });
+
+  it('the native core passes its C++ unit tests on musl (x64) and on arm64 (under qemu-user)', function () {
+    this.timeout(PREBUILD_BOUND_MS + 300_000);
+    // Built by the zig step beside this suite (last here, so the others need not wait for it):
+    // musl's by zig, arm64's by Debian's cross compiler, each linked against the C library that
+    // runs it.
+    ok(
+      run(process.execPath, [join(root, 'scripts', 'prebuild.mjs'), '--platform-tests-only'], {
+        cwd: root,
+        timeoutMs: PREBUILD_BOUND_MS,
+      }),
+      'prebuild --platform-tests-only',
+    );
+    for (const [platform, needed, runner] of [
+      ['x86_64-linux-musl', [MUSL_LIBC], []],
+      ['aarch64-linux-gnu', ['libc.so.6', 'libgcc_s.so.1', 'libstdc++.so.6'], AARCH64],
+    ] as const) {
+      const binary = join(root, 'build', 'platform-tests', platform, 'native_tests');
+      assert.deepEqual(elfImports(binary).needed, needed, `${platform}: its C library`);
+      const [command = binary, ...args] = [...runner, binary];
+      const tested = run(command, args, { cwd: workDir(), timeoutMs: 120_000 });
+      const lines = tested.stdout.split('\n').filter((line) => line !== '');
+      assert.ok(
+        lines.filter((line) => line.startsWith('ok ')).length > 150,
+        `${platform}: ${tested.stdout}${tested.stderr}`,
+      );
+      const failed = lines.filter((line) => line.startsWith('not ok '));
+      if (runner.length === 0) {
+        assert.deepEqual(failed, [], platform);
+      } else {
+        // qemu-user does not translate SIOCETHTOOL: ENOSYS (38) there, the one thing allowed to fail.
+        for (const line of failed) assert.match(line, /^not ok ethtool: .*\(got -?38 vs -?\d+\)$/);
+      }
     }
   });
 });
