@@ -47,6 +47,8 @@ interface Plugin {
   config: string;
   /** The CNI command the copies run (ADD unless said). */
   command?: string;
+  /** Its calls ask the guard: the guard's CPU during its bursts is counted per call. */
+  asksGuard?: boolean;
   /** After each burst: what it made taken back (not timed). */
   cleanup?: (copies: number, cpusArg: string) => void;
 }
@@ -136,10 +138,11 @@ async function main(): Promise<void> {
         dataDir: join(work, 'ipam'),
       },
     });
-    const plugins: Plugin[] = [
-      {
+    const rows = {
+      shim: {
         name: 'shim, guard up',
         path: CNI_SHIM,
+        asksGuard: true,
         config: config('shim', {
           type: 'flannel-guard-cni',
           socket,
@@ -147,14 +150,14 @@ async function main(): Promise<void> {
           prevResult: PREV,
         }),
       },
-      {
+      shimAlone: {
         // The same binary answering VERSION itself: the shim's own start and exit, no guard asked.
         name: 'shim, VERSION (no guard)',
         path: CNI_SHIM,
         command: 'VERSION',
         config: config('shim-version', { type: 'flannel-guard-cni', socket }),
       },
-      {
+      nodePlugin: {
         name: 'Node.js plugin',
         path: PLUGIN,
         config: config('node', {
@@ -164,22 +167,22 @@ async function main(): Promise<void> {
           prevResult: PREV,
         }),
       },
-      {
+      floor: {
         // The floor: what starting any process costs on this machine, the same way.
         name: 'exec floor (/bin/true)',
         path: '/bin/true',
         config: config('true', {}),
       },
-      {
+      bridge: {
         name: 'bridge (Debian)',
         path: join(DEBIAN_CNI_DIR, 'bridge'),
         config: bridgeConfig,
         cleanup: (copies, cpusArg) => {
-          const bridge = plugins.find((p) => p.name === 'bridge (Debian)') as Plugin;
-          burst(tool, node, bridge, copies, cpusArg, 'DEL');
+          burst(tool, node, rows.bridge, copies, cpusArg, 'DEL');
         },
       },
-    ];
+    } satisfies Record<string, Plugin>;
+    const plugins: Plugin[] = Object.values(rows);
     const allCpus = cpus().length;
     const pinGuard = (list: string): void => {
       spawnSync('taskset', ['-a', '-p', '-c', list, String(guardPid)], { stdio: 'ignore' });
@@ -207,9 +210,9 @@ async function main(): Promise<void> {
         let guardCpuMs = 0;
         for (let round = 0; round < times; round += 1) {
           for (const plugin of plugins) {
-            const before = plugin.path === CNI_SHIM ? cpuMs(guardPid) : 0;
+            const before = plugin.asksGuard === true ? cpuMs(guardPid) : 0;
             const made = burst(tool, node, plugin, copies, cpusArg, plugin.command);
-            if (plugin.path === CNI_SHIM) guardCpuMs += cpuMs(guardPid) - before;
+            if (plugin.asksGuard === true) guardCpuMs += cpuMs(guardPid) - before;
             calls.get(plugin.name)?.push(...made);
             plugin.cleanup?.(copies, cpusArg);
           }
@@ -235,21 +238,15 @@ async function main(): Promise<void> {
             ].join(' | '),
           );
         }
-        const [shim, shimAlone, nodePlugin, , bridge] = plugins.map((p) => p.name) as [
-          string,
-          string,
-          string,
-          string,
-          string,
-        ];
-        const ratio = (a: string, of: Map<string, number>): string =>
-          ((of.get(a) ?? NaN) / (of.get(bridge) ?? NaN)).toFixed(2);
+        const { shim, shimAlone, nodePlugin, bridge } = rows;
+        const ratio = (a: Plugin, of: Map<string, number>): string =>
+          ((of.get(a.name) ?? NaN) / (of.get(bridge.name) ?? NaN)).toFixed(2);
         console.log(
           `  ratios to bridge, p50 / p99: shim ${ratio(shim, p50)} / ${ratio(shim, p99)}, Node.js plugin ${ratio(nodePlugin, p50)} / ${ratio(nodePlugin, p99)}`,
         );
-        const asked = (calls.get(shim) ?? []).length;
+        const asked = (calls.get(shim.name) ?? []).length;
         const guardShare = (of: Map<string, number>): string =>
-          ((of.get(shim) ?? NaN) - (of.get(shimAlone) ?? NaN)).toFixed(2);
+          ((of.get(shim.name) ?? NaN) - (of.get(shimAlone.name) ?? NaN)).toFixed(2);
         console.log(
           `  the guard's part: ${(guardCpuMs / asked).toFixed(3)} ms of its CPU per call; shim ADD less shim VERSION, p50 / p99: ${guardShare(p50)} / ${guardShare(p99)} ms`,
         );
