@@ -25,6 +25,7 @@
         "native/name_claim.cc",
         "native/snmp_counters.cc",
         "native/addon/addon.cc",
+        "native/addon/claim_watch_wrap.cc",
         "native/addon/control_wrap.cc",
         "native/addon/convert.cc",
         "native/addon/errors.cc",

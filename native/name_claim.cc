@@ -14,6 +14,10 @@ namespace {
 // A holder keeps this many other guards' connections waiting to be accepted.
 constexpr int kBacklog = 16;
 
+// Reads of what a peer sent (nothing, from a guard) per wake, and their size.
+constexpr int kDrainReads = 4;
+constexpr size_t kDrainBytes = 256;
+
 socklen_t AbstractAddress(const std::string& name, sockaddr_un* address) {
   *address = {};
   address->sun_family = AF_UNIX;
@@ -70,6 +74,36 @@ Result<NameClaim> ClaimName(const NetnsTarget& target, const std::string& name) 
   });
   if (!entered.ok()) return entered.error();
   return claim;
+}
+
+bool IsClaimSocket(int fd, bool held) {
+  const auto option = [fd](int name) {
+    int value = -1;
+    socklen_t length = sizeof(value);
+    return getsockopt(fd, SOL_SOCKET, name, &value, &length) == 0 ? value : -1;
+  };
+  return option(SO_DOMAIN) == AF_UNIX && option(SO_TYPE) == SOCK_STREAM &&
+         option(SO_ACCEPTCONN) == (held ? 1 : 0);
+}
+
+int AcceptClaimPeer(int listener) {
+  int peer;
+  do {
+    peer = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  } while (peer < 0 && errno == EINTR);
+  return peer;
+}
+
+bool ClaimPeerEnded(int fd) {
+  char sink[kDrainBytes];
+  for (int read = 0; read < kDrainReads; ++read) {
+    const ssize_t got = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+    if (got > 0) continue;
+    if (got == 0) return true;
+    if (errno == EINTR) continue;
+    return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+  return false;
 }
 
 }  // namespace fg

@@ -29,4 +29,17 @@ bool ValidClaimName(const std::string& name);
 // or a namespace that cannot be entered.
 Result<NameClaim> ClaimName(const NetnsTarget& target, const std::string& name);
 
+// Whether `fd` is what a claim gave: a unix stream socket, listening when
+// `held`, else not (a watch takes no other descriptor, and closes it at the end).
+bool IsClaimSocket(int fd, bool held);
+
+// The next guard waiting on a held name's `listener` (a non-blocking,
+// close-on-exec socket), or -1 with errno set: EAGAIN when none waits.
+int AcceptClaimPeer(int listener);
+
+// Whether the other end of a claim connection `fd` has gone: end of stream, a
+// reset, or any error but "nothing yet". Guards send nothing; whatever came is
+// read and dropped, in a bounded number of reads (the rest wakes the watch again).
+bool ClaimPeerEnded(int fd);
+
 }  // namespace fg

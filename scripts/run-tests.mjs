@@ -39,6 +39,7 @@ const UNIT_SUITES = [
   'kubernetes',
   'kubernetes-credentials',
   'other-guards',
+  'claim-watch',
   'journal',
 ];
 const args = process.argv.slice(2);

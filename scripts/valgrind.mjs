@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Runs mocha test files under valgrind memcheck (node itself; the tests'
 // child processes run natively) and fails on memory errors or definite
-// leaks. Default: the addon's integration suites. Needs root for the netns.
+// leaks. Default: the addon's integration suites (the monitor, one-shot calls, the claim
+// watch). Needs root for the netns.
 //
 // Left out under valgrind: the N9 churn test, which races a native `ip -batch`
 // against dumps and cannot win at valgrind's speed (its dump path is the one
@@ -16,7 +17,9 @@ import { fileURLToPath } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const files = process.argv.slice(2);
 const suites =
-  files.length > 0 ? files : ['dist/test/monitor.test.js', 'dist/test/oneshot.test.js'];
+  files.length > 0
+    ? files
+    : ['dist/test/monitor.test.js', 'dist/test/oneshot.test.js', 'dist/test/claim-watch.test.js'];
 const result = spawnSync(
   'valgrind',
   [

@@ -16,7 +16,10 @@ let serial = 0;
 function guardOf(): { others: OtherGuards; said: SharedEvent[] } {
   const said: SharedEvent[] = [];
   const others = new OtherGuards(
-    (name) => binding.claimName(name),
+    {
+      claim: (name) => binding.claimName(name),
+      watch: (claim, onOthers) => new binding.ClaimWatch(claim.fd, claim.held, onOthers),
+    },
     (_event, payload) => said.push(payload),
   );
   return { others, said };

@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import {
+  closeSync,
   copyFileSync,
   mkdirSync,
   mkdtempSync,
@@ -17,6 +18,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 
+import { binding } from '../lib/core/binding';
 import { JOURNAL_NAME } from '../lib/core/journal';
 import { CLI, GuardProcess } from './support/guard-process';
 import {
@@ -111,6 +113,28 @@ describe('flannel-guard undo', function () {
     assert.equal(again.stdout, 'undo: nothing to take back\n');
     assert.doesNotMatch(String(await listed()), /^changes/m);
     assert.deepEqual(await listed('--json'), { stateDir: state, records: [], error: null });
+  });
+
+  it('refused while the name is held by a guard whose queue of joiners is full (no descriptor to close)', async function () {
+    const guard = await GuardProcess.start(['--netns', ns.name, '--state-dir', state]);
+    await guard.stop();
+    const before = await offloads();
+    // Held by this test, never accepting: later claims wait in its queue until it is full.
+    const name = 'flannel-guard/flannel.1';
+    const held = binding.claimName(name, ns.path);
+    const fds = [held.fd];
+    try {
+      assert.equal(held.held, true);
+      for (let i = 0; i < 64 && fds.at(-1) !== -1; i += 1)
+        fds.push(binding.claimName(name, ns.path).fd);
+      assert.equal(fds.at(-1), -1, 'the queue is full');
+      const refused = await undo();
+      assert.equal(refused.code, 1, refused.stdout + refused.stderr);
+      assert.match(refused.stdout, /a guard watches flannel\.1: stop it first/);
+      assert.equal(await offloads(), before, 'nothing changed');
+    } finally {
+      for (const fd of fds) if (fd >= 0) closeSync(fd);
+    }
   });
 
   it('after doctor --fix: the files and folders it made gone, the offloads as before; a file edited since is left', async function () {

@@ -1,5 +1,5 @@
 /**
- * The addon's integration suites (LinkMonitor, one-shot calls) once more,
+ * The addon's integration suites (LinkMonitor, one-shot calls, ClaimWatch) once more,
  * with node under valgrind memcheck: no memory error, no definite leak.
  */
 import assert from 'node:assert/strict';
@@ -9,7 +9,7 @@ import { join } from 'node:path';
 const root = join(__dirname, '..', '..');
 
 describe('valgrind memcheck of the addon integration suites', function () {
-  it('monitor and one-shot suites: 0 errors, 0 bytes definitely lost', function () {
+  it('monitor, one-shot and claim-watch suites: 0 errors, 0 bytes definitely lost', function () {
     this.timeout(1_200_000);
     const result = spawnSync(process.execPath, [join(root, 'scripts', 'valgrind.mjs')], {
       cwd: root,

@@ -109,9 +109,8 @@ export interface RawLinkItem {
   correction?: RawCorrection;
   disarmed?: true;
   /**
-   * When the datagram that told of it arrived, in ms of process.hrtime's clock: the batch's
-   * first datagram's arrival, or, for a later one, when the read that returned it ended
-   * (never earlier than it arrived). Absent for a change another implies.
+   * When its datagram arrived (ms, process.hrtime's clock): the batch's first one's arrival, else
+   * when the read that returned it ended. Absent for a change another implies.
    */
   arrivalMs?: number;
 }
@@ -222,10 +221,7 @@ export interface RawMonitor {
       allowance?: RawAllowance;
     },
   ): void;
-  /**
-   * Keeps the device's restore set (its permanent ARP/NDP entries now, followed as the table
-   * changes), taking `recovered` in.
-   */
+  /** Keeps the device's restore set (its permanent ARP/NDP entries, followed), and `recovered`. */
   keep(ifindex: number, recovered?: RawNeighbourEntries): void;
   /** Stops keeping the device's restore set, and disarms it. */
   release(ifindex: number): void;
@@ -420,6 +416,12 @@ export interface RawBinding {
     onBatch: RawBatchListener,
   ) => RawScriptedMonitor;
   Control: new (options?: RawNetnsOptions) => RawControl;
+  /** Takes a claim's descriptor; `onOthers` hears how many other guards it knows of, on change. */
+  ClaimWatch: new (
+    fd: number,
+    held: boolean,
+    onOthers: (others: number) => void,
+  ) => { close(): void };
   parseDatagram(bytes: Buffer): {
     messages: RawParsedMessage[];
     error?: { offset: number; reason: string };
@@ -438,10 +440,7 @@ export interface RawBinding {
    * source MAC (at most 256 of them).
    */
   sampleChecksums(options: RawSampleOptions): Promise<ChecksumSample>;
-  /**
-   * Claims `name` (an abstract unix socket) in the namespace (native/name_claim.h): `held`, a
-   * listening socket; else a socket connected to the holder, or -1 when its queue is full.
-   */
+  /** Claims `name` (native/name_claim.h): held, listening; else connected, or -1 (queue full). */
   claimName(name: string, netns?: string, netnsLabel?: string): { fd: number; held: boolean };
   /** Who is at the other end of a connected unix socket, as connect() recorded it (SO_PEERCRED). */
   peerCredentials(fd: number): { pid: number; uid: number; gid: number };

@@ -171,9 +171,9 @@ export class FlannelGuard extends EventEmitter<FlannelGuardEvents> {
     });
     this.#stateProblem = internals.stateProblem ?? this.#state.loadProblem;
     this.#others =
-      internals.claimName === undefined || config.dryRun
+      internals.nameClaims === undefined || config.dryRun
         ? undefined
-        : new OtherGuards(internals.claimName, emit);
+        : new OtherGuards(internals.nameClaims, emit);
 
     const monitor = this.#monitor;
     monitor.on('linkAdded', (event) => {

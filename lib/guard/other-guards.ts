@@ -7,7 +7,7 @@
  * guards converge on the same table, but every correction's writes are doubled; that is said
  * once when it starts (`shared`, others > 0) and once when it ends (others 0).
  */
-import { Server, Socket } from 'node:net';
+import { closeSync } from 'node:fs';
 
 import type { SharedEvent } from './events';
 
@@ -16,32 +16,35 @@ export interface NameClaim {
   held: boolean;
 }
 
-/** Claims a name in the guard's namespace (binding.claimName); throws when it cannot. */
-export type ClaimName = (name: string) => NameClaim;
+/** Names claimed in the guard's namespace (native/name_claim.h), and their watch. */
+export interface NameClaims {
+  /** Claims a name (binding.claimName); throws when it cannot. */
+  claim(name: string): NameClaim;
+  /**
+   * Watches a claim's socket on the loop, taking it (binding.ClaimWatch); throws, leaving it, when
+   * it cannot. `onOthers` hears how many other guards it knows of when that changes.
+   */
+  watch(claim: NameClaim, onOthers: (others: number) => void): { close(): void };
+}
 
 /** A holder whose queue of waiting guards was full is asked again after this long. */
 const RETRY_MS = 30_000;
-/** Connections a holder keeps: guards of one device are two or three, anything past is noise. */
-const MAX_CONNECTIONS = 64;
 
 interface Claim {
-  server?: Server;
-  /** Other guards connected to ours (we hold the name). */
-  peers: Set<Socket>;
-  /** Our connection to the guard holding the name. */
-  holder?: Socket;
+  /** The claim's socket, watched: it counts the others. */
+  watch?: { close(): void };
   retry?: NodeJS.Timeout;
   others: number;
 }
 
 export class OtherGuards {
-  readonly #claimName: ClaimName;
+  readonly #names: NameClaims;
   readonly #emit: (event: 'shared', payload: SharedEvent) => void;
   readonly #claims = new Map<string, Claim>();
   #closed = false;
 
-  constructor(claimName: ClaimName, emit: (event: 'shared', payload: SharedEvent) => void) {
-    this.#claimName = claimName;
+  constructor(names: NameClaims, emit: (event: 'shared', payload: SharedEvent) => void) {
+    this.#names = names;
     this.#emit = emit;
   }
 
@@ -53,7 +56,7 @@ export class OtherGuards {
   /** Claims `device`'s name once; later calls for the same name do nothing. */
   watch(device: string): void {
     if (this.#closed || this.#claims.has(device)) return;
-    const claim: Claim = { peers: new Set(), others: 0 };
+    const claim: Claim = { others: 0 };
     this.#claims.set(device, claim);
     this.#claim(device, claim);
   }
@@ -62,9 +65,7 @@ export class OtherGuards {
     this.#closed = true;
     for (const claim of this.#claims.values()) {
       clearTimeout(claim.retry);
-      claim.server?.close();
-      for (const peer of claim.peers) peer.destroy();
-      claim.holder?.destroy();
+      claim.watch?.close();
     }
     this.#claims.clear();
   }
@@ -73,49 +74,36 @@ export class OtherGuards {
     if (this.#closed) return;
     let result: NameClaim;
     try {
-      result = this.#claimName(`flannel-guard/${device}`);
+      result = this.#names.claim(`flannel-guard/${device}`);
     } catch {
       // Best effort: a namespace going away meanwhile changes nothing about guarding it.
       return;
     }
-    if (result.held) {
-      this.#hold(device, claim, result.fd);
-    } else if (result.fd >= 0) {
-      const holder = new Socket({ fd: result.fd, readable: true, writable: false });
-      holder.unref();
-      holder.on('error', () => undefined); // a reset is the holder going, as an end is
-      holder.once('close', () => {
-        claim.holder = undefined;
-        this.#set(device, claim, 0);
-        this.#claim(device, claim); // it went: hold the name now, or join the next holder
-      });
-      holder.resume(); // nothing is sent; reading sees the end
-      claim.holder = holder;
-      this.#set(device, claim, 1);
-    } else {
+    if (result.fd < 0) {
       this.#set(device, claim, Math.max(1, claim.others));
       claim.retry = setTimeout(() => {
         this.#claim(device, claim);
       }, RETRY_MS).unref();
+      return;
     }
-  }
-
-  #hold(device: string, claim: Claim, fd: number): void {
-    const server = new Server((peer) => {
-      claim.peers.add(peer);
-      peer.on('error', () => undefined);
-      peer.once('close', () => {
-        claim.peers.delete(peer);
-        this.#set(device, claim, claim.peers.size);
+    const { held } = result;
+    try {
+      claim.watch = this.#names.watch(result, (others) => {
+        if (held) {
+          this.#set(device, claim, others);
+          return;
+        }
+        // The holder went: hold the name now, or join the next holder.
+        claim.watch?.close();
+        claim.watch = undefined;
+        this.#set(device, claim, 0);
+        this.#claim(device, claim);
       });
-      peer.resume();
-      this.#set(device, claim, claim.peers.size);
-    });
-    server.maxConnections = MAX_CONNECTIONS;
-    server.on('error', () => undefined);
-    server.listen({ fd });
-    server.unref();
-    claim.server = server;
+    } catch {
+      closeSync(result.fd); // not watched: still ours
+      return;
+    }
+    if (!held) this.#set(device, claim, 1);
   }
 
   #set(device: string, claim: Claim, others: number): void {

@@ -12,7 +12,7 @@ import { openControl } from '../core/oneshot';
 import type { GuardConfig } from './config';
 import type { GuardClock, GuardMonitor } from './seams';
 import { openStateFile } from './device-state-store';
-import type { ClaimName } from './other-guards';
+import type { NameClaims } from './other-guards';
 import { controlPorts, type GuardPorts } from './ports';
 import type { StateFile } from './state-file';
 import { UdevView } from '../udev/view';
@@ -30,8 +30,8 @@ export interface GuardInternals {
   stateProblem?: Error;
   /** What udev does to MACs here, for naming writers; absent: writers are not proven. */
   udev?: UdevView;
-  /** Claims a name in the namespace, to learn of other guards; absent: not looked for. */
-  claimName?: ClaimName;
+  /** Claims names in the namespace and watches them, to learn of other guards; absent: not looked for. */
+  nameClaims?: NameClaims;
 }
 
 function currentInode(path: string): number | null {
@@ -125,12 +125,15 @@ export function openGuardParts(config: GuardConfig): GuardInternals {
     // Read once at start, like the configuration; unreadable parts only weaken the evidence.
     const udev = config.udevRoot === null ? undefined : UdevView.open(config.udevRoot);
     const netns = config.netns;
-    const claimName: ClaimName = (name) =>
-      netns === null ? binding.claimName(name) : binding.claimName(name, netns.path, netns.label);
+    const nameClaims: NameClaims = {
+      claim: (name) =>
+        netns === null ? binding.claimName(name) : binding.claimName(name, netns.path, netns.label),
+      watch: (claim, onOthers) => new binding.ClaimWatch(claim.fd, claim.held, onOthers),
+    };
     return {
       monitor,
       ports,
-      claimName,
+      nameClaims,
       ...(watchNetns ? { watchNetns } : {}),
       ...(udev ? { udev } : {}),
       ...state,

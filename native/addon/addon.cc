@@ -10,6 +10,7 @@
 
 #include <cerrno>
 
+#include "claim_watch_wrap.h"
 #include "control_wrap.h"
 #include "convert.h"
 #include "errors.h"
@@ -29,6 +30,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
                              InstanceValue("Monitor", MonitorWrap::Define(env)),
                              InstanceValue("Control", ControlWrap::Define(env)),
                              InstanceValue("ScriptedMonitor", ScriptedMonitorWrap::Define(env)),
+                             InstanceValue("ClaimWatch", ClaimWatchWrap::Define(env)),
                              InstanceMethod<&FlannelGuardAddon::ParseDatagram>("parseDatagram"),
                              InstanceMethod<&FlannelGuardAddon::NetnsInode>("netnsInode"),
                              InstanceMethod<&FlannelGuardAddon::WriteNoWait>("writeNoWait"),
@@ -87,7 +89,7 @@ class FlannelGuardAddon : public Napi::Addon<FlannelGuardAddon> {
   }
 
   // claimName(name: string, netns?: string, netnsLabel?: string) -> { fd, held }: see
-  // name_claim.h. The descriptor is the caller's to wrap (net.Server, net.Socket) and close.
+  // name_claim.h. The descriptor is the caller's: a ClaimWatch takes it, or it is closed.
   Napi::Value ClaimName(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsString()) {

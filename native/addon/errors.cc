@@ -65,4 +65,13 @@ void ThrowSysError(Napi::Env env, const SysError& error, const std::string& netn
 
 std::string NetnsLabelForInode(uint64_t inode) { return "net:[" + std::to_string(inode) + "]"; }
 
+void ReportCallbackFailure(napi_env env) {
+  bool pending = false;
+  if (napi_is_exception_pending(env, &pending) != napi_ok || !pending) return;
+  napi_value exception = nullptr;
+  if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
+    napi_fatal_exception(env, exception);
+  }
+}
+
 }  // namespace fg::addon

@@ -19,6 +19,11 @@ napi_value SysErrorToJs(JsWriter& js, const SysError& error, const std::string& 
 [[noreturn]] void ThrowSysError(Napi::Env env, const SysError& error,
                                 const std::string& netnsLabel);
 
+// After a call into JS from libuv failed: a listener threw (reported as the
+// application's uncaught exception, as for any event source), or the
+// environment is shutting down (nothing can be reported, nothing must throw).
+void ReportCallbackFailure(napi_env env);
+
 // How errors name a namespace that was not given a name: "net:[INODE]", as /proc shows it.
 std::string NetnsLabelForInode(uint64_t inode);
 

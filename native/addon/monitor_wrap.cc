@@ -22,18 +22,6 @@ std::string OptionalString(const Napi::Object& options, const char* key) {
   return value.IsString() ? value.As<Napi::String>().Utf8Value() : std::string();
 }
 
-// After napi_make_callback failed: a listener threw (report it as the
-// application's uncaught exception, as for any event source), or the
-// environment is shutting down (nothing can be reported, nothing must throw).
-void ReportCallbackFailure(napi_env env) {
-  bool pending = false;
-  if (napi_is_exception_pending(env, &pending) != napi_ok || !pending) return;
-  napi_value exception = nullptr;
-  if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
-    napi_fatal_exception(env, exception);
-  }
-}
-
 }  // namespace
 
 Napi::Function MonitorWrap::Define(Napi::Env env) {

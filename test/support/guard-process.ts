@@ -42,12 +42,17 @@ export class GuardProcess {
     });
   }
 
-  /** Starts `flannel-guard watch --json ARGS` and waits for its `ready` line. */
-  static async start(args: readonly string[], timeoutMs = 10_000): Promise<GuardProcess> {
+  /** Starts `flannel-guard watch --json ARGS` (in `env`) and waits for its `ready` line. */
+  static async start(
+    args: readonly string[],
+    timeoutMs = 10_000,
+    env: NodeJS.ProcessEnv = process.env,
+  ): Promise<GuardProcess> {
     // The bin itself, through its interpreter line, as `npx flannel-guard` runs it.
     const child = trackChild(
       spawn(CLI, ['watch', '--json', ...args], {
         stdio: ['ignore', 'pipe', 'pipe'],
+        env,
       }),
     );
     const guard = new GuardProcess(child);
