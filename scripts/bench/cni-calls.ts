@@ -12,7 +12,15 @@
  * Usage (root): npm run bench:cni [-- --rounds N]
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 
@@ -91,7 +99,26 @@ function burst(
     });
 }
 
+/** What the rows run and this script does not build (without them every call fails): what is missing. */
+function missingPrerequisite(): string | undefined {
+  const needed: [string, string][] = [
+    [CNI_SHIM, 'the CNI shim (npm test builds it: node scripts/cni-shim.mjs --cc)'],
+    [
+      join(DEBIAN_CNI_DIR, 'bridge'),
+      "Debian's CNI plugins (apt-get install containernetworking-plugins)",
+    ],
+  ];
+  const missing = needed.find(([path]) => !existsSync(path));
+  return missing && `bench:cni: ${missing[0]} is missing: it needs ${missing[1]}`;
+}
+
 async function main(): Promise<void> {
+  const missing = missingPrerequisite();
+  if (missing !== undefined) {
+    console.error(missing);
+    process.exitCode = 2;
+    return;
+  }
   const count = rounds();
   const tool = buildBenchTool('cni-burst');
   const work = mkdtempSync(tempDirPrefix('bench-cni'));
