@@ -110,10 +110,13 @@ describe('ClaimWatch (real abstract sockets, own namespace)', function () {
       sent += wrote;
     }
     assert.ok(sent > 0, 'some bytes went');
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    assert.equal(holder.reports.at(-1), 1, 'bytes are not an end');
+    // Another guard joins behind the flood: heard once the holder's loop has turned past it.
+    claimAndWatch(name);
+    await waitFor(() => holder.reports.at(-1) === 2, { timeoutMs: 5000, what: 'a second joined' });
+    assert.deepEqual(holder.reports, [1, 2], 'bytes are not an end');
     closeSync(raw.fd);
-    await waitFor(() => holder.reports.at(-1) === 0, { timeoutMs: 5000, what: 'its end' });
+    await waitFor(() => holder.reports.at(-1) === 1, { timeoutMs: 5000, what: 'its end' });
+    assert.deepEqual(holder.reports, [1, 2, 1]);
   });
 
   it('takes only a claim socket of its kind: EINVAL (getsockopt), the descriptor left as it was', function () {

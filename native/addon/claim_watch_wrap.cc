@@ -122,10 +122,12 @@ void ClaimWatchWrap::Drop(Socket* socket) {
 void ClaimWatchWrap::CloseAll(Handles* handles) {
   handles->closing = true;
   while (!handles->sockets.empty()) Drop(handles->sockets.back());
-  if (handles->open == 0) {
-    if (handles->teardownHook) napi_remove_async_cleanup_hook(handles->teardownHook);
-    delete handles;
-  }
+  if (handles->open == 0) Free(handles);
+}
+
+void ClaimWatchWrap::Free(Handles* handles) {
+  if (handles->teardownHook) napi_remove_async_cleanup_hook(handles->teardownHook);
+  delete handles;
 }
 
 void ClaimWatchWrap::OnSocketClosed(uv_handle_t* handle) {
@@ -133,10 +135,8 @@ void ClaimWatchWrap::OnSocketClosed(uv_handle_t* handle) {
   Handles* handles = socket->handles;
   close(socket->fd);  // libuv no longer watches it
   delete socket;
-  if (--handles->open > 0 || !handles->closing) return;
-  if (handles->owner) handles->owner->handles_ = nullptr;
-  if (handles->teardownHook) napi_remove_async_cleanup_hook(handles->teardownHook);
-  delete handles;
+  // Closing: its owner has let it go already (close(), collection or teardown).
+  if (--handles->open == 0 && handles->closing) Free(handles);
 }
 
 void ClaimWatchWrap::OnTeardown(napi_async_cleanup_hook_handle, void* data) {

@@ -46,7 +46,9 @@ class ClaimWatchWrap : public Napi::ObjectWrap<ClaimWatchWrap> {
   // Watches `fd` from now on (false: libuv cannot; `fd` is left as it was).
   static bool Watch(Handles* handles, int fd, uv_poll_cb onEvent);
   static void Drop(Socket* socket);
+  // Closes every handle; the handles go once libuv has closed the last (Free).
   static void CloseAll(Handles* handles);
+  static void Free(Handles* handles);
   static void OnListener(uv_poll_t* poll, int status, int events);
   static void OnPeer(uv_poll_t* poll, int status, int events);
   static void OnSocketClosed(uv_handle_t* handle);
