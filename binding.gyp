@@ -43,7 +43,14 @@
         "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"
       ],
       "cflags!": ["-fno-exceptions"],
-      "cflags": ["-fvisibility=hidden"],
+      "cflags": ["-fvisibility=hidden", "-ffunction-sections", "-fdata-sections"],
+      "ldflags": ["-Wl,--gc-sections"],
+      "configurations": {
+        "Release": {
+          "cflags!": ["-O3"],
+          "cflags": ["-Os"]
+        }
+      },
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": [
         "-isystem",
