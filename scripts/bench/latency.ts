@@ -900,10 +900,12 @@ export interface Measured {
 
 /**
  * Starts the guards, times each one's first (cold) correction, warms them up, then runs
- * both modes in `blocks` blocks, taking turns: guard A's block, guard B's, A's again.
- * The machine's speed drifts by tens of percent over a minute here; taking turns puts
- * the same drift into every guard's figures, so that their ratio holds. `keep`: the
- * guards are left running (the caller stops them).
+ * both modes in `blocks` blocks, taking turns: guard A's block, guard B's, then B's
+ * again and A's. The machine's speed drifts by tens of percent over a minute here;
+ * taking turns puts the same drift into every guard's figures, and turning the order
+ * round every other block gives no guard the same place in every turn (the first one
+ * after the rewriter's start, or the one after another guard's burst), so that their
+ * ratio holds. `keep`: the guards are left running (the caller stops them).
  */
 export async function measureGuards(
   measured: readonly Measured[],
@@ -925,7 +927,9 @@ export async function measureGuards(
     for (const mode of ['paced', 'back-to-back'] as const) {
       const runs = started.map((): ModeBlock[] => []);
       for (let block = 0; block < blocks; block += 1) {
-        for (const [i, { bench, guard }] of started.entries()) {
+        const order = [...started.entries()];
+        if (block % 2 === 1) order.reverse();
+        for (const [i, { bench, guard }] of order) {
           const total = bench.options.rewrites;
           const rounds =
             Math.floor((total * (block + 1)) / blocks) - Math.floor((total * block) / blocks);
