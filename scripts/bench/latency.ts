@@ -900,12 +900,13 @@ export interface Measured {
 
 /**
  * Starts the guards, times each one's first (cold) correction, warms them up, then runs
- * both modes in `blocks` blocks, taking turns: guard A's block, guard B's, then B's
- * again and A's. The machine's speed drifts by tens of percent over a minute here;
- * taking turns puts the same drift into every guard's figures, and turning the order
- * round every other block gives no guard the same place in every turn (the first one
- * after the rewriter's start, or the one after another guard's burst), so that their
- * ratio holds. `keep`: the guards are left running (the caller stops them).
+ * both modes in `blocks` blocks, taking turns: guard A's block, guard B's, C's, then
+ * B's, C's, A's. The machine's speed drifts by tens of percent over a minute here;
+ * taking turns puts the same drift into every guard's figures, and rotating the order
+ * gives each guard each place in a turn alike (with blocks a multiple of the guards),
+ * so that their ratio holds. Two copies of one build measured so still differ, by
+ * 2-35 % in paced CPU per correction and within 5 % back to back (docs/design.md).
+ * `keep`: the guards are left running (the caller stops them).
  */
 export async function measureGuards(
   measured: readonly Measured[],
@@ -927,8 +928,9 @@ export async function measureGuards(
     for (const mode of ['paced', 'back-to-back'] as const) {
       const runs = started.map((): ModeBlock[] => []);
       for (let block = 0; block < blocks; block += 1) {
-        const order = [...started.entries()];
-        if (block % 2 === 1) order.reverse();
+        const entries = [...started.entries()];
+        const turn = block % entries.length;
+        const order = [...entries.slice(turn), ...entries.slice(0, turn)];
         for (const [i, { bench, guard }] of order) {
           const total = bench.options.rewrites;
           const rounds =
