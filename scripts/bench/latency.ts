@@ -905,7 +905,8 @@ export interface Measured {
  * taking turns puts the same drift into every guard's figures, and rotating the order
  * gives each guard each place in a turn alike (with blocks a multiple of the guards),
  * so that their ratio holds. Two copies of one build measured so still differ, by
- * 2-35 % in paced CPU per correction and within 5 % back to back (docs/design.md).
+ * 2-35 % in paced CPU per correction (this checkout's the higher) and within 5 % back
+ * to back (docs/design.md).
  * `keep`: the guards are left running (the caller stops them).
  */
 export async function measureGuards(
