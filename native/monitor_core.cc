@@ -209,7 +209,7 @@ uint64_t MonitorCore::FollowCorrectionEchoes(const netlink::LinkRecord& link) {
     } else if (link.mac.state == netlink::MacField::State::kValid &&
                link.mac.bytes == unread->second.front().mac) {
       ownWrite = unread->second.front().serial;
-      unread->second.pop_front();
+      unread->second.erase(unread->second.begin());
       if (unread->second.empty()) unreadWrites_.erase(unread);
     }
   }
@@ -289,7 +289,7 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   echoes_.erase(link.ifindex);
   size_t writesAhead = 0;
   if (written.ok()) {
-    std::deque<UnreadWrite>& unread = unreadWrites_[link.ifindex];
+    std::vector<UnreadWrite>& unread = unreadWrites_[link.ifindex];
     writesAhead = unread.size();
     correction.write = ++writeSerial_;
     unread.push_back(UnreadWrite{mac, correction.write});
@@ -310,12 +310,11 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
       echoes.writesAhead = writesAhead;
       std::vector<MirrorChange> learnt;
       for (const netlink::NeighbourEntry& entry : set->second.entries()) {
-        netlink::NeighRecord record = RecordOf(entry);
         PendingEcho pending{entry.lladdr};
-        pending.present = mirror_.neighs().count(MirrorKey(record)) > 0;
+        pending.present = mirror_.neighs().count(MirrorKey(entry)) > 0;
         echoes.entries[NeighbourKey(entry.family, entry.destination)] = pending;
         if (!pending.present)
-          mirror_.ApplyNeigh(std::move(record), false, writer_->portid(), &learnt);
+          mirror_.ApplyNeigh(RecordOf(entry), false, writer_->portid(), &learnt);
       }
     }
   }

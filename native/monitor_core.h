@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -333,7 +332,8 @@ class MonitorCore {
     std::array<uint8_t, 6> mac{};
     uint64_t serial = 0;
   };
-  std::unordered_map<int32_t, std::deque<UnreadWrite>> unreadWrites_;
+  // A vector, not a deque: it holds one or two, and an empty deque already allocates twice.
+  std::unordered_map<int32_t, std::vector<UnreadWrite>> unreadWrites_;
   uint64_t writeSerial_ = 0;
   // Follows the device's link messages: the read of a correction's own MAC
   // write, and any later one, which ends its echoes. Returns that write's

@@ -38,15 +38,31 @@ void AppendU32(std::string* key, uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) key->push_back(static_cast<char>(value >> shift));
 }
 
+// Family, device and IP: the whole key of an ARP/NDP entry (10 bytes for IPv4, within the
+// string's own storage: no allocation), the start of an FDB entry's.
+std::string KeyStart(uint8_t family, int32_t ifindex, const std::vector<uint8_t>& destination) {
+  std::string key;
+  key.push_back(static_cast<char>(family));
+  AppendU32(&key, static_cast<uint32_t>(ifindex));
+  key.push_back(static_cast<char>(destination.size()));
+  key.append(destination.begin(), destination.end());
+  return key;
+}
+
 }  // namespace
 
+std::string MirrorKey(const netlink::NeighbourEntry& entry) {
+  std::string key = KeyStart(entry.family, entry.ifindex, entry.destination);
+  if (entry.family == AF_BRIDGE) {  // RecordOf's: a valid lladdr, no VNI
+    key.push_back(1);
+    key.append(entry.lladdr.begin(), entry.lladdr.end());
+    key.push_back(0);
+  }
+  return key;
+}
+
 std::string MirrorKey(const NeighRecord& neigh) {
-  std::string key;
-  key.reserve(40);
-  key.push_back(static_cast<char>(neigh.family));
-  AppendU32(&key, static_cast<uint32_t>(neigh.ifindex));
-  key.push_back(static_cast<char>(neigh.destination.size()));
-  key.append(neigh.destination.begin(), neigh.destination.end());
+  std::string key = KeyStart(neigh.family, neigh.ifindex, neigh.destination);
   if (neigh.family == AF_BRIDGE) {
     const bool valid = neigh.lladdr.state == MacField::State::kValid;
     key.push_back(valid ? 1 : 0);
@@ -104,7 +120,7 @@ void StateMirror::ApplyLink(LinkRecord link, bool fromDump, std::vector<MirrorCh
     const bool echo = showsWrite && !wentDown;
     // Rewrites queued before the write keep the mark: the first record with its MAC ends it.
     if (showsWrite) {
-      corrected->second.pop_front();
+      corrected->second.erase(corrected->second.begin());
       if (corrected->second.empty()) corrected_.erase(corrected);
     }
     correctionEcho =

@@ -8,7 +8,6 @@
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -17,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "netlink_builder.h"
 #include "netlink_parser.h"
 
 namespace fg {
@@ -60,6 +60,9 @@ using MirrorChange = std::variant<LinkChange, NeighChange>;
 // Identity of an entry: ARP/NDP by (family, device, IP); FDB by (device, MAC,
 // remote IP, VNI), since one MAC may have several remotes.
 std::string MirrorKey(const netlink::NeighRecord& neigh);
+// The key of the record a restore entry stands for (RecordOf's), without building the record: a
+// correction looks up every entry of its restore set.
+std::string MirrorKey(const netlink::NeighbourEntry& entry);
 
 // Equal in every field a change reports (addr_assign_type follows the MAC).
 bool SameLink(const netlink::LinkRecord& a, const netlink::LinkRecord& b);
@@ -126,8 +129,9 @@ class StateMirror {
   std::map<std::string, Neigh> neighs_;
   // Devices whose last change flushes their neighbour entries: the DELNEIGHs that follow it.
   std::unordered_set<int32_t> flushing_;
-  // The MACs corrections wrote whose RTM_NEWLINKs have not been read yet, oldest first.
-  std::unordered_map<int32_t, std::deque<std::array<uint8_t, 6>>> corrected_;
+  // The MACs corrections wrote whose RTM_NEWLINKs have not been read yet, oldest first (a
+  // vector, as MonitorCore::unreadWrites_).
+  std::unordered_map<int32_t, std::vector<std::array<uint8_t, 6>>> corrected_;
   uint32_t generation_ = 0;
   bool resyncing_ = false;
   bool ready_ = false;

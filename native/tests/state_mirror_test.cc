@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mirror_records.h"
+#include "restore_set.h"
 #include "test_harness.h"
 
 namespace {
@@ -236,6 +237,23 @@ TEST_CASE("mirror: keys - ARP by IP, FDB by MAC, remote and VNI; Forget is silen
   mirror.Forget(2);
   EXPECT_EQ(mirror.neighCount(), size_t{0});
   EXPECT_EQ(mirror.linkCount(), size_t{0});
+}
+
+TEST_CASE("mirror: a restore entry's key is its record's (RecordOf), seeded random entries") {
+  std::mt19937 random(20261207);
+  const uint8_t families[] = {AF_INET, AF_INET6, AF_BRIDGE};
+  for (int round = 0; round < 2000; ++round) {
+    fg::netlink::NeighbourEntry entry;
+    entry.family = families[random() % 3];
+    entry.ifindex = static_cast<int32_t>(random());
+    const size_t sizes[] = {0, 4, 16};
+    entry.destination.resize(sizes[random() % 3]);
+    for (uint8_t& byte : entry.destination) byte = static_cast<uint8_t>(random());
+    for (uint8_t& byte : entry.lladdr) byte = static_cast<uint8_t>(random());
+    entry.state = static_cast<uint16_t>(random());
+    entry.flags = static_cast<uint8_t>(random());
+    EXPECT_EQ(fg::MirrorKey(entry), fg::MirrorKey(fg::RecordOf(entry)));
+  }
 }
 
 TEST_CASE("mirror: addr_assign_type is kept while the MAC is, forgotten when it changes") {
