@@ -795,6 +795,16 @@ export interface ModeFigures {
   /** Share of the machine's CPU time that was busy during the run (all processes). */
   hostBusy: number;
   samples: Sample[];
+  /** Each block (turn) on its own: set side by side with another guard's same turn. */
+  turns: TurnFigures[];
+}
+
+/** One turn's figures: p50 of the MAC back, and CPU per correction (schedstat) with two of its parts, us. */
+export interface TurnFigures {
+  p50: number;
+  cpu: number;
+  main: number;
+  reader: number;
 }
 
 export interface GuardFigures {
@@ -889,6 +899,18 @@ function modeFigures(mode: ModeName, blocks: readonly ModeBlock[]): ModeFigures 
     busy: blocks.reduce((sum, b) => sum + b.busy, 0),
     hostBusy: blocks.reduce((sum, b) => sum + b.hostBusy, 0) / blocks.length,
     samples,
+    turns: blocks.map((b) => {
+      const turnKept = withoutBackoff(b.samples, b.deferred);
+      const turnCorrections = b.samples.filter((s) => s.mac >= 0).length;
+      const per = (ms: number): number =>
+        turnCorrections > 0 ? (ms * 1000) / turnCorrections : NaN;
+      return {
+        p50: distribution(microseconds(turnKept, 'mac')).p50,
+        cpu: per(b.cpu.runMs),
+        main: per(b.cpu.mainMs),
+        reader: per(readerMs(b.cpu)),
+      };
+    }),
   };
 }
 
@@ -903,10 +925,10 @@ export interface Measured {
  * both modes in `blocks` blocks, taking turns: guard A's block, guard B's, C's, then
  * B's, C's, A's. The machine's speed drifts by tens of percent over a minute here;
  * taking turns puts the same drift into every guard's figures, and rotating the order
- * gives each guard each place in a turn alike (with blocks a multiple of the guards),
- * so that their ratio holds. Two copies of one build measured so still differ, by
- * 2-35 % in paced CPU per correction (this checkout's the higher) and within 5 % back
- * to back (docs/design.md).
+ * gives each guard each place in a turn alike (with blocks a multiple of the guards).
+ * The speed also changes within seconds, so pooled figures of two copies of one build
+ * still differ by up to a third paced; turnRows sets them side by side turn by turn
+ * (docs/design.md).
  * `keep`: the guards are left running (the caller stops them).
  */
 export async function measureGuards(
@@ -1375,6 +1397,11 @@ function costRows(phases: readonly Phase[]): string[][] {
   return rows;
 }
 
+/** The addon's reader names itself (native/read_thread.cc); the rest are V8's and libuv's. */
+function readerMs(cpu: CpuDelta): number {
+  return cpu.threads.filter((t) => t.comm === 'fg-reader').reduce((sum, t) => sum + t.runMs, 0);
+}
+
 function cpuRows(phases: readonly Phase[]): string[][] {
   const rows: string[][] = [
     [
@@ -1399,10 +1426,7 @@ function cpuRows(phases: readonly Phase[]): string[][] {
         const m = g.modes.find((x) => x.mode === mode);
         if (!m || m.corrections === 0) continue;
         const per = (ms: number): string => fmt((ms * 1000) / m.corrections);
-        // The addon's reader names itself (native/read_thread.cc); the rest are V8's and libuv's.
-        const readerMs = m.cpu.threads
-          .filter((t) => t.comm === 'fg-reader')
-          .reduce((sum, t) => sum + t.runMs, 0);
+        const reader = readerMs(m.cpu);
         rows.push([
           phase.name,
           mode,
@@ -1414,14 +1438,53 @@ function cpuRows(phases: readonly Phase[]): string[][] {
           per(m.cpu.systemMs),
           per(m.cpu.runMs),
           per(m.cpu.mainMs),
-          per(readerMs),
-          per(m.cpu.runMs - m.cpu.mainMs - readerMs),
+          per(reader),
+          per(m.cpu.runMs - m.cpu.mainMs - reader),
           fmt(m.cpu.switches / m.corrections, 2),
         ]);
       }
     }
   }
   return rows;
+}
+
+/**
+ * Compared with another checkout: this checkout's guard over the other's, turn by turn. The
+ * machine's speed changes within seconds (one guard's paced CPU per correction ranged 2.5x
+ * from one 2.5 s turn to the next here), so the pooled figures above can differ by tens of
+ * percent between two copies of one build; a ratio taken within each turn, and its median
+ * over many turns, is the figure that holds.
+ */
+function turnRows(phases: readonly Phase[]): string[][] {
+  const rows: string[][] = [
+    ['phase', 'mode', 'measure', 'turns', 'median', 'quartiles', 'range', 'this one lower'],
+  ];
+  const spread = (values: number[]): string[] => {
+    const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+    const at = (fraction: number): string => fmt(percentile(sorted, fraction), 2);
+    return [
+      String(sorted.length),
+      at(0.5),
+      `${at(0.25)}-${at(0.75)}`,
+      `${fmt(sorted[0] ?? NaN, 2)}-${fmt(sorted[sorted.length - 1] ?? NaN, 2)}`,
+      `${sorted.filter((r) => r < 1).length} of ${sorted.length}`,
+    ];
+  };
+  for (const phase of phases) {
+    const [, own, compared] = phase.guards;
+    if (!own || !compared) continue;
+    for (const mode of ['paced', 'back-to-back'] as const) {
+      const a = own.modes.find((m) => m.mode === mode)?.turns ?? [];
+      const b = compared.modes.find((m) => m.mode === mode)?.turns ?? [];
+      const ratios = (field: keyof TurnFigures): number[] =>
+        a.map((turn, i) => turn[field] / (b[i]?.[field] ?? NaN));
+      rows.push([phase.name, mode, 'p50 MAC back', ...spread(ratios('p50'))]);
+      rows.push([phase.name, mode, 'CPU per correction', ...spread(ratios('cpu'))]);
+      rows.push([phase.name, mode, '  main thread', ...spread(ratios('main'))]);
+      rows.push([phase.name, mode, '  reader thread', ...spread(ratios('reader'))]);
+    }
+  }
+  return rows.length > 1 ? rows : [];
 }
 
 function report(
@@ -1464,6 +1527,16 @@ function report(
   );
   out.push(table(cpuRows(phases), 3));
   out.push('');
+  const turns = turnRows(phases);
+  if (turns.length > 0) {
+    const [, own, compared] = phases[0]?.guards ?? [];
+    out.push(
+      `Side by side, turn by turn: ${own?.label ?? ''} over ${compared?.label ?? ''} in each turn ` +
+        '(their blocks seconds apart), then over the turns:',
+    );
+    out.push(table(turns, 3));
+    out.push('');
+  }
   if (idle.length > 0) {
     out.push(
       `Idle: both guards in the namespace, no events, ${options.idleSeconds} s (flannel-guard right after its runs, C reference fresh);`,
