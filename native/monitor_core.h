@@ -332,7 +332,8 @@ class MonitorCore {
     std::array<uint8_t, 6> mac{};
     uint64_t serial = 0;
   };
-  // A vector, not a deque: it holds one or two, and an empty deque already allocates twice.
+  // A vector, not a deque: it holds a few (the corrections not read back yet, which the
+  // allowance bounds), and an empty deque already allocates twice.
   std::unordered_map<int32_t, std::vector<UnreadWrite>> unreadWrites_;
   uint64_t writeSerial_ = 0;
   // Follows the device's link messages: the read of a correction's own MAC
