@@ -738,7 +738,8 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
 void MonitorCore::HandleDatagram(const uint8_t* data, size_t length,
                                  std::vector<MonitorItem>* out) {
   ++stats_.datagrams;
-  netlink::ParsedDatagram parsed = netlink::ParseDatagram(data, length);
+  netlink::ParsedDatagram& parsed = parsed_;  // its storage kept from one datagram to the next
+  netlink::ParseDatagramInto(data, length, &parsed);
   lookahead_.datagram = &parsed;
   for (size_t i = 0; i < parsed.messages.size(); ++i) {
     lookahead_.message = i;

@@ -29,8 +29,11 @@ const std::vector<uint8_t>& NeighbourBatch::NextDatagram() {
   datagram_.clear();
   chunkBegin_ = next_;
   chunkFailures_ = 0;
-  // Requests are appended until the next would pass a limit; the last is then
-  // rebuilt with NLM_F_ACK (its size does not change).
+  // Room for the requests up front: one allocation per datagram, not one per doubling.
+  const size_t requests = std::min(entries_.size() - next_, limits_.maxRequests);
+  datagram_.reserve(std::min(requests * kLargestRequest, limits_.maxBytes + kLargestRequest));
+  // Requests are appended until the next would pass a limit; the last then
+  // asks for an ACK.
   size_t lastOffset = 0;
   while (next_ < entries_.size() && next_ - chunkBegin_ < limits_.maxRequests) {
     const size_t before = datagram_.size();
@@ -44,9 +47,7 @@ const std::vector<uint8_t>& NeighbourBatch::NextDatagram() {
     ++next_;
   }
   if (next_ > chunkBegin_) {
-    datagram_.resize(lastOffset);
-    AppendNeighbourReplaceRequest(&datagram_, entries_[next_ - 1],
-                                  firstSeq_ + static_cast<uint32_t>(next_ - 1), true);
+    RequestAck(&datagram_, lastOffset);
     inFlight_ = true;
     ++datagrams_;
   }

@@ -50,4 +50,7 @@ std::vector<uint8_t> BuildNeighbourDeleteRequest(const NeighbourEntry& entry, ui
 void AppendNeighbourReplaceRequest(std::vector<uint8_t>* out, const NeighbourEntry& entry,
                                    uint32_t seq, bool ack);
 
+// Sets NLM_F_ACK on the request that starts at `offset` of `bytes` (its size does not change).
+void RequestAck(std::vector<uint8_t>* bytes, size_t offset);
+
 }  // namespace fg::netlink

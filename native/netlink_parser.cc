@@ -306,22 +306,29 @@ MessageBody ParseBody(const nlmsghdr& header, const uint8_t* payload, size_t len
 
 }  // namespace
 
-ParsedDatagram ParseDatagram(const uint8_t* data, size_t length) {
-  ParsedDatagram result;
+void ParseDatagramInto(const uint8_t* data, size_t length, ParsedDatagram* out) {
+  // A notification is one message; a dump's datagram, hundreds: storage for those is not kept.
+  constexpr size_t kKeptMessages = 16;
+  if (out->messages.capacity() > kKeptMessages) {
+    out->messages = {};
+  } else {
+    out->messages.clear();
+  }
+  out->error.reset();
   size_t offset = 0;
   while (offset < length) {
     const size_t remaining = length - offset;
     if (remaining < kHeaderSize) {
-      result.error = DatagramError{offset, "trailing bytes shorter than a netlink header"};
+      out->error = DatagramError{offset, "trailing bytes shorter than a netlink header"};
       break;
     }
     const auto header = Load<nlmsghdr>(data + offset);
     if (header.nlmsg_len < kHeaderSize) {
-      result.error = DatagramError{offset, "nlmsg_len shorter than a netlink header"};
+      out->error = DatagramError{offset, "nlmsg_len shorter than a netlink header"};
       break;
     }
     if (header.nlmsg_len > remaining) {
-      result.error = DatagramError{offset, "nlmsg_len beyond the end of the datagram"};
+      out->error = DatagramError{offset, "nlmsg_len beyond the end of the datagram"};
       break;
     }
     Message message;
@@ -330,10 +337,15 @@ ParsedDatagram ParseDatagram(const uint8_t* data, size_t length) {
     message.seq = header.nlmsg_seq;
     message.portid = header.nlmsg_pid;
     message.body = ParseBody(header, data + offset + kHeaderSize, header.nlmsg_len - kHeaderSize);
-    result.messages.push_back(std::move(message));
+    out->messages.push_back(std::move(message));
     // nlmsg_len >= 16 guarantees progress; the final message may lack padding.
     offset += std::min(Align(header.nlmsg_len), remaining);
   }
+}
+
+ParsedDatagram ParseDatagram(const uint8_t* data, size_t length) {
+  ParsedDatagram result;
+  ParseDatagramInto(data, length, &result);
   return result;
 }
 

@@ -108,6 +108,10 @@ struct ParsedDatagram {
 // is reported in `error`; what was parsed before it is kept.
 ParsedDatagram ParseDatagram(const uint8_t* data, size_t length);
 
+// The same into `out`, cleared first: a reader parsing datagram after datagram keeps the
+// messages' storage (one allocation less per datagram).
+void ParseDatagramInto(const uint8_t* data, size_t length, ParsedDatagram* out);
+
 // Whether a datagram may hold an RTM_NEWLINK or RTM_DELLINK of `ifindex`: from the headers
 // alone, without parsing attributes. A message too short or malformed to tell counts as one.
 bool MayNotifyLink(const uint8_t* data, size_t length, int32_t ifindex);

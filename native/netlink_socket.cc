@@ -398,8 +398,8 @@ Result<std::vector<Message>> NetlinkRequester::Exchange(const std::vector<uint8_
       case NetlinkSocket::Received::kDatagram:
         break;
     }
-    netlink::ParsedDatagram parsed = netlink::ParseDatagram(buffer_.data(), length);
-    for (Message& message : parsed.messages) {
+    netlink::ParseDatagramInto(buffer_.data(), length, &parsed_);
+    for (Message& message : parsed_.messages) {
       // Ours: sent by this socket, seq in [seq, seq + count) (unsigned: wraps).
       if (message.seq - seq >= count || message.portid != socket_.portid()) continue;
       if (message.flags & NLM_F_DUMP_INTR) *interrupted = true;
@@ -410,8 +410,8 @@ Result<std::vector<Message>> NetlinkRequester::Exchange(const std::vector<uint8_
       replies.push_back(std::move(message));
       if (final && ++finished == count) return replies;
     }
-    if (parsed.error) {
-      return SysError(EBADMSG, "recvmsg", "malformed reply: " + parsed.error->reason);
+    if (parsed_.error) {
+      return SysError(EBADMSG, "recvmsg", "malformed reply: " + parsed_.error->reason);
     }
   }
 }
@@ -574,8 +574,8 @@ NeighbourWrites NetlinkRequester::ReplaceNeighbours(
         break;
       }
       if (received.value() != NetlinkSocket::Received::kDatagram) continue;
-      netlink::ParsedDatagram parsed = netlink::ParseDatagram(buffer_.data(), length);
-      for (const Message& message : parsed.messages) {
+      netlink::ParseDatagramInto(buffer_.data(), length, &parsed_);
+      for (const Message& message : parsed_.messages) {
         if (message.portid == socket_.portid()) batch.Accept(message);
       }
     }

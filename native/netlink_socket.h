@@ -204,6 +204,7 @@ class NetlinkRequester {
 
   NetlinkSocket socket_;
   std::vector<uint8_t> buffer_;
+  netlink::ParsedDatagram parsed_;  // scratch: one reply datagram's messages
 };
 
 }  // namespace fg

@@ -4,6 +4,7 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <utility>
 
 namespace fg {
@@ -38,8 +39,8 @@ bool Restorable(const netlink::NeighRecord& neigh) {
 }
 
 std::string NeighbourKey(uint8_t family, const std::vector<uint8_t>& destination) {
-  std::string key(1, static_cast<char>(family));
-  key.append(destination.begin(), destination.end());
+  std::string key(1 + destination.size(), static_cast<char>(family));
+  if (!destination.empty()) std::memcpy(&key[1], destination.data(), destination.size());
   return key;
 }
 

@@ -4,6 +4,7 @@
 #include <linux/neighbour.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <utility>
 
 namespace fg {
@@ -40,12 +41,15 @@ void AppendU32(std::string* key, uint32_t value) {
 
 // Family, device and IP: the whole key of an ARP/NDP entry (10 bytes for IPv4, within the
 // string's own storage: no allocation), the start of an FDB entry's.
+// Sized once and written in place: every notification and every restore entry builds one.
 std::string KeyStart(uint8_t family, int32_t ifindex, const std::vector<uint8_t>& destination) {
-  std::string key;
-  key.push_back(static_cast<char>(family));
-  AppendU32(&key, static_cast<uint32_t>(ifindex));
-  key.push_back(static_cast<char>(destination.size()));
-  key.append(destination.begin(), destination.end());
+  std::string key(6 + destination.size(), '\0');
+  key[0] = static_cast<char>(family);
+  for (size_t i = 0; i < 4; ++i) {
+    key[1 + i] = static_cast<char>(static_cast<uint32_t>(ifindex) >> (24 - 8 * i));
+  }
+  key[5] = static_cast<char>(destination.size());
+  if (!destination.empty()) std::memcpy(&key[6], destination.data(), destination.size());
   return key;
 }
 

@@ -237,7 +237,7 @@ function buildPlatformTests(getZig, platform, cached) {
       ZIG_LOCAL_CACHE_DIR: zigCache,
     };
     // -O0: these tests check the core's behaviour on musl and arm64, not the optimiser (the
-    // prebuilds are -Os; the ASan/UBSan and valgrind runs cover undefined behaviour). cmake's
+    // prebuilds are -Os and -O3; the ASan/UBSan and valgrind runs cover undefined behaviour). cmake's
     // checks build static libraries, linking nothing, for the same reason as above.
     const steps = [
       [

@@ -1293,3 +1293,41 @@ TEST_CASE("parser: seeded datagrams: MayNotifyLink agrees with the parser's link
     }
   }
 }
+
+TEST_CASE("parser: seeded datagrams parsed into one reused ParsedDatagram read as parsed fresh") {
+  // The reused storage never shows through: no message of an earlier datagram, no earlier
+  // error; a datagram of many messages (more than the storage kept) included.
+  std::mt19937 random(20261207);
+  ParsedDatagram reused;
+  for (int round = 0; round < 400; ++round) {
+    Bytes datagram;
+    const int messages = 1 + static_cast<int>(random() % (round % 10 == 0 ? 40 : 4));
+    for (int i = 0; i < messages; ++i) {
+      const auto ifindex = static_cast<int32_t>(1 + random() % 6);
+      datagram =
+          Cat({datagram, random() % 2 ? Msg(RTM_NEWLINK,
+                                            Cat({IfInfo(ifindex), Attr(IFLA_IFNAME, CStr("vx"))}))
+                                      : Msg(RTM_DELNEIGH, NdMsg(AF_INET, ifindex, 0))});
+    }
+    // One in four is cut short: parsing stops with an error.
+    if (random() % 4 == 0) datagram.resize(datagram.size() - 1 - random() % 8);
+    ParseDatagramInto(datagram.data(), datagram.size(), &reused);
+    const ParsedDatagram fresh = ParseDatagram(datagram.data(), datagram.size());
+    EXPECT_EQ(reused.messages.size(), fresh.messages.size());
+    EXPECT_EQ(reused.error.has_value(), fresh.error.has_value());
+    if (reused.error && fresh.error) {
+      EXPECT_EQ(reused.error->offset, fresh.error->offset);
+      EXPECT_EQ(reused.error->reason, fresh.error->reason);
+    }
+    for (size_t i = 0; i < std::min(reused.messages.size(), fresh.messages.size()); ++i) {
+      EXPECT_EQ(reused.messages[i].type, fresh.messages[i].type);
+      EXPECT_EQ(reused.messages[i].body.index(), fresh.messages[i].body.index());
+      const auto* link = std::get_if<LinkRecord>(&reused.messages[i].body);
+      const auto* freshLink = std::get_if<LinkRecord>(&fresh.messages[i].body);
+      if (link && freshLink) {
+        EXPECT_EQ(link->ifindex, freshLink->ifindex);
+        EXPECT_EQ(link->name, freshLink->name);
+      }
+    }
+  }
+}
