@@ -738,20 +738,19 @@ void MonitorCore::Drain(size_t maxDatagrams, std::vector<MonitorItem>* out) {
 void MonitorCore::HandleDatagram(const uint8_t* data, size_t length,
                                  std::vector<MonitorItem>* out) {
   ++stats_.datagrams;
-  netlink::ParsedDatagram& parsed = parsed_;  // its storage kept from one datagram to the next
-  netlink::ParseDatagramInto(data, length, &parsed);
-  lookahead_.datagram = &parsed;
-  for (size_t i = 0; i < parsed.messages.size(); ++i) {
+  netlink::ParseDatagramInto(data, length, &parsed_);
+  lookahead_.datagram = &parsed_;
+  for (size_t i = 0; i < parsed_.messages.size(); ++i) {
     lookahead_.message = i;
-    HandleMessage(parsed.messages[i], out);
+    HandleMessage(parsed_.messages[i], out);
   }
   lookahead_ = Lookahead{};
-  if (parsed.error) {
+  if (parsed_.error) {
     ++stats_.malformed;
     // The rest of the datagram is lost; if it held dump replies, walk the table again.
     if (phase_ != Phase::kIdle) dumpInterrupted_ = true;
     out->push_back(WarningItem{
-        "EBADMSG", parsed.error->reason + " at offset " + std::to_string(parsed.error->offset)});
+        "EBADMSG", parsed_.error->reason + " at offset " + std::to_string(parsed_.error->offset)});
   }
 }
 

@@ -359,8 +359,8 @@ class MonitorCore {
   uint32_t dumpSeq_ = 0;
   DatagramSlots slots_;
   std::vector<NetlinkSocket::Datagram> datagrams_;  // scratch: one read's
-  netlink::ParsedDatagram parsed_;                  // scratch: one datagram's messages
-  bool wrote_ = false;                              // a correction wrote since the last read
+  netlink::ParsedDatagram parsed_;  // scratch: one datagram's messages, its storage kept
+  bool wrote_ = false;              // a correction wrote since the last read
   // Where the message being handled is in what was read: what follows it is looked at for a
   // later notification of its device (MayPredateAWrite).
   struct Lookahead {

@@ -35,19 +35,23 @@ bool NamedKernelEvent(const std::optional<uint32_t>& event) {
 }
 
 // Big-endian, so that keys sort as the numbers do.
+void StoreU32(char* at, uint32_t value) {
+  for (int i = 0; i < 4; ++i) at[i] = static_cast<char>(value >> (24 - 8 * i));
+}
+
 void AppendU32(std::string* key, uint32_t value) {
-  for (int shift = 24; shift >= 0; shift -= 8) key->push_back(static_cast<char>(value >> shift));
+  const size_t at = key->size();
+  key->resize(at + 4);
+  StoreU32(&(*key)[at], value);
 }
 
 // Family, device and IP: the whole key of an ARP/NDP entry (10 bytes for IPv4, within the
-// string's own storage: no allocation), the start of an FDB entry's.
-// Sized once and written in place: every notification and every restore entry builds one.
+// string's own storage: no allocation), the start of an FDB entry's. Sized once and written in
+// place: every notification and every restore entry builds one.
 std::string KeyStart(uint8_t family, int32_t ifindex, const std::vector<uint8_t>& destination) {
   std::string key(6 + destination.size(), '\0');
   key[0] = static_cast<char>(family);
-  for (size_t i = 0; i < 4; ++i) {
-    key[1 + i] = static_cast<char>(static_cast<uint32_t>(ifindex) >> (24 - 8 * i));
-  }
+  StoreU32(&key[1], static_cast<uint32_t>(ifindex));
   key[5] = static_cast<char>(destination.size());
   if (!destination.empty()) std::memcpy(&key[6], destination.data(), destination.size());
   return key;

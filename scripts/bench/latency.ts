@@ -879,12 +879,17 @@ function sumCpu(a: CpuDelta, b: CpuDelta): CpuDelta {
   };
 }
 
+/** Rounds whose MAC came back (the rest were missed). */
+function correctionsIn(samples: readonly Sample[]): number {
+  return samples.filter((s) => s.mac >= 0).length;
+}
+
 function modeFigures(mode: ModeName, blocks: readonly ModeBlock[]): ModeFigures {
   const [first, ...rest] = blocks;
   if (!first) throw new Error('no block measured');
   const samples = blocks.flatMap((b) => b.samples);
   const deferred = blocks.reduce((sum, b) => sum + b.deferred, 0);
-  const corrections = samples.filter((s) => s.mac >= 0).length;
+  const corrections = correctionsIn(samples);
   const kept = withoutBackoff(samples, deferred);
   return {
     mode,
@@ -901,7 +906,7 @@ function modeFigures(mode: ModeName, blocks: readonly ModeBlock[]): ModeFigures 
     samples,
     turns: blocks.map((b) => {
       const turnKept = withoutBackoff(b.samples, b.deferred);
-      const turnCorrections = b.samples.filter((s) => s.mac >= 0).length;
+      const turnCorrections = correctionsIn(b.samples);
       const per = (ms: number): number =>
         turnCorrections > 0 ? (ms * 1000) / turnCorrections : NaN;
       return {
