@@ -1,7 +1,8 @@
 /**
  * `flannel-guard cni install` and `cni uninstall`: the shim into the runtime's bin folder (the
  * DaemonSet's init container), and, opted into, flannel-guard's entry in the primary network
- * configuration list, kept there while flannel's installer rewrites the file (`--watch`).
+ * configuration list, kept there while flannel's installer rewrites the file (`--watch`). Their
+ * flags are in commands.ts.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -16,7 +17,7 @@ import {
 } from '../cni/install';
 import { messageOf } from '../core/errors';
 import { EXIT_FAILURE } from './common';
-import { UsageError, type CommandSpec, type FlagSpec, type Flags } from './flags';
+import { UsageError, type Flags } from './flags';
 import { writeOut } from './stdio';
 
 const PACKAGE_ROOT = join(__dirname, '..', '..', '..');
@@ -28,19 +29,12 @@ function packagedShim(): string {
   return join(PACKAGE_ROOT, 'prebuilds', `linux-${process.arch}`, 'flannel-guard-cni');
 }
 
-const binDirFlag: FlagSpec = {
-  name: 'bin-dir',
-  value: '<dir>',
-  description: "the runtime's CNI plugin folder",
-  default: '/opt/cni/bin',
-};
-
 function say(change: ConflistChange): string {
   const where = change.file ?? 'no configuration list';
   return `${where}: ${change.result}${change.reason === undefined ? '' : ` (${change.reason}): left alone`}`;
 }
 
-async function install(flags: Flags): Promise<number> {
+export async function install(flags: Flags): Promise<number> {
   const binDir = flags.required('bin-dir');
   const confDir = flags.value('conf-dir');
   const socket = flags.value('socket');
@@ -78,7 +72,7 @@ async function install(flags: Flags): Promise<number> {
   return 0;
 }
 
-function uninstall(flags: Flags): Promise<number> {
+export function uninstall(flags: Flags): Promise<number> {
   const binDir = flags.required('bin-dir');
   const confDir = flags.value('conf-dir');
   const lines: string[] = [];
@@ -94,40 +88,3 @@ function uninstall(flags: Flags): Promise<number> {
   writeOut(lines.map((line) => `cni uninstall: ${line}\n`).join(''));
   return Promise.resolve(failed ? EXIT_FAILURE : 0);
 }
-
-const confDirFlag: FlagSpec = {
-  name: 'conf-dir',
-  value: '<dir>',
-  description:
-    "the runtime's network configuration folder (/etc/cni/net.d): flannel-guard's entry in its first list (flannel's)",
-};
-
-export const cniInstallCommand: CommandSpec = {
-  name: 'cni install',
-  description:
-    "copy the CNI shim into the runtime's plugin folder (written beside, then renamed); with --conf-dir, add its entry as the last plugin of the primary configuration list",
-  flags: [
-    binDirFlag,
-    { name: 'shim', value: '<file>', description: "the shim to copy (default: this package's)" },
-    confDirFlag,
-    {
-      name: 'socket',
-      value: '<path>',
-      description: "the entry's guard socket, when not /run/flannel-guard/cni.sock",
-    },
-    {
-      name: 'watch',
-      description:
-        "keep the entry there: put it back whenever the list is written again (flannel's installer), until SIGTERM",
-    },
-  ],
-  run: install,
-};
-
-export const cniUninstallCommand: CommandSpec = {
-  name: 'cni uninstall',
-  description:
-    'remove the shim from the plugin folder and, with --conf-dir, its entry from the list (the file as its author wrote it)',
-  flags: [binDirFlag, confDirFlag],
-  run: uninstall,
-};

@@ -1,5 +1,5 @@
 /**
- * `flannel-guard doctor`: its flags, in the CLI's flag layer. Exit status: 0 when no check
+ * `flannel-guard doctor` as it runs (its flags are in commands.ts). Exit status: 0 when no check
  * fails (warnings allowed), 1 when one does (or the doctor itself fails), 2 for a bad flag or
  * value, 77 without the privileges to read the namespace. What --fix cannot change is listed
  * as "NOT FIXED".
@@ -9,19 +9,11 @@ import { resolve } from 'node:path';
 import {
   EXIT_FAILURE,
   checkNetnsFlag,
-  ifaceFlag,
-  jsonFlag,
-  kubeconfigFlag,
-  macFlag,
-  netnsFlag,
-  nodeFlag,
-  offloadFlag,
   parseIfaceFlags,
   parseMacFlags,
   parseOffloadFlags,
-  stateDirFlag,
 } from './common';
-import { UsageError, type CommandSpec, type Flags } from './flags';
+import { UsageError, type Flags } from './flags';
 import { readRegularFile } from '../core/files';
 import { parsePeerSpec, validatePeer, type PeerExpectation } from '../ensure/peers';
 import { writeOut } from './stdio';
@@ -110,7 +102,7 @@ async function withCluster(flags: Flags, doctorOptions: DoctorOptions): Promise<
     .map((lease) => ({ vtepIp: lease.vtepIp, mac: lease.mac, underlayIp: lease.publicIp }));
 }
 
-async function doctor(flags: Flags): Promise<number> {
+export async function doctor(flags: Flags): Promise<number> {
   const doctorOptions = options(flags);
   if (flags.has('cluster')) await withCluster(flags, doctorOptions);
   // Loaded when the doctor runs: `watch` and `status` never need its checks.
@@ -124,59 +116,3 @@ async function doctor(flags: Flags): Promise<number> {
   );
   return report.verdict === 'fail' ? EXIT_FAILURE : 0;
 }
-
-export const doctorCommand: CommandSpec = {
-  name: 'doctor',
-  description:
-    "diagnose the node: .link files, udev rules, NetworkManager, the VTEP's MAC, neighbours, offloads, underlay driver, NAT, VXLAN port",
-  flags: [
-    jsonFlag('print the report as one JSON object (schema flannel-guard/doctor/v1)'),
-    {
-      name: 'fix',
-      description:
-        'write the MACAddressPolicy=none .link file, set the published MAC back, re-install neighbours, apply the offload policy; prints what it changed',
-    },
-    {
-      name: 'dry-run',
-      description:
-        'with --fix: print the plan (each file with its content, each command, each device write) and change nothing',
-    },
-    {
-      name: 'passive',
-      description:
-        'send nothing: skip the offload-probe check (one ICMP echo, UDP datagram and TCP SYN to each of up to 8 peers)',
-    },
-    stateDirFlag('where --fix notes what it changed, with what was there before (for undo)'),
-    { name: 'verbose', description: 'show the evidence of passing checks too' },
-    {
-      name: 'root',
-      value: '<dir>',
-      description: 'read configuration files under this directory',
-      default: '/',
-    },
-    netnsFlag,
-    ifaceFlag('check'),
-    macFlag('the MAC the node published for a device, repeatable'),
-    {
-      name: 'peer',
-      value: '<vtep-ip=mac[@underlay-ip]>',
-      repeatable: true,
-      description:
-        "another node's published VTEP (its flannel subnet's .0, VtepMAC, public IP), repeatable",
-    },
-    {
-      name: 'peers-file',
-      value: '<file>',
-      description: 'published peers as JSON: [{ "vtepIp", "mac", "underlayIp" }]',
-    },
-    offloadFlag('checks nothing'),
-    {
-      name: 'cluster',
-      description:
-        "read every Node: this node's published MACs and its peers from them, and the VtepMACs published twice (needs list on nodes)",
-    },
-    nodeFlag,
-    kubeconfigFlag,
-  ],
-  run: doctor,
-};

@@ -17,8 +17,7 @@ import { existsSync } from 'node:fs';
 
 import { FlannelGuard, type FlannelGuardEvents, type FlannelGuardOptions } from '../guard';
 import { guardConfig, withSource } from '../guard/config';
-import { doctorCommand } from './doctor';
-import { recordedChanges, undoCommand } from './undo';
+import { cniInstallCommand, cniUninstallCommand, doctorCommand, undoCommand } from './commands';
 import { DEFAULT_FIGHT_POLICY } from '../guard/fight-tracker';
 import { RANGES } from '../core/validate';
 import {
@@ -41,10 +40,7 @@ import {
 import { UsageError, runProgram, type CommandSpec, type Flags, type ProgramSpec } from './flags';
 import { DEFAULT_MESH_GRACE_MS, DEFAULT_UDEV_ROOT } from '../core/defaults';
 import type { MeshMode } from '../mesh/view';
-import { readStatus } from './status';
-import { formatChanges, formatStatus } from './tables';
 import { writeErr, writeOut } from './stdio';
-import { cniInstallCommand, cniUninstallCommand } from './cni';
 import { cniSocketPath, serveCni } from './cni-socket';
 import { GUARD_EVENT_NAMES, Output, printer } from './output';
 import { NODE_CONDITION_TYPE } from '../kubernetes/condition';
@@ -322,15 +318,12 @@ async function deviceStatus(flags: CommonFlags, stateDir: string): Promise<numbe
   const { offload, ...options } = commonOptions(flags);
   if (offload === 'auto')
     throw new UsageError('--offload auto: only watch measures; status shows a fixed policy');
-  const report = await readStatus(offload === undefined ? options : { ...options, offload });
-  const changes = recordedChanges(stateDir, flags.netns);
-  writeOut(
-    flags.json
-      ? `${JSON.stringify({ ...report, changes })}\n`
-      : formatStatus(report) + formatChanges(changes),
+  const { printStatus } = await import('./status-device.js');
+  return printStatus(
+    offload === undefined ? options : { ...options, offload },
+    stateDir,
+    flags.json,
   );
-  // 1 when a device's MAC is not the one --mac asks for (offloads are shown, not judged).
-  return report.devices.some((d) => d.desiredMac !== null && d.mac !== d.desiredMac) ? 1 : 0;
 }
 
 /** Which devices, their desired MACs and offloads, where: what `watch` and `status` share. */

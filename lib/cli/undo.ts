@@ -3,7 +3,8 @@
  * `doctor --fix` changed: each offload feature set back to its state before, each file written
  * removed (or given back what it held), the folders made for it removed when empty, and the
  * command that re-reads them run again. Refuses while a guard watches a device it would set
- * back (the guard would turn it again); leaves a file changed since it was written.
+ * back (the guard would turn it again); leaves a file changed since it was written. Its flags
+ * are in commands.ts.
  */
 import { closeSync, rmdirSync, unlinkSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
@@ -20,8 +21,8 @@ import {
 } from '../core/journal';
 import { setFeatures } from '../core/oneshot';
 import { netnsTarget } from '../core/validate';
-import { EXIT_FAILURE, checkNetnsFlag, jsonFlag, netnsFlag, stateDirFlag } from './common';
-import { UsageError, type CommandSpec, type Flags } from './flags';
+import { EXIT_FAILURE, checkNetnsFlag } from './common';
+import { UsageError, type Flags } from './flags';
 import { writeOut } from './stdio';
 
 /** A file written is at most this big (the doctor writes a few lines). */
@@ -174,7 +175,7 @@ export function recordedChanges(stateDir: string, netns: string | undefined): Re
   }
 }
 
-async function undo(flags: Flags): Promise<number> {
+export async function undo(flags: Flags): Promise<number> {
   const netns = flags.value('netns');
   checkNetnsFlag(netns);
   const dir = flags.required('state-dir');
@@ -222,16 +223,3 @@ async function undo(flags: Flags): Promise<number> {
   );
   return failed ? EXIT_FAILURE : 0;
 }
-
-export const undoCommand: CommandSpec = {
-  name: 'undo',
-  description:
-    'take back what watch and doctor --fix changed (offload features, files written), as the change journal in the state dir says',
-  flags: [
-    netnsFlag,
-    stateDirFlag('where the change journal is'),
-    { name: 'dry-run', description: 'say what it would take back, change nothing' },
-    jsonFlag('print one JSON object'),
-  ],
-  run: undo,
-};
