@@ -284,23 +284,26 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
   Correction correction;
   correction.mac = mac;
   correction.queuedNs = queuedNs > 0 ? queuedNs : 0;
-  Result<Unit> written = writer_->SetLinkAddress(link.ifindex, mac);
-  correction.macNs = since();
+  const auto set = restoreSets_.find(link.ifindex);
+  static const std::vector<netlink::NeighbourEntry> kNoEntries;
+  const std::vector<netlink::NeighbourEntry>& entries =
+      set != restoreSets_.end() ? set->second.entries() : kNoEntries;
+  CorrectionWrites writes = writer_->WriteCorrection(link.ifindex, mac, entries, clock_);
+  correction.macNs = writes.macAnsweredNs - started;
+  correction.neighbours = writes.neighbours.written;
   echoes_.erase(link.ifindex);
-  size_t writesAhead = 0;
-  if (written.ok()) {
+  if (writes.macError) {
+    correction.error = std::move(writes.macError);
+    // The kernel took the entries all the same, and their notifications are filtered out:
+    // the table is read again to know them.
+    if (writes.neighbours.written > 0) MarkResyncPending("correction");
+  } else {
     std::vector<UnreadWrite>& unread = unreadWrites_[link.ifindex];
-    writesAhead = unread.size();
+    const size_t writesAhead = unread.size();
     correction.write = ++writeSerial_;
     unread.push_back(UnreadWrite{mac, correction.write});
-  }
-  if (!written.ok()) {
-    correction.error = written.error();
-  } else if (auto set = restoreSets_.find(link.ifindex); set != restoreSets_.end()) {
-    NeighbourWrites restored = writer_->ReplaceNeighbours(set->second.entries());
-    correction.neighbours = restored.written;
-    correction.error = std::move(restored.error);
-    if (!correction.error) {
+    correction.error = std::move(writes.neighbours.error);
+    if (!correction.error && !entries.empty()) {
       // Every entry is back, as the kernel's ACKs say: the mirror learns them from those (the
       // kernel filter keeps the re-adds' notifications out), and the notifications between
       // the rewrite and the re-adds say nothing new (see CorrectionEchoes). An entry the
@@ -309,7 +312,7 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
       CorrectionEchoes& echoes = echoes_[link.ifindex];
       echoes.writesAhead = writesAhead;
       std::vector<MirrorChange> learnt;
-      for (const netlink::NeighbourEntry& entry : set->second.entries()) {
+      for (const netlink::NeighbourEntry& entry : entries) {
         PendingEcho pending{entry.lladdr};
         pending.present = mirror_.neighs().count(MirrorKey(entry)) > 0;
         echoes.entries[NeighbourKey(entry.family, entry.destination)] = pending;

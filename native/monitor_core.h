@@ -61,7 +61,7 @@ struct Correction {
   std::array<uint8_t, 6> mac{};   // written back
   size_t neighbours = 0;          // permanent entries re-added
   int64_t queuedNs = 0;           // from the datagram's arrival to reading it
-  int64_t macNs = 0;              // from reading the datagram to the MAC write's ACK
+  int64_t macNs = 0;              // from reading the datagram to the MAC write's answer
   int64_t doneNs = 0;             // ... to the last neighbour's ACK
   std::optional<SysError> error;  // the write that failed, if one did
   uint64_t write = 0;             // the MAC write's serial (0: none made), to know its echo
@@ -111,7 +111,7 @@ struct ReadyItem {};
 struct ResyncItem {
   bool begin = false;
   bool consistent = true;  // end only: every dump completed without interruption
-  std::string reason;      // begin only: "initial", "overrun" or "requested"
+  std::string reason;      // begin only: "initial", "overrun", "requested" or "correction"
 };
 
 // The kernel dropped notifications (ENOBUFS), or a datagram was discarded.

@@ -48,9 +48,11 @@ class CorrectionWriter {
   // The port id its writes' notifications name.
   virtual uint32_t portid() const = 0;
   virtual Result<netlink::LinkRecord> GetLink(int32_t ifindex) = 0;
-  virtual Result<Unit> SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac) = 0;
-  virtual NeighbourWrites ReplaceNeighbours(
-      const std::vector<netlink::NeighbourEntry>& entries) = 0;
+  // As NetlinkRequester::WriteCorrection: the entries are written whatever the MAC write's
+  // outcome, and `clock` read once its answer is.
+  virtual CorrectionWrites WriteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac,
+                                           const std::vector<netlink::NeighbourEntry>& entries,
+                                           const std::function<int64_t()>& clock) = 0;
 };
 
 // Opens the writer on first use (a correction is armed).
@@ -91,11 +93,10 @@ class RequesterWriter final : public CorrectionWriter {
   Result<netlink::LinkRecord> GetLink(int32_t ifindex) override {
     return requester_.GetLink(ifindex);
   }
-  Result<Unit> SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac) override {
-    return requester_.SetLinkAddress(ifindex, mac);
-  }
-  NeighbourWrites ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries) override {
-    return requester_.ReplaceNeighbours(entries);
+  CorrectionWrites WriteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac,
+                                   const std::vector<netlink::NeighbourEntry>& entries,
+                                   const std::function<int64_t()>& clock) override {
+    return requester_.WriteCorrection(ifindex, mac, entries, clock);
   }
 
  private:

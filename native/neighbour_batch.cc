@@ -25,17 +25,30 @@ NeighbourBatch::NeighbourBatch(const std::vector<NeighbourEntry>& entries, uint3
                                BatchLimits limits)
     : entries_(entries), firstSeq_(firstSeq), limits_(limits) {}
 
+void NeighbourBatch::Lead(std::vector<uint8_t> request, uint32_t seq) {
+  lead_ = std::move(request);
+  leadSeq_ = seq;
+}
+
 const std::vector<uint8_t>& NeighbourBatch::NextDatagram() {
   datagram_.clear();
   chunkBegin_ = next_;
   chunkFailures_ = 0;
+  // The lead's error reply takes one request's room in the receive buffer.
+  const bool lead = !lead_.empty() && datagrams_ == 0;
+  const size_t maxRequests = std::max<size_t>(limits_.maxRequests - (lead ? 1 : 0), 1);
   // Room for the requests up front: one allocation per datagram, not one per doubling.
-  const size_t requests = std::min(entries_.size() - next_, limits_.maxRequests);
-  datagram_.reserve(std::min(requests * kLargestRequest, limits_.maxBytes + kLargestRequest));
+  const size_t requests = std::min(entries_.size() - next_, maxRequests);
+  datagram_.reserve(lead_.size() +
+                    std::min(requests * kLargestRequest, limits_.maxBytes + kLargestRequest));
+  if (lead) {
+    datagram_.insert(datagram_.end(), lead_.begin(), lead_.end());
+    leadInFlight_ = true;
+  }
   // Requests are appended until the next would pass a limit; the last then
   // asks for an ACK.
   size_t lastOffset = 0;
-  while (next_ < entries_.size() && next_ - chunkBegin_ < limits_.maxRequests) {
+  while (next_ < entries_.size() && next_ - chunkBegin_ < maxRequests) {
     const size_t before = datagram_.size();
     AppendNeighbourReplaceRequest(&datagram_, entries_[next_],
                                   firstSeq_ + static_cast<uint32_t>(next_), false);
@@ -58,6 +71,11 @@ bool NeighbourBatch::Accept(const Message& reply) {
   if (!inFlight_) return false;
   const auto* ack = std::get_if<AckRecord>(&reply.body);
   if (ack == nullptr) return false;
+  if (leadInFlight_ && reply.seq == leadSeq_) {
+    if (ack->error != 0 && !leadFailure_)
+      leadFailure_ = BatchFailure{0, ack->error, ack->extackMessage};
+    return false;
+  }
   const size_t index = reply.seq - firstSeq_;  // unsigned: wraps with the numbers
   if (index < chunkBegin_ || index >= next_) return false;
   if (ack->error != 0) {
@@ -70,6 +88,8 @@ bool NeighbourBatch::Accept(const Message& reply) {
   failed_ += chunkFailures_;
   written_ += sent - chunkFailures_;
   inFlight_ = false;
+  leadAnswered_ = leadAnswered_ || leadInFlight_;
+  leadInFlight_ = false;
   return true;
 }
 
@@ -77,6 +97,7 @@ void NeighbourBatch::Abandon() {
   if (!inFlight_) return;
   unaccounted_ += next_ - chunkBegin_;
   inFlight_ = false;
+  leadInFlight_ = false;
 }
 
 }  // namespace fg::netlink

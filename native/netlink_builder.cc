@@ -104,8 +104,9 @@ std::vector<uint8_t> BuildGetLinkByNameRequest(const std::string& name, uint32_t
 }
 
 std::vector<uint8_t> BuildSetLinkAddressRequest(int32_t ifindex, const std::array<uint8_t, 6>& mac,
-                                                uint32_t seq) {
-  return Build(RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, seq, sizeof(ifinfomsg), {mac.size()},
+                                                uint32_t seq, bool ack) {
+  const uint16_t flags = NLM_F_REQUEST | (ack ? NLM_F_ACK : uint16_t{0});
+  return Build(RTM_NEWLINK, flags, seq, sizeof(ifinfomsg), {mac.size()},
                [&](RequestWriter& writer) {
                  writer.FamilyHeader<ifinfomsg>()->ifi_index = ifindex;
                  writer.Attribute(IFLA_ADDRESS, mac.data(), mac.size());

@@ -21,9 +21,10 @@ std::vector<uint8_t> BuildGetLinkRequest(int32_t ifindex, uint32_t seq);
 // RTM_GETLINK for one interface name (IFLA_IFNAME, at most 15 bytes).
 std::vector<uint8_t> BuildGetLinkByNameRequest(const std::string& name, uint32_t seq);
 
-// RTM_NEWLINK addressed by ifindex carrying only IFLA_ADDRESS, ACK requested.
+// RTM_NEWLINK addressed by ifindex carrying only IFLA_ADDRESS, ACK requested or not (then
+// the kernel answers only a failure).
 std::vector<uint8_t> BuildSetLinkAddressRequest(int32_t ifindex, const std::array<uint8_t, 6>& mac,
-                                                uint32_t seq);
+                                                uint32_t seq, bool ack = true);
 
 // RTM_NEWLINK on ifindex 1 (loopback in every namespace) with no attributes:
 // changes nothing, but the kernel checks CAP_NET_ADMIN before it looks.

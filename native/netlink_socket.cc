@@ -539,21 +539,56 @@ Result<Unit> NetlinkRequester::DeleteNeighbour(const netlink::NeighbourEntry& en
 
 NeighbourWrites NetlinkRequester::ReplaceNeighbours(
     const std::vector<netlink::NeighbourEntry>& entries) {
-  NeighbourWrites result;
-  if (entries.empty()) return result;
+  if (entries.empty()) return NeighbourWrites{};
   const uint32_t first = socket_.ReserveSeqs(static_cast<uint32_t>(entries.size()));
   netlink::NeighbourBatch batch(
       entries, first, netlink::BatchLimitsFor(socket_.sendBuffer(), socket_.receiveBuffer()));
+  return WriteBatch(&batch, entries, nullptr, nullptr);
+}
+
+CorrectionWrites NetlinkRequester::WriteCorrection(
+    int32_t ifindex, const std::array<uint8_t, 6>& mac,
+    const std::vector<netlink::NeighbourEntry>& entries, const std::function<int64_t()>& clock) {
+  CorrectionWrites result;
+  if (entries.empty()) {
+    Result<Unit> written = SetLinkAddress(ifindex, mac);
+    result.macAnsweredNs = clock();
+    if (!written.ok()) result.macError = written.error();
+    return result;
+  }
+  const uint32_t macSeq = socket_.NextSeq();
+  const uint32_t first = socket_.ReserveSeqs(static_cast<uint32_t>(entries.size()));
+  netlink::NeighbourBatch batch(
+      entries, first, netlink::BatchLimitsFor(socket_.sendBuffer(), socket_.receiveBuffer()));
+  batch.Lead(netlink::BuildSetLinkAddressRequest(ifindex, mac, macSeq, false), macSeq);
+  result.neighbours = WriteBatch(&batch, entries, &clock, &result.macAnsweredNs);
+  if (const std::optional<netlink::BatchFailure>& failure = batch.leadFailure()) {
+    result.macError = SysError(-failure->error, "setlink");
+    result.macError->ifindex = ifindex;
+    result.macError->extack = failure->extack;
+  } else if (!batch.leadAnswered()) {
+    // Sent or not, its answer is lost with the datagram's: the batch's error says why.
+    result.macError = result.neighbours.error;
+    result.macAnsweredNs = clock();
+  }
+  return result;
+}
+
+NeighbourWrites NetlinkRequester::WriteBatch(netlink::NeighbourBatch* batch,
+                                             const std::vector<netlink::NeighbourEntry>& entries,
+                                             const std::function<int64_t()>* clock,
+                                             int64_t* leadAnsweredNs) {
+  NeighbourWrites result;
   const auto fail = [&](SysError error) {
-    batch.Abandon();
+    batch->Abandon();
     result.error = std::move(error);
   };
-  while (!batch.done() && !result.error) {
-    if (Result<Unit> sent = socket_.Send(batch.NextDatagram()); !sent.ok()) {
+  while (!batch->done() && !result.error) {
+    if (Result<Unit> sent = socket_.Send(batch->NextDatagram()); !sent.ok()) {
       fail(sent.error());
       break;
     }
-    while (batch.inFlight() && !result.error) {
+    while (batch->inFlight() && !result.error) {
       size_t length = 0;
       Result<NetlinkSocket::Received> received = socket_.Receive(&buffer_, &length);
       if (!received.ok()) {
@@ -576,15 +611,18 @@ NeighbourWrites NetlinkRequester::ReplaceNeighbours(
       if (received.value() != NetlinkSocket::Received::kDatagram) continue;
       netlink::ParseDatagramInto(buffer_.data(), length, &parsed_);
       for (const Message& message : parsed_.messages) {
-        if (message.portid == socket_.portid()) batch.Accept(message);
+        if (message.portid == socket_.portid() && batch->Accept(message) &&
+            leadAnsweredNs != nullptr && *leadAnsweredNs == 0 && batch->leadAnswered()) {
+          *leadAnsweredNs = (*clock)();
+        }
       }
     }
   }
-  result.written = batch.written();
-  result.datagrams = batch.datagrams();
-  const size_t unwritten = entries.size() - batch.written();
-  if (!result.error && batch.firstFailure()) {
-    const netlink::BatchFailure& failure = *batch.firstFailure();
+  result.written = batch->written();
+  result.datagrams = batch->datagrams();
+  const size_t unwritten = entries.size() - batch->written();
+  if (!result.error && batch->firstFailure()) {
+    const netlink::BatchFailure& failure = *batch->firstFailure();
     result.error = SysError(-failure.error, "setneigh");
     result.error->ifindex = entries[failure.index].ifindex;
     result.error->extack = failure.extack;

@@ -16,6 +16,10 @@
 #include "netlink_parser.h"
 #include "result.h"
 
+namespace fg::netlink {
+class NeighbourBatch;
+}  // namespace fg::netlink
+
 namespace fg {
 
 // A dump flagged NLM_F_DUMP_INTR is walked again up to this many times in all
@@ -157,6 +161,14 @@ struct NeighbourWrites {
   std::optional<SysError> error;
 };
 
+// A correction's writes (NetlinkRequester::WriteCorrection): the MAC write's failure, if it
+// failed or its answer was lost, the clock when its answer was read, and the re-adds'.
+struct CorrectionWrites {
+  std::optional<SysError> macError;
+  int64_t macAnsweredNs = 0;
+  NeighbourWrites neighbours;
+};
+
 // A requester's receive buffer, asked for at open: error replies for 1024 requests.
 inline constexpr int kRequesterReceiveBuffer = 1 << 20;
 
@@ -183,6 +195,12 @@ class NetlinkRequester {
   // All of them, in as few datagrams as the socket's buffers allow, each
   // accounted for (see neighbour_batch.h).
   NeighbourWrites ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries);
+  // The MAC write, and the entries it flushed re-added, the write at the head of their first
+  // datagram: one sendmsg and one read for both when they fit one. The kernel takes the
+  // entries whether or not the write fails (they are other nodes' entries, right either way).
+  CorrectionWrites WriteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac,
+                                   const std::vector<netlink::NeighbourEntry>& entries,
+                                   const std::function<int64_t()>& clock);
   // A write that changes nothing (RTM_NEWLINK on lo without attributes): the
   // kernel checks CAP_NET_ADMIN before looking at it.
   Result<Unit> ProbeWriteAccess();
@@ -201,6 +219,11 @@ class NetlinkRequester {
                                         int32_t ifindex, const std::string& name);
   template <typename Record>
   Result<std::vector<Record>> Dump(uint16_t type, uint8_t family, const char* syscall);
+  // Sends the batch's datagrams and reads their answers; when the batch has a lead, *leadAnsweredNs
+  // is the clock when its datagram was answered.
+  NeighbourWrites WriteBatch(netlink::NeighbourBatch* batch,
+                             const std::vector<netlink::NeighbourEntry>& entries,
+                             const std::function<int64_t()>* clock, int64_t* leadAnsweredNs);
 
   NetlinkSocket socket_;
   std::vector<uint8_t> buffer_;

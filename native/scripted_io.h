@@ -76,11 +76,16 @@ class ScriptedWriter final : public CorrectionWriter {
       : portid_(portid), script_(std::move(script)) {}
   uint32_t portid() const override { return portid_; }
   Result<netlink::LinkRecord> GetLink(int32_t ifindex) override { return script_.getLink(ifindex); }
-  Result<Unit> SetLinkAddress(int32_t ifindex, const std::array<uint8_t, 6>& mac) override {
-    return script_.setLinkAddress(ifindex, mac);
-  }
-  NeighbourWrites ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries) override {
-    return script_.replaceNeighbours(entries);
+  // The kernel's order: the MAC write, then the entries whatever its outcome.
+  CorrectionWrites WriteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac,
+                                   const std::vector<netlink::NeighbourEntry>& entries,
+                                   const std::function<int64_t()>& clock) override {
+    CorrectionWrites writes;
+    Result<Unit> written = script_.setLinkAddress(ifindex, mac);
+    writes.macAnsweredNs = clock();
+    if (!written.ok()) writes.macError = written.error();
+    if (!entries.empty()) writes.neighbours = script_.replaceNeighbours(entries);
+    return writes;
   }
 
  private:

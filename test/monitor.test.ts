@@ -185,6 +185,49 @@ describe('LinkMonitor (real kernel, netns)', function () {
     assert.equal(last.correction, undefined);
   });
 
+  it('a native MAC write the kernel refuses still puts back the entries it went with, says why, and the table is read again', async function () {
+    // The MAC write heads the re-adds' datagram, and the kernel takes each request on its own:
+    // a multicast MAC is refused (EADDRNOTAVAIL), the other nodes' entries are put back. Their
+    // notifications are filtered out, so the mirror learns them from a resync.
+    const { m, link } = await openWithArmableVx1();
+    await ns.ip('neigh replace 198.18.0.2 lladdr 0e:00:00:00:00:bb dev vx1 nud permanent');
+    await waitFor(async () => m.neighbours().some((n) => n.destination === '198.18.0.2'), {
+      timeoutMs: 5000,
+      what: 'the second entry seen',
+    });
+    m.keep(link.ifindex);
+    assert.equal(m.restoreSet(link.ifindex).length, 2);
+    m.arm(link.ifindex, { name: 'vx1', mac: '01:00:5e:00:00:01' });
+    const resyncs = collectEvents(m, 'resync');
+    const changed = nextEvent(m, 'linkChanged', (e) => e.link.mac === '0e:00:00:00:00:02');
+    await ns.ip('link set vx1 address 0e:00:00:00:00:02');
+    const [event] = await changed;
+    assert.equal(event.correction?.error?.code, 'EADDRNOTAVAIL');
+    assert.equal(event.correction.neighbours, 2);
+    const shown = await ns.ipJson<IpLink[]>('link show vx1');
+    assert.equal(shown[0]?.address, '0e:00:00:00:00:02', 'the refused MAC was not written');
+    const entries =
+      await ns.ipJson<{ dst: string; lladdr: string; state: string[] }[]>('neigh show dev vx1');
+    assert.deepEqual(entries.map((e) => `${e.dst} ${e.lladdr} ${e.state.join(',')}`).sort(), [
+      '198.18.0.1 0e:00:00:00:00:aa PERMANENT',
+      '198.18.0.2 0e:00:00:00:00:bb PERMANENT',
+    ]);
+    await waitFor(async () => resyncs.events.some((e) => e.phase === 'end'), {
+      timeoutMs: 10_000,
+      what: 'the resync',
+    });
+    resyncs.stop();
+    assert.equal(resyncs.events[0]?.reason, 'correction');
+    assert.deepEqual(
+      m
+        .neighbours()
+        .filter((n) => n.ifindex === link.ifindex && n.permanent)
+        .map((n) => n.destination)
+        .sort(),
+      ['198.18.0.1', '198.18.0.2'],
+    );
+  });
+
   it('an arming with an allowance of 2 a minute answers two rewrites without being armed again, then refuses the third (the arming ends)', async function () {
     const { m, link } = await openWithArmableVx1();
     const allowance = { limit: 2, windowMs: 60_000, recent: [] };

@@ -131,7 +131,7 @@ export type RawMonitorItem =
   | RawLinkItem
   | RawNeighbourItem
   | { kind: 'ready' }
-  | { kind: 'resync'; phase: 'begin'; reason: 'initial' | 'overrun' | 'requested' }
+  | { kind: 'resync'; phase: 'begin'; reason: 'initial' | 'overrun' | 'requested' | 'correction' }
   | { kind: 'resync'; phase: 'end'; consistent: boolean }
   | { kind: 'overrun'; cause: 'ENOBUFS' | 'truncated' }
   | { kind: 'warning'; code: string; message: string }

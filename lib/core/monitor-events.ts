@@ -29,7 +29,10 @@ export interface NativeCorrection {
   neighbours: number;
   /** From the notification's arrival to its reading (time the event loop was busy). */
   queuedMs: number;
-  /** From reading the notification to the MAC write's acknowledgement. */
+  /**
+   * From reading the notification to the MAC write's answer: it goes in one datagram with the
+   * first neighbour entries, answered together.
+   */
   macMs: number;
   /** ... to the last neighbour entry's acknowledgement. */
   doneMs: number;
@@ -124,7 +127,8 @@ export interface OverrunEvent {
 
 export interface ResyncEvent {
   phase: 'begin' | 'end';
-  reason?: 'initial' | 'overrun' | 'requested';
+  /** 'correction': a native MAC write failed after the kernel had taken its re-adds. */
+  reason?: 'initial' | 'overrun' | 'requested' | 'correction';
   /** End only: every dump completed without interruption, so removals were applied. */
   consistent?: boolean;
 }

@@ -71,6 +71,8 @@ class ScriptedKernel {
   size_t fdbDumps = 0;
   // The core's kernel filter at work: its writer's re-adds are never read.
   bool ownReaddsFiltered = false;
+  // MAC writes are refused (as a multicast MAC is): nothing written, nothing notified.
+  bool refuseMac = false;
 
   Bytes LinkMessage(uint16_t flags = 0, uint32_t seq = 0, uint32_t portid = 0) const {
     return Msg(RTM_NEWLINK,
@@ -160,6 +162,7 @@ class ScriptedKernel {
     };
     script.setLinkAddress = [this](int32_t, const Mac& value) -> Result<Unit> {
       ++macWrites;
+      if (refuseMac) return SysError(EADDRNOTAVAIL, "setlink");
       if (beforeWrite) std::exchange(beforeWrite, nullptr)();
       WriteMac(value);
       return Unit{};
@@ -272,6 +275,32 @@ TEST_CASE("monitor core: a rewrite is answered in the read that sees it, entries
   EXPECT_EQ(bed.kernel->macWrites, size_t{1});
   // The flush and the re-adds are the correction's own: not passed on.
   EXPECT_EQ(NeighItems(items), size_t{0});
+}
+
+TEST_CASE("monitor core: a MAC write refused still has its entries written; a resync learns them") {
+  // They go in one datagram, and the kernel takes each request on its own.
+  Bed bed({{2, MacOf(0x22)}, {3, MacOf(0x33)}});
+  bed.kernel->ownReaddsFiltered = true;
+  bed.kernel->refuseMac = true;
+  bed.Arm();
+  bed.kernel->WriteMac(MacOf(0xbb));
+  const std::vector<MonitorItem> items = bed.Read();
+  const LinkItem* corrected = Correcting(items);
+  EXPECT_TRUE(corrected != nullptr);
+  EXPECT_EQ(corrected->correction->error->errnum, EADDRNOTAVAIL);
+  EXPECT_EQ(corrected->correction->write, uint64_t{0});
+  EXPECT_EQ(corrected->correction->neighbours, size_t{2});
+  EXPECT_TRUE(bed.kernel->mac == MacOf(0xbb));
+  EXPECT_EQ(bed.kernel->arp.size(), size_t{2});
+  size_t begun = 0;
+  for (const MonitorItem& item : items) {
+    if (const auto* resync = std::get_if<fg::ResyncItem>(&item); resync && resync->begin) {
+      EXPECT_EQ(resync->reason, std::string("correction"));
+      ++begun;
+    }
+  }
+  EXPECT_EQ(begun, size_t{1});
+  EXPECT_TRUE(MirroredArp(*bed.core) == bed.kernel->arp);
 }
 
 TEST_CASE("monitor core: a record queued before the MAC was put back is not written again") {

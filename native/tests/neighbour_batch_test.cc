@@ -11,12 +11,15 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <set>
 #include <vector>
 
+#include "netlink_builder.h"
 #include "netlink_parser.h"
 #include "test_harness.h"
 
@@ -77,6 +80,23 @@ Message Reply(uint32_t seq, int32_t error) {
   ack.error = error;
   message.body = ack;
   return message;
+}
+
+// A correction's MAC write as a lead: sequence `seq`, no ACK asked.
+std::vector<uint8_t> MacWrite(uint32_t seq) {
+  return fg::netlink::BuildSetLinkAddressRequest(7, {0x0e, 0, 0, 0, 0, 1}, seq, false);
+}
+
+// The lead at the head of `datagram` (its header), and the requests after it.
+nlmsghdr TakeLead(const std::vector<uint8_t>& datagram, std::vector<Request>* rest) {
+  nlmsghdr header{};
+  EXPECT_TRUE(datagram.size() >= sizeof(header));
+  if (datagram.size() < sizeof(header)) return header;
+  std::memcpy(&header, datagram.data(), sizeof(header));
+  const size_t length = std::min<size_t>(NLMSG_ALIGN(header.nlmsg_len), datagram.size());
+  *rest = Requests(
+      std::vector<uint8_t>(datagram.begin() + static_cast<ptrdiff_t>(length), datagram.end()));
+  return header;
 }
 
 TEST_CASE("batch: limits follow the buffers, within 1..256 requests per datagram") {
@@ -176,6 +196,75 @@ TEST_CASE("batch: replies lost leave the datagram's requests unaccounted, never 
   EXPECT_FALSE(batch.done());  // the third datagram is still to go, if the caller goes on
 }
 
+TEST_CASE(
+    "batch: a lead heads the first datagram only, in one request's room, its failure read before "
+    "the last ACK") {
+  const std::vector<NeighbourEntry> entries = Entries(30);
+  NeighbourBatch batch(entries, 1, BatchLimits{1 << 20, 10});
+  batch.Lead(MacWrite(500), 500);
+  std::vector<Request> requests;
+  const nlmsghdr lead = TakeLead(batch.NextDatagram(), &requests);
+  EXPECT_EQ(lead.nlmsg_type, RTM_NEWLINK);
+  EXPECT_EQ(lead.nlmsg_seq, 500u);
+  EXPECT_EQ(lead.nlmsg_flags & NLM_F_ACK, 0);
+  EXPECT_EQ(requests.size(), size_t{9});  // its error reply takes the tenth's room
+  EXPECT_EQ(requests.front().seq, 1u);
+  EXPECT_TRUE(requests.back().ack);
+  EXPECT_FALSE(batch.Accept(Reply(500, -EADDRNOTAVAIL)));
+  EXPECT_FALSE(batch.leadAnswered());
+  EXPECT_TRUE(batch.Accept(Reply(9, 0)));
+  EXPECT_TRUE(batch.leadAnswered());
+  EXPECT_EQ(batch.leadFailure()->error, -EADDRNOTAVAIL);
+  EXPECT_EQ(batch.written(), size_t{9});
+  EXPECT_FALSE(batch.firstFailure().has_value());  // the entries' own failures only
+  const std::vector<Request> second = Requests(batch.NextDatagram());
+  EXPECT_EQ(second.size(), size_t{10});
+  EXPECT_EQ(second.front().seq, 10u);
+  EXPECT_FALSE(batch.Accept(Reply(500, -EINVAL)));  // not in flight now: not taken
+  EXPECT_TRUE(batch.Accept(Reply(19, 0)));
+  EXPECT_EQ(batch.leadFailure()->error, -EADDRNOTAVAIL);
+}
+
+TEST_CASE("batch: a lead that succeeds is answered without a reply of its own") {
+  const std::vector<NeighbourEntry> entries = Entries(3);
+  NeighbourBatch batch(entries, 20, BatchLimits{1 << 20, 256});
+  batch.Lead(MacWrite(19), 19);
+  std::vector<Request> requests;
+  TakeLead(batch.NextDatagram(), &requests);
+  EXPECT_EQ(requests.size(), size_t{3});
+  EXPECT_TRUE(batch.Accept(Reply(22, 0)));
+  EXPECT_TRUE(batch.done());
+  EXPECT_TRUE(batch.leadAnswered());
+  EXPECT_FALSE(batch.leadFailure().has_value());
+}
+
+TEST_CASE("batch: a lead whose datagram's replies are lost is not answered") {
+  const std::vector<NeighbourEntry> entries = Entries(3);
+  NeighbourBatch batch(entries, 20, BatchLimits{1 << 20, 256});
+  batch.Lead(MacWrite(19), 19);
+  batch.NextDatagram();
+  batch.Abandon();
+  EXPECT_FALSE(batch.leadAnswered());
+  EXPECT_EQ(batch.unaccounted(), size_t{3});
+}
+
+TEST_CASE("batch: a lead counts against the byte limit, and one request still goes with it") {
+  const std::vector<NeighbourEntry> entries = Entries(10, true);
+  const size_t maxBytes = 200;
+  NeighbourBatch batch(entries, 1, BatchLimits{maxBytes, 256});
+  batch.Lead(MacWrite(99), 99);
+  std::vector<Request> requests;
+  const std::vector<uint8_t>& first = batch.NextDatagram();
+  EXPECT_TRUE(first.size() <= maxBytes);
+  TakeLead(first, &requests);
+  EXPECT_TRUE(!requests.empty());
+  // A limit below the lead and one request: the request still goes.
+  NeighbourBatch tight(entries, 1, BatchLimits{60, 256});
+  tight.Lead(MacWrite(99), 99);
+  TakeLead(tight.NextDatagram(), &requests);
+  EXPECT_EQ(requests.size(), size_t{1});
+}
+
 TEST_CASE("batch: seeded random shapes always account for every entry") {
   std::mt19937 random(20261201);
   for (int round = 0; round < 300; ++round) {
@@ -183,14 +272,27 @@ TEST_CASE("batch: seeded random shapes always account for every entry") {
     const std::vector<NeighbourEntry> entries = Entries(count, random() % 2 == 0);
     const uint32_t first = static_cast<uint32_t>(random());
     NeighbourBatch batch(entries, first, BatchLimits{64 + random() % 4000, 1 + random() % 256});
+    // Half the rounds with a lead (a MAC write) numbered just before the entries.
+    const bool lead = random() % 2 == 0;
+    if (lead) batch.Lead(MacWrite(first - 1), first - 1);
+    const bool leadFails = lead && random() % 3 == 0;
+    bool leadLost = false;
     size_t expectedFailed = 0;
     size_t expectedLost = 0;
     std::set<uint32_t> seen;
     while (!batch.done()) {
-      const std::vector<Request> requests = Requests(batch.NextDatagram());
+      const bool firstDatagram = batch.datagrams() == 0;
+      std::vector<Request> requests;
+      if (lead && firstDatagram) {
+        EXPECT_EQ(TakeLead(batch.NextDatagram(), &requests).nlmsg_seq, first - 1);
+        if (leadFails) EXPECT_FALSE(batch.Accept(Reply(first - 1, -EADDRNOTAVAIL)));
+      } else {
+        requests = Requests(batch.NextDatagram());
+      }
       for (const Request& request : requests) EXPECT_TRUE(seen.insert(request.seq).second);
       if (random() % 50 == 0) {
         expectedLost += requests.size();
+        leadLost = leadLost || (lead && firstDatagram);
         batch.Abandon();
         continue;
       }
@@ -208,6 +310,8 @@ TEST_CASE("batch: seeded random shapes always account for every entry") {
     EXPECT_EQ(batch.failed(), expectedFailed);
     EXPECT_EQ(batch.unaccounted(), expectedLost);
     EXPECT_EQ(batch.written() + batch.failed() + batch.unaccounted(), count);
+    EXPECT_EQ(batch.leadAnswered(), lead && !leadLost);
+    EXPECT_EQ(batch.leadFailure().has_value(), leadFails);
   }
 }
 
