@@ -39,7 +39,7 @@ const std::vector<uint8_t>& NeighbourBatch::NextDatagram() {
   const size_t maxRequests = std::max<size_t>(limits_.maxRequests - (lead ? 1 : 0), 1);
   // Room for the requests up front: one allocation per datagram, not one per doubling.
   const size_t requests = std::min(entries_.size() - next_, maxRequests);
-  datagram_.reserve(lead_.size() +
+  datagram_.reserve((lead ? lead_.size() : 0) +
                     std::min(requests * kLargestRequest, limits_.maxBytes + kLargestRequest));
   if (lead) {
     datagram_.insert(datagram_.end(), lead_.begin(), lead_.end());

@@ -36,7 +36,10 @@ export interface NativeCorrection {
   macMs: number;
   /** ... to the last neighbour entry's acknowledgement. */
   doneMs: number;
-  /** Set when a write failed (what was written before it stays written). */
+  /**
+   * Set when a write failed: the MAC write (the entries are written all the same, and the
+   * table read again), or an entry's (the others stay written: `neighbours` counts them).
+   */
   error?: SystemError;
   /** The device re-read after the writes: null when it is gone. */
   after: { name: string; mac: string | null } | null;
