@@ -25,8 +25,8 @@ NeighbourBatch::NeighbourBatch(const std::vector<NeighbourEntry>& entries, uint3
                                BatchLimits limits)
     : entries_(entries), firstSeq_(firstSeq), limits_(limits) {}
 
-void NeighbourBatch::Lead(std::vector<uint8_t> request, uint32_t seq) {
-  lead_ = std::move(request);
+void NeighbourBatch::Lead(uint32_t seq) {
+  lead_ = true;
   leadSeq_ = seq;
 }
 
@@ -35,16 +35,12 @@ const std::vector<uint8_t>& NeighbourBatch::NextDatagram() {
   chunkBegin_ = next_;
   chunkFailures_ = 0;
   // The lead's error reply takes one request's room in the receive buffer.
-  const bool lead = !lead_.empty() && datagrams_ == 0;
+  const bool lead = lead_ && datagrams_ == 0;
   const size_t maxRequests = std::max<size_t>(limits_.maxRequests - (lead ? 1 : 0), 1);
   // Room for the requests up front: one allocation per datagram, not one per doubling.
   const size_t requests = std::min(entries_.size() - next_, maxRequests);
-  datagram_.reserve((lead ? lead_.size() : 0) +
-                    std::min(requests * kLargestRequest, limits_.maxBytes + kLargestRequest));
-  if (lead) {
-    datagram_.insert(datagram_.end(), lead_.begin(), lead_.end());
-    leadInFlight_ = true;
-  }
+  datagram_.reserve(std::min(requests * kLargestRequest, limits_.maxBytes + kLargestRequest));
+  leadInFlight_ = lead;
   // Requests are appended until the next would pass a limit; the last then
   // asks for an ACK.
   size_t lastOffset = 0;

@@ -51,12 +51,12 @@ class NeighbourBatch {
   // firstSeq, firstSeq + 1, ... (unsigned: they may wrap).
   NeighbourBatch(const std::vector<NeighbourEntry>& entries, uint32_t firstSeq, BatchLimits limits);
 
-  // `request` (one request without NLM_F_ACK, sequence number `seq`, not one of the entries')
-  // goes at the head of the first datagram: a correction's MAC write, sent with the entries it
-  // flushed in one sendmsg. The kernel handles it before them and answers it only if it fails,
-  // so once the datagram's last ACK is read, leadFailure() is known. Called before the first
-  // NextDatagram(), with entries to send.
-  void Lead(std::vector<uint8_t> request, uint32_t seq);
+  // A request the caller sent on the same socket just before the first datagram, without
+  // NLM_F_ACK, with sequence number `seq` (not one of the entries'): a correction's MAC write,
+  // sent on its own so that nothing is built before it, its answer read with the entries'. The
+  // kernel answers it only if it fails, and before it handles the datagram, so once the first
+  // datagram's last ACK is read, leadFailure() is known. Called before the first NextDatagram().
+  void Lead(uint32_t seq);
 
   // Every datagram sent and answered.
   bool done() const { return next_ == entries_.size() && !inFlight_; }
@@ -79,7 +79,7 @@ class NeighbourBatch {
   size_t unaccounted() const { return unaccounted_; }
   size_t datagrams() const { return datagrams_; }
   const std::optional<BatchFailure>& firstFailure() const { return firstFailure_; }
-  // The lead's datagram was answered in full: its failure, if any, has been read.
+  // The first datagram was answered in full: the lead's failure, if any, has been read.
   bool leadAnswered() const { return leadAnswered_; }
   // Its error reply (`index` unused).
   const std::optional<BatchFailure>& leadFailure() const { return leadFailure_; }
@@ -98,7 +98,7 @@ class NeighbourBatch {
   size_t unaccounted_ = 0;
   size_t datagrams_ = 0;
   std::optional<BatchFailure> firstFailure_;
-  std::vector<uint8_t> lead_;  // until the first datagram holds it
+  bool lead_ = false;
   uint32_t leadSeq_ = 0;
   bool leadInFlight_ = false;
   bool leadAnswered_ = false;

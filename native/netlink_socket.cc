@@ -556,11 +556,22 @@ CorrectionWrites NetlinkRequester::WriteCorrection(
     if (!written.ok()) result.macError = written.error();
     return result;
   }
+  // The MAC write goes first, on its own: nothing else is built or sent before it. Its answer
+  // (an error, or nothing) is read with the first datagram's.
   const uint32_t macSeq = socket_.NextSeq();
+  if (Result<Unit> sent =
+          socket_.Send(netlink::BuildSetLinkAddressRequest(ifindex, mac, macSeq, false));
+      !sent.ok()) {
+    SysError error = sent.error();
+    error.ifindex = ifindex;
+    result.macError = error;
+    result.macAnsweredNs = clock();
+    return result;  // refused by the socket: the entries' datagram would fare no better
+  }
   const uint32_t first = socket_.ReserveSeqs(static_cast<uint32_t>(entries.size()));
   netlink::NeighbourBatch batch(
       entries, first, netlink::BatchLimitsFor(socket_.sendBuffer(), socket_.receiveBuffer()));
-  batch.Lead(netlink::BuildSetLinkAddressRequest(ifindex, mac, macSeq, false), macSeq);
+  batch.Lead(macSeq);
   result.neighbours = WriteBatch(&batch, entries, &clock, &result.macAnsweredNs);
   if (const std::optional<netlink::BatchFailure>& failure = batch.leadFailure()) {
     result.macError = SysError(-failure->error, "setlink");

@@ -195,8 +195,8 @@ class NetlinkRequester {
   // All of them, in as few datagrams as the socket's buffers allow, each
   // accounted for (see neighbour_batch.h).
   NeighbourWrites ReplaceNeighbours(const std::vector<netlink::NeighbourEntry>& entries);
-  // The MAC write, and the entries it flushed re-added, the write at the head of their first
-  // datagram: one sendmsg and one read for both when they fit one. The kernel takes the
+  // The MAC write, then the entries it flushed re-added, without waiting for the write's answer
+  // in between: it is read with the first datagram's (one read for both). The kernel takes the
   // entries whether or not the write fails (they are other nodes' entries, right either way).
   CorrectionWrites WriteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac,
                                    const std::vector<netlink::NeighbourEntry>& entries,

@@ -186,7 +186,7 @@ describe('LinkMonitor (real kernel, netns)', function () {
   });
 
   it('a native MAC write the kernel refuses still puts back the entries it went with, says why, and the table is read again', async function () {
-    // The MAC write heads the re-adds' datagram, and the kernel takes each request on its own:
+    // The re-adds are sent without waiting for the MAC write's answer, and the kernel takes each:
     // a multicast MAC is refused (EADDRNOTAVAIL), the other nodes' entries are put back. Their
     // notifications are filtered out, so the mirror learns them from a resync.
     const { m, link } = await openWithArmableVx1();

@@ -30,8 +30,8 @@ export interface NativeCorrection {
   /** From the notification's arrival to its reading (time the event loop was busy). */
   queuedMs: number;
   /**
-   * From reading the notification to the MAC write's answer: it goes in one datagram with the
-   * first neighbour entries, answered together.
+   * From reading the notification to the MAC write's answer, which is read with the first
+   * neighbour entries' (the entries are sent without waiting for it).
    */
   macMs: number;
   /** ... to the last neighbour entry's acknowledgement. */

@@ -278,7 +278,7 @@ TEST_CASE("monitor core: a rewrite is answered in the read that sees it, entries
 }
 
 TEST_CASE("monitor core: a MAC write refused still has its entries written; a resync learns them") {
-  // They go in one datagram, and the kernel takes each request on its own.
+  // The re-adds go without waiting for the write's answer, and the kernel takes each request.
   Bed bed({{2, MacOf(0x22)}, {3, MacOf(0x33)}});
   bed.kernel->ownReaddsFiltered = true;
   bed.kernel->refuseMac = true;

@@ -11,15 +11,12 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
-#include <algorithm>
-#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <set>
 #include <vector>
 
-#include "netlink_builder.h"
 #include "netlink_parser.h"
 #include "test_harness.h"
 
@@ -80,23 +77,6 @@ Message Reply(uint32_t seq, int32_t error) {
   ack.error = error;
   message.body = ack;
   return message;
-}
-
-// A correction's MAC write as a lead: sequence `seq`, no ACK asked.
-std::vector<uint8_t> MacWrite(uint32_t seq) {
-  return fg::netlink::BuildSetLinkAddressRequest(7, {0x0e, 0, 0, 0, 0, 1}, seq, false);
-}
-
-// The lead at the head of `datagram` (its header), and the requests after it.
-nlmsghdr TakeLead(const std::vector<uint8_t>& datagram, std::vector<Request>* rest) {
-  nlmsghdr header{};
-  EXPECT_TRUE(datagram.size() >= sizeof(header));
-  if (datagram.size() < sizeof(header)) return header;
-  std::memcpy(&header, datagram.data(), sizeof(header));
-  const size_t length = std::min<size_t>(NLMSG_ALIGN(header.nlmsg_len), datagram.size());
-  *rest = Requests(
-      std::vector<uint8_t>(datagram.begin() + static_cast<ptrdiff_t>(length), datagram.end()));
-  return header;
 }
 
 TEST_CASE("batch: limits follow the buffers, within 1..256 requests per datagram") {
@@ -197,16 +177,12 @@ TEST_CASE("batch: replies lost leave the datagram's requests unaccounted, never 
 }
 
 TEST_CASE(
-    "batch: a lead heads the first datagram only, in one request's room, its failure read before "
+    "batch: a lead takes one request's room in the first datagram only; its failure is read before "
     "the last ACK") {
   const std::vector<NeighbourEntry> entries = Entries(30);
   NeighbourBatch batch(entries, 1, BatchLimits{1 << 20, 10});
-  batch.Lead(MacWrite(500), 500);
-  std::vector<Request> requests;
-  const nlmsghdr lead = TakeLead(batch.NextDatagram(), &requests);
-  EXPECT_EQ(lead.nlmsg_type, RTM_NEWLINK);
-  EXPECT_EQ(lead.nlmsg_seq, 500u);
-  EXPECT_EQ(lead.nlmsg_flags & NLM_F_ACK, 0);
+  batch.Lead(500);
+  const std::vector<Request> requests = Requests(batch.NextDatagram());
   EXPECT_EQ(requests.size(), size_t{9});  // its error reply takes the tenth's room
   EXPECT_EQ(requests.front().seq, 1u);
   EXPECT_TRUE(requests.back().ack);
@@ -228,41 +204,22 @@ TEST_CASE(
 TEST_CASE("batch: a lead that succeeds is answered without a reply of its own") {
   const std::vector<NeighbourEntry> entries = Entries(3);
   NeighbourBatch batch(entries, 20, BatchLimits{1 << 20, 256});
-  batch.Lead(MacWrite(19), 19);
-  std::vector<Request> requests;
-  TakeLead(batch.NextDatagram(), &requests);
-  EXPECT_EQ(requests.size(), size_t{3});
+  batch.Lead(19);
+  EXPECT_EQ(Requests(batch.NextDatagram()).size(), size_t{3});
   EXPECT_TRUE(batch.Accept(Reply(22, 0)));
   EXPECT_TRUE(batch.done());
   EXPECT_TRUE(batch.leadAnswered());
   EXPECT_FALSE(batch.leadFailure().has_value());
 }
 
-TEST_CASE("batch: a lead whose datagram's replies are lost is not answered") {
+TEST_CASE("batch: a lead whose first datagram's replies are lost is not answered") {
   const std::vector<NeighbourEntry> entries = Entries(3);
   NeighbourBatch batch(entries, 20, BatchLimits{1 << 20, 256});
-  batch.Lead(MacWrite(19), 19);
+  batch.Lead(19);
   batch.NextDatagram();
   batch.Abandon();
   EXPECT_FALSE(batch.leadAnswered());
   EXPECT_EQ(batch.unaccounted(), size_t{3});
-}
-
-TEST_CASE("batch: a lead counts against the byte limit, and one request still goes with it") {
-  const std::vector<NeighbourEntry> entries = Entries(10, true);
-  const size_t maxBytes = 200;
-  NeighbourBatch batch(entries, 1, BatchLimits{maxBytes, 256});
-  batch.Lead(MacWrite(99), 99);
-  std::vector<Request> requests;
-  const std::vector<uint8_t>& first = batch.NextDatagram();
-  EXPECT_TRUE(first.size() <= maxBytes);
-  TakeLead(first, &requests);
-  EXPECT_TRUE(!requests.empty());
-  // A limit below the lead and one request: the request still goes.
-  NeighbourBatch tight(entries, 1, BatchLimits{60, 256});
-  tight.Lead(MacWrite(99), 99);
-  TakeLead(tight.NextDatagram(), &requests);
-  EXPECT_EQ(requests.size(), size_t{1});
 }
 
 TEST_CASE("batch: seeded random shapes always account for every entry") {
@@ -272,9 +229,9 @@ TEST_CASE("batch: seeded random shapes always account for every entry") {
     const std::vector<NeighbourEntry> entries = Entries(count, random() % 2 == 0);
     const uint32_t first = static_cast<uint32_t>(random());
     NeighbourBatch batch(entries, first, BatchLimits{64 + random() % 4000, 1 + random() % 256});
-    // Half the rounds with a lead (a MAC write) numbered just before the entries.
+    // Half the rounds with a lead (a MAC write sent before) numbered just before the entries.
     const bool lead = random() % 2 == 0;
-    if (lead) batch.Lead(MacWrite(first - 1), first - 1);
+    if (lead) batch.Lead(first - 1);
     const bool leadFails = lead && random() % 3 == 0;
     bool leadLost = false;
     size_t expectedFailed = 0;
@@ -282,12 +239,9 @@ TEST_CASE("batch: seeded random shapes always account for every entry") {
     std::set<uint32_t> seen;
     while (!batch.done()) {
       const bool firstDatagram = batch.datagrams() == 0;
-      std::vector<Request> requests;
-      if (lead && firstDatagram) {
-        EXPECT_EQ(TakeLead(batch.NextDatagram(), &requests).nlmsg_seq, first - 1);
-        if (leadFails) EXPECT_FALSE(batch.Accept(Reply(first - 1, -EADDRNOTAVAIL)));
-      } else {
-        requests = Requests(batch.NextDatagram());
+      const std::vector<Request> requests = Requests(batch.NextDatagram());
+      if (lead && firstDatagram && leadFails) {
+        EXPECT_FALSE(batch.Accept(Reply(first - 1, -EADDRNOTAVAIL)));
       }
       for (const Request& request : requests) EXPECT_TRUE(seen.insert(request.seq).second);
       if (random() % 50 == 0) {
