@@ -578,7 +578,7 @@ CorrectionWrites NetlinkRequester::WriteCorrection(
     result.macError->ifindex = ifindex;
     result.macError->extack = failure->extack;
   } else if (!batch.leadAnswered()) {
-    // Sent or not, its answer is lost with the datagram's: the batch's error says why.
+    // Its answer was not read: the first datagram's send or read failed, as the batch's error says.
     result.macError = result.neighbours.error;
     result.macAnsweredNs = clock();
   }
