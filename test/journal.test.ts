@@ -3,7 +3,7 @@
  * and a journal that is not what it claims is refused whole (EINVAL), never half read.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -89,5 +89,47 @@ describe('the change journal', function () {
     rmSync(path);
     writeJournal(dir, []);
     assert.deepEqual(readJournal(dir), []);
+  });
+
+  it('never writes a journal it would refuse to read: EINVAL, and the one there stays', function () {
+    const offload = (device: string) => ({
+      kind: 'offload' as const,
+      netns: null,
+      device,
+      before: { 'tx-checksum-ip-generic': true },
+    });
+    writeJournal(dir, [offload('f0')]);
+    const kept = readFileSync(join(dir, JOURNAL_NAME), 'utf8');
+    const refused = (records: Parameters<typeof writeJournal>[1], why: RegExp) => {
+      assert.throws(
+        () => writeJournal(dir, records),
+        (error: NodeJS.ErrnoException) => error.code === 'EINVAL' && why.test(error.message),
+      );
+      assert.equal(readFileSync(join(dir, JOURNAL_NAME), 'utf8'), kept);
+    };
+    // One record too many: once the newest was cut silently, a change undo never heard of.
+    refused(
+      Array.from({ length: 4097 }, (_, i) => offload(`f${i}`)),
+      /more than 4096 records/,
+    );
+    // A file's text that JSON escapes six times over (control bytes): past the bytes cap.
+    const file = {
+      kind: 'file' as const,
+      path: '/etc/x.conf',
+      before: '\u0001'.repeat(1024 * 1024),
+      written: 'a',
+      createdDirs: [],
+      reload: null,
+    };
+    refused([file], /over 4194304 bytes/);
+    assert.throws(
+      () => recordFile(dir, file),
+      (error: NodeJS.ErrnoException) => error.code === 'EINVAL',
+    );
+    assert.deepEqual(readJournal(dir), [offload('f0')]);
+    // At the caps, it is written and reads back.
+    const full = Array.from({ length: 4096 }, (_, i) => offload(`f${i}`));
+    writeJournal(dir, full);
+    assert.deepEqual(readJournal(dir), full);
   });
 });

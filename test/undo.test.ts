@@ -10,10 +10,13 @@ import {
   closeSync,
   copyFileSync,
   mkdirSync,
+  lstatSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
@@ -38,6 +41,18 @@ function treeOf(dir: string, prefix = ''): string[] {
       if (entry.isDirectory()) return [`${path}/`, ...treeOf(dir, path)];
       return [`${path}: ${readFileSync(join(dir, path), 'utf8')}`];
     });
+}
+
+/** A root for `doctor --fix` of its own: udev's default .link file and a NetworkManager. */
+function scratchRoot(): string {
+  const root = mkdtempSync(tempDirPrefix('undoroot'));
+  registerSyncCleanup(() => rmSync(root, { recursive: true, force: true }));
+  const defaultLink = '/usr/lib/systemd/network/99-default.link';
+  mkdirSync(join(root, '/usr/lib/systemd/network'), { recursive: true });
+  copyFileSync(defaultLink, join(root, defaultLink));
+  mkdirSync(join(root, 'etc/NetworkManager'), { recursive: true });
+  writeFileSync(join(root, 'etc/NetworkManager/NetworkManager.conf'), '[main]\nplugins=keyfile\n');
+  return root;
 }
 
 describe('flannel-guard undo', function () {
@@ -138,16 +153,7 @@ describe('flannel-guard undo', function () {
   });
 
   it('after doctor --fix: the files and folders it made gone, the offloads as before; a file edited since is left', async function () {
-    const root = mkdtempSync(tempDirPrefix('undoroot'));
-    registerSyncCleanup(() => rmSync(root, { recursive: true, force: true }));
-    const defaultLink = '/usr/lib/systemd/network/99-default.link';
-    mkdirSync(join(root, '/usr/lib/systemd/network'), { recursive: true });
-    copyFileSync(defaultLink, join(root, defaultLink));
-    mkdirSync(join(root, 'etc/NetworkManager'), { recursive: true });
-    writeFileSync(
-      join(root, 'etc/NetworkManager/NetworkManager.conf'),
-      '[main]\nplugins=keyfile\n',
-    );
+    const root = scratchRoot();
     const treeBefore = treeOf(root);
     const offloadsBefore = await offloads();
     const fixed = await execFile(
@@ -192,5 +198,82 @@ describe('flannel-guard undo', function () {
     rmSync(dropIn);
     rmSync(join(root, 'etc/NetworkManager/conf.d'), { recursive: true });
     assert.deepEqual(treeOf(root), treeBefore);
+  });
+
+  it('doctor --fix leaves what undo could not put back, and makes no change it cannot note', async function () {
+    const root = scratchRoot();
+    mkdirSync(join(root, 'etc/NetworkManager/conf.d'));
+    const dropInPath = '/etc/NetworkManager/conf.d/99-flannel-guard.conf';
+    const dropIn = join(root, dropInPath);
+    const doctor = (stateDir: string): Promise<RunResult> =>
+      execFile(
+        CLI,
+        ['doctor', '--fix', '--root', root, '--netns', ns.name, '--state-dir', stateDir],
+        { allowFailure: true, timeoutMs: 30_000 },
+      );
+    const journalPaths = (): string[] =>
+      (
+        JSON.parse(readFileSync(join(state, JOURNAL_NAME), 'utf8')) as {
+          records: { path?: string }[];
+        }
+      ).records.flatMap((record) => (record.path === undefined ? [] : [record.path]));
+    // What stands at the drop-in's name, kept as it is: a link (undo would put back a file), a
+    // FIFO, a file over the 1 MiB cap (the journal would not hold what undo needs).
+    const big = 'x'.repeat(1024 * 1024 + 1);
+    const cases: [string, () => Promise<void>, () => void][] = [
+      [
+        'a symbolic link',
+        async () => symlinkSync('../NetworkManager.conf', dropIn),
+        () => assert.equal(readlinkSync(dropIn), '../NetworkManager.conf'),
+      ],
+      [
+        'a FIFO',
+        async () => void (await execFile('mkfifo', [dropIn])),
+        () => assert.ok(lstatSync(dropIn).isFIFO()),
+      ],
+      [
+        'larger than 1048576 bytes',
+        async () => writeFileSync(dropIn, big),
+        () => assert.equal(readFileSync(dropIn, 'utf8'), big),
+      ],
+    ];
+    for (const [what, make, unchanged] of cases) {
+      await make();
+      const run = await doctor(state);
+      assert.match(
+        run.stdout,
+        new RegExp(
+          `NOT FIXED networkmanager: cannot write ${dropInPath}: .*${what}.*: undo could not put it back`,
+        ),
+        `${what}\n${run.stdout}${run.stderr}`,
+      );
+      unchanged();
+      assert.ok(!journalPaths().includes(dropIn), what);
+      assert.ok(journalPaths().includes(join(root, 'etc/systemd/network/10-flannel.link')), what);
+      rmSync(dropIn);
+    }
+
+    // A journal that does not read: the files written are taken back, no device is touched,
+    // and each is said.
+    rmSync(join(root, 'etc/systemd'), { recursive: true });
+    const treeBefore = treeOf(root);
+    const offloadsBefore = await offloads();
+    const badState = mkdtempSync(tempDirPrefix('undobad'));
+    registerSyncCleanup(() => rmSync(badState, { recursive: true, force: true }));
+    mkdirSync(join(badState, JOURNAL_NAME));
+    const run = await doctor(badState);
+    for (const [check, path] of [
+      ['link-files', '/etc/systemd/network/10-flannel.link'],
+      ['networkmanager', dropInPath],
+    ]) {
+      assert.match(
+        run.stdout,
+        new RegExp(`NOT FIXED ${check}: cannot write ${path}: .*change journal .*a directory`),
+        run.stdout + run.stderr,
+      );
+    }
+    assert.match(run.stdout, /NOT FIXED vtep-mac flannel\.1: .*change journal .*a directory/);
+    assert.deepEqual(treeOf(root), treeBefore);
+    assert.equal(await offloads(), offloadsBefore);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * The flags of `doctor`, `undo`, `cni install` and `cni uninstall`, for parsing and --help. What
  * each does is loaded when it runs: `watch` stays resident for the node's life and never needs
- * their modules (a few hundred kB of RSS).
+ * their modules (eight of them; about 50 kB of its RSS, as measured).
  */
 import {
   jsonFlag,

@@ -6,13 +6,14 @@
  * back (the guard would turn it again); leaves a file changed since it was written. Its flags
  * are in commands.ts.
  */
-import { closeSync, rmdirSync, unlinkSync } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { closeSync } from 'node:fs';
 
 import { binding } from '../core/binding';
 import { isSystemError, messageOf } from '../core/errors';
-import { readRegularFile, writeFileReplacing } from '../core/files';
+import { readRegularFile } from '../core/files';
+import { MAX_CONFIG_FILE_BYTES } from '../core/fsroot';
 import {
+  putBackFile,
   readJournal,
   writeJournal,
   type FileChange,
@@ -24,9 +25,6 @@ import { netnsTarget } from '../core/validate';
 import { EXIT_FAILURE, checkNetnsFlag } from './common';
 import { UsageError, type Flags } from './flags';
 import { writeOut } from './stdio';
-
-/** A file written is at most this big (the doctor writes a few lines). */
-const MAX_FILE_BYTES = 1024 * 1024;
 
 interface UndoStep {
   /** What was (or, on a dry run, would be) done, in one line. */
@@ -95,7 +93,11 @@ async function run(argv: readonly string[]): Promise<string> {
 async function undoFile(record: FileChange, dryRun: boolean): Promise<UndoStep[]> {
   let now: string | null;
   try {
-    now = readRegularFile(record.path, MAX_FILE_BYTES, 'file', { missing: 'null' });
+    // Not through a link: a link there now is not the file written.
+    now = readRegularFile(record.path, MAX_CONFIG_FILE_BYTES, 'file', {
+      missing: 'null',
+      noFollow: true,
+    });
   } catch (error) {
     return [{ said: `${record.path}: ${messageOf(error)}`, done: false, failed: true }];
   }
@@ -122,26 +124,20 @@ async function undoFile(record: FileChange, dryRun: boolean): Promise<UndoStep[]
         : [{ said: `would run ${record.reload.join(' ')}`, done: false, failed: false }]),
     ];
   }
-  const steps: UndoStep[] = [];
+  let removedDirs: string[];
   try {
-    if (record.before === null) unlinkSync(record.path);
-    else writeFileReplacing(dirname(record.path), basename(record.path), record.before);
-    steps.push({
-      said: `${verb === 'remove' ? 'removed' : 'put back what it held in'} ${record.path}`,
-      done: true,
-      failed: false,
-    });
+    removedDirs = putBackFile(record);
   } catch (error) {
     return [{ said: `${record.path}: ${messageOf(error)}`, done: false, failed: true }];
   }
-  for (const dir of [...record.createdDirs].reverse()) {
-    try {
-      rmdirSync(dir);
-      steps.push({ said: `removed the folder ${dir}`, done: true, failed: false });
-    } catch {
-      break; // not empty (something else lives there now): it stays, and so do its parents
-    }
-  }
+  const steps: UndoStep[] = [
+    {
+      said: `${verb === 'remove' ? 'removed' : 'put back what it held in'} ${record.path}`,
+      done: true,
+      failed: false,
+    },
+    ...removedDirs.map((dir) => ({ said: `removed the folder ${dir}`, done: true, failed: false })),
+  ];
   if (record.reload !== null) {
     steps.push({
       said: `ran ${record.reload.join(' ')}: ${await run(record.reload)}`,

@@ -38,7 +38,8 @@ function kindOf(stat: Stats): string {
  * The contents of a regular file of at most `maxBytes`, as UTF-8. Anything
  * else (missing, a FIFO, a device, a directory, too large) is an EINVAL
  * naming `what` and the reason; the open never waits for a writer. With
- * `missing: 'null'`, a file that does not exist is null instead.
+ * `missing: 'null'`, a file that does not exist is null instead; with
+ * `noFollow`, a symbolic link at `path` is refused, not followed.
  */
 /** Extra fields for the errors (the option a path came from, say). */
 type ReadFields = Omit<SystemErrorFields, 'code' | 'errno'>;
@@ -47,28 +48,30 @@ export function readRegularFile(
   path: string,
   maxBytes: number,
   what: string,
-  options?: { fields?: ReadFields },
+  options?: { fields?: ReadFields; noFollow?: true },
 ): string;
 export function readRegularFile(
   path: string,
   maxBytes: number,
   what: string,
-  options: { missing: 'null'; fields?: ReadFields },
+  options: { missing: 'null'; fields?: ReadFields; noFollow?: true },
 ): string | null;
 export function readRegularFile(
   path: string,
   maxBytes: number,
   what: string,
-  options: { missing?: 'null'; fields?: ReadFields } = {},
+  options: { missing?: 'null'; fields?: ReadFields; noFollow?: true } = {},
 ): string | null {
   const fail = (reason: string): SystemError =>
     invalidArgument(`${what} ${path}: ${reason}`, options.fields);
   let fd: number;
   try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+    const noFollow = options.noFollow ? constants.O_NOFOLLOW : 0;
+    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY | noFollow);
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     if (code === 'ENOENT' && options.missing === 'null') return null;
+    if (code === 'ELOOP' && options.noFollow) throw fail('a symbolic link, not a file');
     throw fail(code === 'ENOENT' ? 'no such file' : (error as Error).message);
   }
   try {

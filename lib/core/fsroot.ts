@@ -9,8 +9,11 @@ import { isAbsolute, join, posix } from 'node:path';
 
 import { readRegularFile, writeFileReplacing } from './files';
 
-/** Bound of one configuration file's size (the largest .link or rules file is a few KiB). */
-const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
+/**
+ * Bound of one configuration file's size, read or replaced by `doctor --fix` (the largest .link or
+ * rules file is a few KiB).
+ */
+export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
 /** Directories of systemd .link files, highest priority first (CONF_PATHS("systemd/network")). */
 export const NETWORK_DIRS = [

@@ -10,8 +10,8 @@
  * after its re-creation keeps its first "before". Untrusted on reading: bounded, strictly
  * validated, refused whole when anything in it is wrong.
  */
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, rmdirSync, unlinkSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 
 import { invalidArgument } from './errors';
 import { readRegularFile, writeFileReplacing } from './files';
@@ -100,11 +100,17 @@ export function readJournal(dir: string): JournalRecord[] {
   return records.map((record) => parseRecord(record, path));
 }
 
-/** Replaces the journal with `records` (none: an empty journal). */
+/**
+ * Replaces the journal with `records` (none: an empty journal). A journal that readJournal would
+ * refuse (too many records, too many bytes) is not written: EINVAL, and the one there stays.
+ */
 export function writeJournal(dir: string, records: readonly JournalRecord[]): void {
+  const path = join(dir, JOURNAL_NAME);
+  if (records.length > MAX_RECORDS) fail(path, `more than ${MAX_RECORDS} records`);
+  const text = `${JSON.stringify({ version: JOURNAL_VERSION, records }, null, 1)}\n`;
+  if (Buffer.byteLength(text) > MAX_JOURNAL_BYTES) fail(path, `over ${MAX_JOURNAL_BYTES} bytes`);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const document = { version: JOURNAL_VERSION, records: records.slice(0, MAX_RECORDS) };
-  writeFileReplacing(dir, JOURNAL_NAME, `${JSON.stringify(document, null, 1)}\n`, 0o600);
+  writeFileReplacing(dir, JOURNAL_NAME, text, 0o600);
 }
 
 const sameOffload = (record: JournalRecord, netns: string | null, device: string): boolean =>
@@ -138,4 +144,24 @@ export function recordFile(dir: string, change: FileChange): void {
   const first = found?.kind === 'file' ? found : change;
   const merged: FileChange = { ...change, before: first.before, createdDirs: first.createdDirs };
   writeJournal(dir, [...records.filter((record) => record !== found), merged]);
+}
+
+/**
+ * Puts back what a file change replaced: the file removed (nothing was there) or given back what
+ * it held, then the folders made for it removed while empty, innermost first. Returns the folders
+ * removed; throws when the file cannot be put back.
+ */
+export function putBackFile(change: Pick<FileChange, 'path' | 'before' | 'createdDirs'>): string[] {
+  if (change.before === null) unlinkSync(change.path);
+  else writeFileReplacing(dirname(change.path), basename(change.path), change.before);
+  const removed: string[] = [];
+  for (const dir of [...change.createdDirs].reverse()) {
+    try {
+      rmdirSync(dir);
+    } catch {
+      break; // not empty (something else lives there now): it stays, and so do its parents
+    }
+    removed.push(dir);
+  }
+  return removed;
 }

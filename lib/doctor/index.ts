@@ -13,8 +13,10 @@ import {
   type EnsurePlannedAction,
   type EnsureVtepResult,
 } from '../ensure/ensure';
-import { recordFile, recordOffloads } from '../core/journal';
-import { invalidArgument } from '../core/errors';
+import { putBackFile, readJournal, recordFile, recordOffloads } from '../core/journal';
+import { invalidArgument, messageOf } from '../core/errors';
+import { readRegularFile } from '../core/files';
+import { MAX_CONFIG_FILE_BYTES } from '../core/fsroot';
 import { NET_ADDR_RANDOM } from '../core/constants';
 import { absolutePathOption, booleanOption, rejectUnknownOptions } from '../core/options';
 import {
@@ -190,7 +192,26 @@ async function fixNetworkManager(
   );
 }
 
-/** Writes FILE under the root for CHECK's fix and, when given, runs the command that re-reads it. */
+/**
+ * What stands at `real` (null: nothing), as `undo` puts it back. What it could not put back as it
+ * was (a symbolic link, a FIFO, a folder, a file over the cap) throws: it is left as it is.
+ */
+function replaceable(real: string): string | null {
+  try {
+    return readRegularFile(real, MAX_CONFIG_FILE_BYTES, 'file', {
+      missing: 'null',
+      noFollow: true,
+    });
+  } catch (error) {
+    throw new Error(`${messageOf(error)}: undo could not put it back`, { cause: error });
+  }
+}
+
+/**
+ * Writes FILE under the root for CHECK's fix and, when given, runs the command that re-reads it.
+ * With a journal, the write is noted there with what it replaced; a write that cannot be noted is
+ * taken back at once (a change undo would not know of is not made).
+ */
 async function writeConfigFile(
   gathered: Gathered,
   check: CheckId,
@@ -202,26 +223,29 @@ async function writeConfigFile(
   let real: string;
   try {
     const target = gathered.fs.writeTarget(file.path);
-    const before = gathered.fs.readText(file.path);
+    const before = replaceable(target.realPath);
     const createdDirs = missingDirs(target.dir);
     real = log.dryRun ? target.realPath : gathered.fs.writeFile(file.path, file.content);
     if (!log.dryRun && log.journal !== undefined) {
-      const reload = reloadArgv;
-      recordFile(log.journal, {
-        kind: 'file',
-        path: real,
-        before,
-        written: file.content,
-        createdDirs,
-        reload,
-      });
+      const change = { path: real, before, createdDirs };
+      try {
+        recordFile(log.journal, {
+          kind: 'file',
+          ...change,
+          written: file.content,
+          reload: reloadArgv,
+        });
+      } catch (error) {
+        putBackFile(change);
+        throw error;
+      }
     }
   } catch (error) {
     changes.push({
       kind: 'not-fixed',
       check,
       device: null,
-      reason: `cannot write ${file.path}: ${error instanceof Error ? error.message : String(error)}`,
+      reason: `cannot write ${file.path}: ${messageOf(error)}`,
     });
     return;
   }
@@ -236,6 +260,8 @@ async function fixDevices(gathered: Gathered, input: DoctorOptions, log: FixLog)
   for (const device of gathered.devices) {
     if (device.link.kind !== 'vxlan') continue;
     try {
+      // A journal that does not read would not take the change either: none is made.
+      if (log.journal !== undefined && !log.dryRun) readJournal(log.journal);
       const result = await ensureVtep({
         ...(input.netns === undefined ? {} : { netns: input.netns }),
         device: device.link.name,
@@ -262,7 +288,7 @@ async function fixDevices(gathered: Gathered, input: DoctorOptions, log: FixLog)
         kind: 'not-fixed',
         check: 'vtep-mac',
         device: device.link.name,
-        reason: error instanceof Error ? error.message : String(error),
+        reason: messageOf(error),
       });
     }
   }
