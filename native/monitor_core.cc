@@ -311,10 +311,13 @@ std::optional<Correction> MonitorCore::CorrectIfArmed(const netlink::LinkRecord&
       // MAC, a down) is back without one.
       CorrectionEchoes& echoes = echoes_[link.ifindex];
       echoes.writesAhead = writesAhead;
+      echoes.entries.reserve(entries.size());
+      const std::vector<bool>& held = set->second.Held(mirror_, link.ifindex);
       std::vector<MirrorChange> learnt;
-      for (const netlink::NeighbourEntry& entry : entries) {
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const netlink::NeighbourEntry& entry = entries[i];
         PendingEcho pending{entry.lladdr};
-        pending.present = mirror_.neighs().count(MirrorKey(entry)) > 0;
+        pending.present = held[i];
         echoes.entries[NeighbourKey(entry.family, entry.destination)] = pending;
         if (!pending.present)
           mirror_.ApplyNeigh(RecordOf(entry), false, writer_->portid(), &learnt);

@@ -4,6 +4,7 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -45,6 +46,7 @@ std::string NeighbourKey(uint8_t family, const std::vector<uint8_t>& destination
 }
 
 void RestoreSet::Assign(std::vector<netlink::NeighbourEntry> entries) {
+  Changed();
   entries_.clear();
   index_.clear();
   entries_.reserve(entries.size());
@@ -52,6 +54,7 @@ void RestoreSet::Assign(std::vector<netlink::NeighbourEntry> entries) {
 }
 
 void RestoreSet::Upsert(netlink::NeighbourEntry entry) {
+  Changed();
   std::string key = NeighbourKey(entry.family, entry.destination);
   auto found = index_.find(key);
   if (found != index_.end()) {
@@ -62,9 +65,17 @@ void RestoreSet::Upsert(netlink::NeighbourEntry entry) {
   entries_.push_back(std::move(entry));
 }
 
+std::optional<size_t> RestoreSet::PositionOf(uint8_t family,
+                                             const std::vector<uint8_t>& destination) const {
+  auto found = index_.find(NeighbourKey(family, destination));
+  if (found == index_.end()) return std::nullopt;
+  return found->second;
+}
+
 bool RestoreSet::Remove(const netlink::NeighbourEntry& entry) {
   auto found = index_.find(NeighbourKey(entry.family, entry.destination));
   if (found == index_.end()) return false;
+  Changed();
   const size_t position = found->second;
   index_.erase(found);
   // The last entry takes the removed one's place.
@@ -74,6 +85,38 @@ bool RestoreSet::Remove(const netlink::NeighbourEntry& entry) {
   }
   entries_.pop_back();
   return true;
+}
+
+const std::vector<bool>& RestoreSet::Held(const StateMirror& mirror, int32_t ifindex) const {
+  if (heldKeysVersion_ != mirror.keysVersion() || heldIfindex_ != ifindex) {
+    held_ = HeldBy(mirror, ifindex, *this);
+    heldKeysVersion_ = mirror.keysVersion();
+    heldIfindex_ = ifindex;
+  }
+  return held_;
+}
+
+// One walk of the device's run of keys in the mirror per family, with a hash lookup each, rather
+// than a lookup in the mirror's ordered map per entry: at a few hundred peers, thousands of
+// string comparisons a correction.
+std::vector<bool> HeldBy(const StateMirror& mirror, int32_t ifindex, const RestoreSet& set) {
+  std::vector<bool> held(set.size(), false);
+  std::vector<uint8_t> walked;  // the families, one or two
+  for (const netlink::NeighbourEntry& entry : set.entries()) {
+    if (std::find(walked.begin(), walked.end(), entry.family) != walked.end()) continue;
+    walked.push_back(entry.family);
+    mirror.VisitNeighsOf(entry.family, ifindex, [&set, &held](const netlink::NeighRecord& neigh) {
+      const std::optional<size_t> at = set.PositionOf(neigh.family, neigh.destination);
+      // An FDB entry is also its MAC, with no VNI, as RecordOf makes it.
+      if (at && (neigh.family != AF_BRIDGE ||
+                 (!neigh.vni && neigh.lladdr.state == netlink::MacField::State::kValid &&
+                  neigh.lladdr.bytes == set.entries()[*at].lladdr))) {
+        held[*at] = true;
+      }
+      return true;
+    });
+  }
+  return held;
 }
 
 }  // namespace fg

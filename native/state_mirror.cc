@@ -4,6 +4,7 @@
 #include <linux/neighbour.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstring>
 #include <utility>
 
@@ -47,7 +48,7 @@ void AppendU32(std::string* key, uint32_t value) {
 
 // Family, device and IP: the whole key of an ARP/NDP entry (10 bytes for IPv4, within the
 // string's own storage: no allocation), the start of an FDB entry's. Sized once and written in
-// place: every notification and every restore entry builds one.
+// place: every notification builds one.
 std::string KeyStart(uint8_t family, int32_t ifindex, const std::vector<uint8_t>& destination) {
   std::string key(6 + destination.size(), '\0');
   key[0] = static_cast<char>(family);
@@ -59,14 +60,15 @@ std::string KeyStart(uint8_t family, int32_t ifindex, const std::vector<uint8_t>
 
 }  // namespace
 
-std::string MirrorKey(const netlink::NeighbourEntry& entry) {
-  std::string key = KeyStart(entry.family, entry.ifindex, entry.destination);
-  if (entry.family == AF_BRIDGE) {  // RecordOf's: a valid lladdr, no VNI
-    key.push_back(1);
-    key.append(entry.lladdr.begin(), entry.lladdr.end());
-    key.push_back(0);
-  }
-  return key;
+uint64_t StateMirror::NextKeysVersion() {
+  static std::atomic<uint64_t> last{0};  // mirrors live in any thread (workers)
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+std::string NeighKeyPrefix(uint8_t family, int32_t ifindex) {
+  std::string prefix(1, static_cast<char>(family));
+  AppendU32(&prefix, static_cast<uint32_t>(ifindex));
+  return prefix;
 }
 
 std::string MirrorKey(const NeighRecord& neigh) {
@@ -190,6 +192,7 @@ void StateMirror::ApplyNeigh(NeighRecord neigh, bool fromDump, uint32_t portid,
     removed.portid = portid;
     removed.cause = flushed ? RemovalCause::kFlush : RemovalCause::kDeleted;
     neighs_.erase(found);
+    keysVersion_ = NextKeysVersion();
     if (ready_) out->push_back(std::move(removed));
     return;
   }
@@ -214,6 +217,7 @@ void StateMirror::ApplyNeigh(NeighRecord neigh, bool fromDump, uint32_t portid,
   }
   if (found == neighs_.end()) {
     neighs_.emplace(std::move(key), Neigh{std::move(neigh), generation_});
+    keysVersion_ = NextKeysVersion();
   } else {
     found->second = Neigh{std::move(neigh), generation_};
   }
@@ -225,18 +229,14 @@ bool StateMirror::HasOtherRemote(const NeighRecord& neigh) const {
       neigh.lladdr.state != MacField::State::kValid) {
     return false;
   }
-  // The device's FDB entries are one run of keys: the family, then the ifindex.
-  std::string prefix(1, static_cast<char>(AF_BRIDGE));
-  AppendU32(&prefix, static_cast<uint32_t>(neigh.ifindex));
-  for (auto it = neighs_.lower_bound(prefix);
-       it != neighs_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
-    const NeighRecord& other = it->second.record;
-    if (other.lladdr.state == MacField::State::kValid && other.lladdr.bytes == neigh.lladdr.bytes &&
-        other.vni == neigh.vni && other.destination != neigh.destination) {
-      return true;
-    }
-  }
-  return false;
+  bool found = false;
+  VisitNeighsOf(AF_BRIDGE, neigh.ifindex, [&neigh, &found](const NeighRecord& other) {
+    found = other.lladdr.state == MacField::State::kValid &&
+            other.lladdr.bytes == neigh.lladdr.bytes && other.vni == neigh.vni &&
+            other.destination != neigh.destination;
+    return !found;
+  });
+  return found;
 }
 
 void StateMirror::NoteCorrection(int32_t ifindex, const std::array<uint8_t, 6>& mac) {
@@ -283,6 +283,7 @@ void StateMirror::EndResync(bool consistent, std::vector<MirrorChange>* out) {
         out->push_back(std::move(removed));
       }
       neigh = neighs_.erase(neigh);
+      keysVersion_ = NextKeysVersion();
     }
   }
   ready_ = true;
@@ -310,6 +311,7 @@ void StateMirror::RemoveNeighsOf(int32_t ifindex, RemovalCause cause,
       out->push_back(std::move(removed));
     }
     neigh = neighs_.erase(neigh);
+    keysVersion_ = NextKeysVersion();
   }
 }
 

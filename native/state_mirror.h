@@ -60,9 +60,9 @@ using MirrorChange = std::variant<LinkChange, NeighChange>;
 // Identity of an entry: ARP/NDP by (family, device, IP); FDB by (device, MAC,
 // remote IP, VNI), since one MAC may have several remotes.
 std::string MirrorKey(const netlink::NeighRecord& neigh);
-// The key of the record a restore entry stands for (RecordOf's), without building the record: a
-// correction looks up every entry of its restore set.
-std::string MirrorKey(const netlink::NeighbourEntry& entry);
+
+// The start every key of a device's entries in one family shares.
+std::string NeighKeyPrefix(uint8_t family, int32_t ifindex);
 
 // Equal in every field a change reports (addr_assign_type follows the MAC).
 bool SameLink(const netlink::LinkRecord& a, const netlink::LinkRecord& b);
@@ -112,6 +112,17 @@ class StateMirror {
   // other remote is gone: only a dump can.
   bool HasOtherRemote(const netlink::NeighRecord& neigh) const;
 
+  // Calls `visit` with each entry of one device in one family, in key order (one run of keys:
+  // the family, then the ifindex), until it returns false.
+  template <typename Visit>
+  void VisitNeighsOf(uint8_t family, int32_t ifindex, Visit&& visit) const {
+    const std::string prefix = NeighKeyPrefix(family, ifindex);
+    for (auto it = neighs_.lower_bound(prefix);
+         it != neighs_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      if (!visit(it->second.record)) return;
+    }
+  }
+
   const Link* FindLink(int32_t ifindex) const;
   const Link* FindLinkByName(const std::string& name) const;
   // Records the addr_assign_type read for the device at `mac` (ignored when the MAC moved on).
@@ -121,9 +132,14 @@ class StateMirror {
   // removals and tests see one order, whatever the history.
   const std::map<int32_t, Link>& links() const { return links_; }
   const std::map<std::string, Neigh>& neighs() const { return neighs_; }
+  // Changes whenever an entry is added to neighs() or taken out of it, and is never the same in
+  // two mirrors (one count for the process, from 1): what was worked out from the keys at one
+  // version holds while it stays.
+  uint64_t keysVersion() const { return keysVersion_; }
 
  private:
   void RemoveNeighsOf(int32_t ifindex, RemovalCause cause, std::vector<MirrorChange>* out);
+  static uint64_t NextKeysVersion();
 
   std::map<int32_t, Link> links_;
   std::map<std::string, Neigh> neighs_;
@@ -133,6 +149,7 @@ class StateMirror {
   // vector, as MonitorCore::unreadWrites_).
   std::unordered_map<int32_t, std::vector<std::array<uint8_t, 6>>> corrected_;
   uint32_t generation_ = 0;
+  uint64_t keysVersion_ = NextKeysVersion();
   bool resyncing_ = false;
   bool ready_ = false;
 };

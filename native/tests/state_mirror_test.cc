@@ -8,6 +8,7 @@
 #include <linux/neighbour.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -239,21 +240,135 @@ TEST_CASE("mirror: keys - ARP by IP, FDB by MAC, remote and VNI; Forget is silen
   EXPECT_EQ(mirror.linkCount(), size_t{0});
 }
 
-TEST_CASE("mirror: a restore entry's key is its record's (RecordOf), seeded random entries") {
+TEST_CASE("mirror: a device's run of keys per family (VisitNeighsOf, HeldBy), seeded tables") {
   std::mt19937 random(20261207);
   const uint8_t families[] = {AF_INET, AF_INET6, AF_BRIDGE};
-  for (int round = 0; round < 2000; ++round) {
-    fg::netlink::NeighbourEntry entry;
-    entry.family = families[random() % 3];
-    entry.ifindex = static_cast<int32_t>(random());
-    const size_t sizes[] = {0, 4, 16};
-    entry.destination.resize(sizes[random() % 3]);
-    for (uint8_t& byte : entry.destination) byte = static_cast<uint8_t>(random());
-    for (uint8_t& byte : entry.lladdr) byte = static_cast<uint8_t>(random());
-    entry.state = static_cast<uint16_t>(random());
-    entry.flags = static_cast<uint8_t>(random());
-    EXPECT_EQ(fg::MirrorKey(entry), fg::MirrorKey(fg::RecordOf(entry)));
+  // Indexes whose big-endian bytes share prefixes and straddle byte boundaries.
+  const int32_t ifindexes[] = {1, 2, 255, 256, 257, 65536, 0x01000001};
+  for (int round = 0; round < 200; ++round) {
+    std::vector<NeighRecord> neighs;
+    const size_t count = random() % 40;
+    for (size_t i = 0; i < count; ++i) {
+      NeighRecord neigh;
+      neigh.family = families[random() % 3];
+      neigh.ifindex = ifindexes[random() % 7];
+      neigh.state = NUD_PERMANENT;
+      neigh.destination.resize(neigh.family == AF_INET6 ? 16 : 4);
+      for (uint8_t& byte : neigh.destination) byte = static_cast<uint8_t>(random() % 3);
+      neigh.lladdr = Mac(static_cast<uint8_t>(random()));
+      neighs.push_back(neigh);
+    }
+    const StateMirror mirror = ReadyMirror({}, neighs);
+    fg::RestoreSet set;
+    for (const auto& [key, neigh] : mirror.neighs()) {
+      if (random() % 2 == 0) {
+        set.Upsert(fg::RestoreEntryOf(neigh.record));
+      }
+    }
+    for (const uint8_t family : families) {
+      for (const int32_t ifindex : ifindexes) {
+        std::vector<std::string> visited;
+        mirror.VisitNeighsOf(family, ifindex, [&visited](const NeighRecord& neigh) {
+          visited.push_back(fg::MirrorKey(neigh));
+          return true;
+        });
+        std::vector<std::string> expected;
+        for (const auto& [key, neigh] : mirror.neighs()) {
+          if (neigh.record.family == family && neigh.record.ifindex == ifindex) {
+            expected.push_back(key);
+          }
+        }
+        EXPECT_EQ(visited, expected);
+      }
+    }
+    // HeldBy says of each entry what a lookup of its record's key in the mirror says.
+    for (const int32_t ifindex : ifindexes) {
+      fg::RestoreSet device;
+      for (const fg::netlink::NeighbourEntry& entry : set.entries()) {
+        fg::netlink::NeighbourEntry placed = entry;
+        placed.ifindex = ifindex;
+        // FDB entries too (a restore set takes what it is given): held only at their MAC.
+        if (random() % 4 == 0) placed.family = AF_BRIDGE;
+        if (random() % 4 == 0) placed.lladdr[5] ^= 1;
+        device.Upsert(placed);
+      }
+      const std::vector<bool> held = fg::HeldBy(mirror, ifindex, device);
+      EXPECT_EQ(held.size(), device.size());
+      for (size_t at = 0; at < device.size(); ++at) {
+        const std::string key = fg::MirrorKey(fg::RecordOf(device.entries()[at]));
+        EXPECT_EQ(bool(held[at]), mirror.neighs().count(key) > 0);
+      }
+    }
+    // PositionOf finds each entry of the set where entries() has it, and nothing else.
+    for (size_t at = 0; at < set.size(); ++at) {
+      const fg::netlink::NeighbourEntry& entry = set.entries()[at];
+      EXPECT_EQ(set.PositionOf(entry.family, entry.destination), std::optional<size_t>(at));
+    }
+    for (const NeighRecord& neigh : neighs) {
+      const std::optional<size_t> at = set.PositionOf(neigh.family, neigh.destination);
+      if (at) EXPECT_EQ(set.entries()[*at].destination, neigh.destination);
+    }
   }
+}
+
+TEST_CASE("mirror: a restore set's Held is HeldBy's after any change to either, seeded") {
+  std::mt19937 random(20261208);
+  const int32_t ifindexes[] = {2, 3};
+  for (int round = 0; round < 50; ++round) {
+    StateMirror mirror = ReadyMirror({}, {});
+    fg::RestoreSet set;
+    std::vector<MirrorChange> changes;
+    uint64_t versions = 0;  // how often the mirror's keys changed
+    for (int step = 0; step < 60; ++step) {
+      NeighRecord neigh = Arp(ifindexes[random() % 2], static_cast<uint8_t>(random() % 6),
+                              static_cast<uint8_t>(random() % 3));
+      if (random() % 3 == 0)
+        neigh = Fdb(neigh.ifindex, neigh.lladdr.bytes[5], neigh.destination[3]);
+      const uint64_t before = mirror.keysVersion();
+      const std::map<std::string, StateMirror::Neigh> keysBefore = mirror.neighs();
+      switch (random() % 5) {
+        case 0:
+        case 1:
+          mirror.ApplyNeigh(neigh, false, 0, &changes);
+          break;
+        case 2:
+          mirror.ApplyNeigh(DeletedOf(neigh), false, 0, &changes);
+          break;
+        case 3:
+          set.Upsert(fg::RestoreEntryOf(neigh));
+          break;
+        case 4:
+          set.Remove(fg::RestoreEntryOf(neigh));
+          break;
+      }
+      // The version moves exactly when the keys do.
+      const bool keysMoved =
+          mirror.neighs().size() != keysBefore.size() ||
+          !std::equal(keysBefore.begin(), keysBefore.end(), mirror.neighs().begin(),
+                      [](const auto& a, const auto& b) { return a.first == b.first; });
+      EXPECT_EQ(mirror.keysVersion() != before, keysMoved);
+      if (keysMoved) ++versions;
+      for (const int32_t ifindex : ifindexes) {
+        EXPECT_TRUE(set.Held(mirror, ifindex) == fg::HeldBy(mirror, ifindex, set));
+      }
+    }
+    EXPECT_TRUE(versions > 0);
+  }
+  // Two mirrors never share a version: a set asked of another mirror works it out again.
+  const StateMirror one = ReadyMirror({}, {Arp(2, 1, 1)});
+  const StateMirror other = ReadyMirror({}, {});
+  fg::RestoreSet set;
+  set.Upsert(fg::RestoreEntryOf(Arp(2, 1, 1)));
+  EXPECT_TRUE(one.keysVersion() != other.keysVersion());
+  EXPECT_TRUE(set.Held(one, 2)[0]);
+  EXPECT_FALSE(set.Held(other, 2)[0]);
+}
+
+TEST_CASE("mirror: a visit stops when the visitor says so") {
+  const StateMirror mirror = ReadyMirror({}, {Arp(2, 1, 1), Arp(2, 2, 2), Arp(2, 3, 3)});
+  int visits = 0;
+  mirror.VisitNeighsOf(AF_INET, 2, [&visits](const NeighRecord&) { return ++visits < 2; });
+  EXPECT_EQ(visits, 2);
 }
 
 TEST_CASE("mirror: addr_assign_type is kept while the MAC is, forgotten when it changes") {
