@@ -645,6 +645,9 @@ export function referenceSpec(bench: Bench, trace = false): GuardSpec {
 }
 
 export function flannelGuardSpec(bench: Bench, probeOut?: string, checkout?: string): GuardSpec {
+  // Given as a flag, not left to the environment: a build from before FLANNEL_GUARD_STATE_DIR
+  // (a --compare checkout) would write the machine's /run/flannel-guard.
+  const stateDir = process.env.FLANNEL_GUARD_STATE_DIR;
   const [command, args] = scheduled(bench, process.execPath, [
     ...CLI_NODE_FLAGS,
     ...(probeOut === undefined ? [] : ['-r', PROBE]),
@@ -658,6 +661,7 @@ export function flannelGuardSpec(bench: Bench, probeOut?: string, checkout?: str
     '1',
     '--offload',
     'none',
+    ...(stateDir === undefined ? [] : ['--state-dir', stateDir]),
     '--json',
   ]);
   return {
