@@ -399,7 +399,14 @@ export class FlannelTestbed {
       'dev',
       'eth0',
     ]);
-    const created = await linkEvents.waitFor((e) => e.ifname === VTEP && !e.deleted, 5000, from);
+    // Its own creation, by ifindex: the monitor's pipe may still hold the old device's last
+    // events (`ip link del` downs it first: an RTM_NEWLINK with the old MAC).
+    const ifindex = Number((await n.ns.readFile(`/sys/class/net/${VTEP}/ifindex`)).trim());
+    const created = await linkEvents.waitFor(
+      (e) => e.ifindex === ifindex && e.ifname === VTEP && !e.deleted,
+      5000,
+      from,
+    );
     if (created.mac === null) throw new Error(`no MAC in the creation event of ${VTEP}`);
     const published = created.mac;
     let udevApplied: string | null = null;
