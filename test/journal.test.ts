@@ -41,8 +41,8 @@ describe('the change journal', function () {
       createdDirs: ['/etc'],
       reload: null,
     };
-    recordFile(dir, { ...file, before: null, written: 'a' });
-    recordFile(dir, { ...file, before: 'a', written: 'b', createdDirs: [] });
+    recordFile(dir, { ...file, before: null, beforeMode: null, written: 'a' });
+    recordFile(dir, { ...file, before: 'a', beforeMode: 0o600, written: 'b', createdDirs: [] });
     assert.deepEqual(readJournal(dir), [
       {
         kind: 'offload',
@@ -56,7 +56,23 @@ describe('the change journal', function () {
         device: 'flannel.1',
         before: { 'tx-checksum-ip-generic': true },
       },
-      { ...file, before: null, written: 'b' },
+      { ...file, before: null, beforeMode: null, written: 'b' },
+    ]);
+    // A file's record from before the mode was noted: put back as it was then, 0644.
+    writeFileSync(
+      join(dir, JOURNAL_NAME),
+      '{"version":1,"records":[{"kind":"file","path":"/etc/y","before":"x","written":"z","createdDirs":[],"reload":null}]}',
+    );
+    assert.deepEqual(readJournal(dir), [
+      {
+        kind: 'file',
+        path: '/etc/y',
+        before: 'x',
+        beforeMode: 0o644,
+        written: 'z',
+        createdDirs: [],
+        reload: null,
+      },
     ]);
   });
 
@@ -71,6 +87,12 @@ describe('the change journal', function () {
       '{"version":1,"records":[{"kind":"offload","netns":null,"device":"f","before":{"x":1}}]}',
       '{"version":1,"records":[{"kind":"file","path":"rel","before":null,"written":"","createdDirs":[],"reload":null}]}',
       '{"version":1,"records":[{"kind":"route"}]}',
+      // A mode that chmod would not take, or one for a file that was not there.
+      ...['-1', '4096', '1.5', '"420"', 'null'].map(
+        (mode) =>
+          `{"version":1,"records":[{"kind":"file","path":"/a","before":"x","beforeMode":${mode},"written":"","createdDirs":[],"reload":null}]}`,
+      ),
+      '{"version":1,"records":[{"kind":"file","path":"/a","before":null,"beforeMode":420,"written":"","createdDirs":[],"reload":null}]}',
       `{"version":1,"records":[${Array(4097).fill('{"kind":"offload","netns":null,"device":"f","before":{}}').join(',')}]}`,
     ]) {
       writeFileSync(path, text);
@@ -117,6 +139,7 @@ describe('the change journal', function () {
       kind: 'file' as const,
       path: '/etc/x.conf',
       before: '\u0001'.repeat(1024 * 1024),
+      beforeMode: 0o644,
       written: 'a',
       createdDirs: [],
       reload: null,

@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import {
+  chmodSync,
   closeSync,
   copyFileSync,
   mkdirSync,
@@ -198,6 +199,29 @@ describe('flannel-guard undo', function () {
     rmSync(dropIn);
     rmSync(join(root, 'etc/NetworkManager/conf.d'), { recursive: true });
     assert.deepEqual(treeOf(root), treeBefore);
+  });
+
+  it('after doctor --fix: a file it replaced is given back its text and its permission bits', async function () {
+    const root = scratchRoot();
+    mkdirSync(join(root, 'etc/NetworkManager/conf.d'));
+    const dropIn = join(root, 'etc/NetworkManager/conf.d/99-flannel-guard.conf');
+    // 0600: once given back as 0644, readable by all; 0664: what the umask alone would narrow.
+    for (const mode of [0o600, 0o664, 0o640]) {
+      const text = `[keyfile]\nunmanaged-devices=interface-name:eth${mode}\n`;
+      writeFileSync(dropIn, text);
+      chmodSync(dropIn, mode);
+      const fixed = await execFile(
+        CLI,
+        ['doctor', '--fix', '--root', root, '--netns', ns.name, '--state-dir', state],
+        { allowFailure: true, timeoutMs: 30_000 },
+      );
+      assert.notEqual(readFileSync(dropIn, 'utf8'), text, fixed.stdout + fixed.stderr);
+      assert.equal(lstatSync(dropIn).mode & 0o7777, 0o644, fixed.stdout);
+      const done = await undo();
+      assert.equal(done.code, 0, done.stdout + done.stderr);
+      assert.equal(readFileSync(dropIn, 'utf8'), text, done.stdout);
+      assert.equal((lstatSync(dropIn).mode & 0o7777).toString(8), mode.toString(8), done.stdout);
+    }
   });
 
   it('doctor --fix leaves what undo could not put back, and makes no change it cannot note', async function () {

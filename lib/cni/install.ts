@@ -6,11 +6,11 @@
  * flannel one), put back whenever flannel's installer rewrites that file, and taken out again.
  * A file that is not a list, or not JSON, is left alone and said.
  */
-import { readdirSync, readFileSync, statSync, unlinkSync, watch, type FSWatcher } from 'node:fs';
+import { readdirSync, readFileSync, unlinkSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 import { isSystemError } from '../core/errors';
-import { readRegularFile, writeFileReplacing } from '../core/files';
+import { readRegularFileAndMode, writeFileReplacing, type FileRead } from '../core/files';
 import { SHIM_TYPE, withShim, withoutShim } from './conflist';
 
 const SHIM_NAME = 'flannel-guard-cni';
@@ -72,11 +72,9 @@ function change(confDir: string, edit: (text: string) => Edit): ConflistChange {
   if (!file.endsWith('.conflist')) {
     return { file, result: 'refused', reason: 'not a configuration list (.conflist)' };
   }
-  let text: string;
-  let mode: number;
+  let read: FileRead;
   try {
-    text = readRegularFile(file, MAX_CONFLIST_BYTES, 'network configuration');
-    mode = statSync(file).mode & 0o777;
+    read = readRegularFileAndMode(file, MAX_CONFLIST_BYTES, 'network configuration');
   } catch (error) {
     return {
       file,
@@ -84,8 +82,8 @@ function change(confDir: string, edit: (text: string) => Edit): ConflistChange {
       reason: error instanceof Error ? error.message : String(error),
     };
   }
-  const { text: edited, ...outcome } = edit(text);
-  if (edited !== undefined) writeFileReplacing(dirname(file), basename(file), edited, mode);
+  const { text: edited, ...outcome } = edit(read.text);
+  if (edited !== undefined) writeFileReplacing(dirname(file), basename(file), edited, read.mode);
   return { ...outcome, file };
 }
 

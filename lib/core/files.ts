@@ -7,6 +7,7 @@
 import {
   closeSync,
   constants,
+  fchmodSync,
   fstatSync,
   fsyncSync,
   openSync,
@@ -25,6 +26,11 @@ import { invalidArgument, isSystemError, type SystemError, type SystemErrorField
 /** statfs(2) f_type of nsfs, the file system of namespace files (linux/magic.h). */
 const NSFS_MAGIC = 0x6e736673;
 
+/** The bits of st_mode chmod(2) sets. */
+export const PERMISSION_BITS = 0o7777;
+/** What a file is written with when nothing else is asked. */
+export const DEFAULT_FILE_MODE = 0o644;
+
 function kindOf(stat: Stats): string {
   if (stat.isDirectory()) return 'a directory';
   if (stat.isFIFO()) return 'a FIFO';
@@ -34,6 +40,20 @@ function kindOf(stat: Stats): string {
   return 'not a regular file';
 }
 
+/** Extra fields for the errors (the option a path came from, say). */
+type ReadFields = Omit<SystemErrorFields, 'code' | 'errno'>;
+interface ReadOptions {
+  missing?: 'null';
+  fields?: ReadFields;
+  noFollow?: true;
+}
+
+/** A file's text with its permission bits, as `undo` needs them to put it back. */
+export interface FileRead {
+  text: string;
+  mode: number;
+}
+
 /**
  * The contents of a regular file of at most `maxBytes`, as UTF-8. Anything
  * else (missing, a FIFO, a device, a directory, too large) is an EINVAL
@@ -41,9 +61,6 @@ function kindOf(stat: Stats): string {
  * `missing: 'null'`, a file that does not exist is null instead; with
  * `noFollow`, a symbolic link at `path` is refused, not followed.
  */
-/** Extra fields for the errors (the option a path came from, say). */
-type ReadFields = Omit<SystemErrorFields, 'code' | 'errno'>;
-
 export function readRegularFile(
   path: string,
   maxBytes: number,
@@ -60,8 +77,39 @@ export function readRegularFile(
   path: string,
   maxBytes: number,
   what: string,
-  options: { missing?: 'null'; fields?: ReadFields; noFollow?: true } = {},
+  options: ReadOptions = {},
 ): string | null {
+  return readWithMode(path, maxBytes, what, options)?.text ?? null;
+}
+
+/** As readRegularFile, with the permission bits of the file read (from the descriptor read). */
+export function readRegularFileAndMode(
+  path: string,
+  maxBytes: number,
+  what: string,
+  options?: { fields?: ReadFields; noFollow?: true },
+): FileRead;
+export function readRegularFileAndMode(
+  path: string,
+  maxBytes: number,
+  what: string,
+  options: { missing: 'null'; fields?: ReadFields; noFollow?: true },
+): FileRead | null;
+export function readRegularFileAndMode(
+  path: string,
+  maxBytes: number,
+  what: string,
+  options: ReadOptions = {},
+): FileRead | null {
+  return readWithMode(path, maxBytes, what, options);
+}
+
+function readWithMode(
+  path: string,
+  maxBytes: number,
+  what: string,
+  options: ReadOptions,
+): FileRead | null {
   const fail = (reason: string): SystemError =>
     invalidArgument(`${what} ${path}: ${reason}`, options.fields);
   let fd: number;
@@ -85,7 +133,7 @@ export function readRegularFile(
       read = readSync(fd, buffer, length, buffer.length - length, null);
     }
     if (length > maxBytes) throw fail(`larger than ${maxBytes} bytes`);
-    return buffer.toString('utf8', 0, length);
+    return { text: buffer.toString('utf8', 0, length), mode: stat.mode & PERMISSION_BITS };
   } finally {
     closeSync(fd);
   }
@@ -133,18 +181,20 @@ function createTemporary(dir: string, name: string, mode: number) {
  * name in the same folder (O_EXCL | O_NOFOLLOW: never through a link),
  * synced, then renamed over the target, which replaces a symlink there
  * instead of writing through it. Readers see the old file or the new one.
- * Returns the path written.
+ * The file gets `mode` as given, not narrowed by the umask (a file put back
+ * gets the bits it had). Returns the path written.
  */
 export function writeFileReplacing(
   dir: string,
   name: string,
   content: string | Uint8Array,
-  mode = 0o644,
+  mode = DEFAULT_FILE_MODE,
 ): string {
   const target = join(dir, name);
   const { fd, temporary } = createTemporary(dir, name, mode);
   try {
     try {
+      fchmodSync(fd, mode);
       const buffer = Buffer.from(content);
       for (let offset = 0; offset < buffer.length;) offset += writeSync(fd, buffer, offset);
       fsyncSync(fd);

@@ -7,7 +7,7 @@
 import { lstatSync, mkdirSync, readdirSync, readlinkSync, statSync } from 'node:fs';
 import { isAbsolute, join, posix } from 'node:path';
 
-import { readRegularFile, writeFileReplacing } from './files';
+import { DEFAULT_FILE_MODE, readRegularFile, writeFileReplacing } from './files';
 
 /**
  * Bound of one configuration file's size, read or replaced by `doctor --fix` (the largest .link or
@@ -127,7 +127,7 @@ export class FsRoot {
    * renamed over the target, which replaces a symlink there instead of
    * writing through it. Returns the real path written.
    */
-  writeFile(path: string, content: string, mode = 0o644): string {
+  writeFile(path: string, content: string, mode = DEFAULT_FILE_MODE): string {
     const { dir, name } = this.writeTarget(path);
     return writeFileReplacing(this.#makeDirs(dir), name, content, mode);
   }

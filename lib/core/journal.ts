@@ -14,7 +14,7 @@ import { mkdirSync, rmdirSync, unlinkSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 import { invalidArgument } from './errors';
-import { readRegularFile, writeFileReplacing } from './files';
+import { DEFAULT_FILE_MODE, PERMISSION_BITS, readRegularFile, writeFileReplacing } from './files';
 
 export const JOURNAL_NAME = 'changes.json';
 const JOURNAL_VERSION = 1;
@@ -36,6 +36,8 @@ export interface FileChange {
   path: string;
   /** What it held before (null: it did not exist). */
   before: string | null;
+  /** Its permission bits before (null: it did not exist; a journal from before 0.x: 0o644). */
+  beforeMode: number | null;
   /** What was written: undo leaves a file someone changed since. */
   written: string;
   /** Folders made for it, outermost first. */
@@ -49,6 +51,9 @@ export type JournalRecord = OffloadChange | FileChange;
 function fail(path: string, reason: string): never {
   throw invalidArgument(`change journal ${path}: ${reason}`);
 }
+
+const isPermissionBits = (value: unknown): value is number =>
+  Number.isInteger(value) && (value as number) >= 0 && (value as number) <= PERMISSION_BITS;
 
 function isStringList(value: unknown): value is string[] {
   return Array.isArray(value) && value.every((item) => typeof item === 'string');
@@ -75,10 +80,23 @@ function parseRecord(value: unknown, path: string): JournalRecord {
     const { path: file, before, written, createdDirs, reload } = record;
     if (typeof file !== 'string' || !file.startsWith('/')) fail(path, 'path');
     if (before !== null && typeof before !== 'string') fail(path, 'before');
+    // Absent from journals written before it was noted: such files were put back as 0644.
+    const { beforeMode = before === null ? null : DEFAULT_FILE_MODE } = record;
+    if (before === null ? beforeMode !== null : !isPermissionBits(beforeMode)) {
+      fail(path, 'beforeMode');
+    }
     if (typeof written !== 'string') fail(path, 'written');
     if (!isStringList(createdDirs)) fail(path, 'createdDirs');
     if (reload !== null && !isStringList(reload)) fail(path, 'reload');
-    return { kind: 'file', path: file, before, written, createdDirs, reload };
+    return {
+      kind: 'file',
+      path: file,
+      before,
+      beforeMode: beforeMode as number | null,
+      written,
+      createdDirs,
+      reload,
+    };
   }
   return fail(path, `a record of kind ${JSON.stringify(record.kind)}`);
 }
@@ -142,18 +160,26 @@ export function recordFile(dir: string, change: FileChange): void {
   const records = readJournal(dir);
   const found = records.find((record) => record.kind === 'file' && record.path === change.path);
   const first = found?.kind === 'file' ? found : change;
-  const merged: FileChange = { ...change, before: first.before, createdDirs: first.createdDirs };
+  const merged: FileChange = {
+    ...change,
+    before: first.before,
+    beforeMode: first.beforeMode,
+    createdDirs: first.createdDirs,
+  };
   writeJournal(dir, [...records.filter((record) => record !== found), merged]);
 }
 
 /**
  * Puts back what a file change replaced: the file removed (nothing was there) or given back what
- * it held, then the folders made for it removed while empty, innermost first. Returns the folders
+ * it held with the permission bits it had, then the folders made for it removed while empty, innermost first. Returns the folders
  * removed; throws when the file cannot be put back.
  */
-export function putBackFile(change: Pick<FileChange, 'path' | 'before' | 'createdDirs'>): string[] {
-  if (change.before === null) unlinkSync(change.path);
-  else writeFileReplacing(dirname(change.path), basename(change.path), change.before);
+export function putBackFile(
+  change: Pick<FileChange, 'path' | 'before' | 'beforeMode' | 'createdDirs'>,
+): string[] {
+  const { path, before, beforeMode } = change;
+  if (before === null) unlinkSync(path);
+  else writeFileReplacing(dirname(path), basename(path), before, beforeMode ?? DEFAULT_FILE_MODE);
   const removed: string[] = [];
   for (const dir of [...change.createdDirs].reverse()) {
     try {

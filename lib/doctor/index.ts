@@ -15,7 +15,7 @@ import {
 } from '../ensure/ensure';
 import { putBackFile, readJournal, recordFile, recordOffloads } from '../core/journal';
 import { invalidArgument, messageOf } from '../core/errors';
-import { readRegularFile } from '../core/files';
+import { readRegularFileAndMode, type FileRead } from '../core/files';
 import { MAX_CONFIG_FILE_BYTES } from '../core/fsroot';
 import { NET_ADDR_RANDOM } from '../core/constants';
 import { absolutePathOption, booleanOption, rejectUnknownOptions } from '../core/options';
@@ -196,9 +196,9 @@ async function fixNetworkManager(
  * What stands at `real` (null: nothing), as `undo` puts it back. What it could not put back as it
  * was (a symbolic link, a FIFO, a folder, a file over the cap) throws: it is left as it is.
  */
-function replaceable(real: string): string | null {
+function replaceable(real: string): FileRead | null {
   try {
-    return readRegularFile(real, MAX_CONFIG_FILE_BYTES, 'file', {
+    return readRegularFileAndMode(real, MAX_CONFIG_FILE_BYTES, 'file', {
       missing: 'null',
       noFollow: true,
     });
@@ -227,7 +227,12 @@ async function writeConfigFile(
     const createdDirs = missingDirs(target.dir);
     real = log.dryRun ? target.realPath : gathered.fs.writeFile(file.path, file.content);
     if (!log.dryRun && log.journal !== undefined) {
-      const change = { path: real, before, createdDirs };
+      const change = {
+        path: real,
+        before: before?.text ?? null,
+        beforeMode: before?.mode ?? null,
+        createdDirs,
+      };
       try {
         recordFile(log.journal, {
           kind: 'file',
