@@ -269,6 +269,7 @@ void StateMirror::EndResync(bool consistent, std::vector<MirrorChange>* out) {
       corrected_.erase(link->first);
       link = links_.erase(link);
     }
+    const size_t neighsBefore = neighs_.size();
     for (auto neigh = neighs_.begin(); neigh != neighs_.end();) {
       if (neigh->second.generation == generation_) {
         ++neigh;
@@ -283,8 +284,8 @@ void StateMirror::EndResync(bool consistent, std::vector<MirrorChange>* out) {
         out->push_back(std::move(removed));
       }
       neigh = neighs_.erase(neigh);
-      keysVersion_ = NextKeysVersion();
     }
+    if (neighs_.size() != neighsBefore) keysVersion_ = NextKeysVersion();
   }
   ready_ = true;
 }
@@ -298,6 +299,7 @@ void StateMirror::Forget(int32_t ifindex) {
 
 void StateMirror::RemoveNeighsOf(int32_t ifindex, RemovalCause cause,
                                  std::vector<MirrorChange>* out) {
+  const size_t neighsBefore = neighs_.size();
   for (auto neigh = neighs_.begin(); neigh != neighs_.end();) {
     if (neigh->second.record.ifindex != ifindex) {
       ++neigh;
@@ -311,8 +313,8 @@ void StateMirror::RemoveNeighsOf(int32_t ifindex, RemovalCause cause,
       out->push_back(std::move(removed));
     }
     neigh = neighs_.erase(neigh);
-    keysVersion_ = NextKeysVersion();
   }
+  if (neighs_.size() != neighsBefore) keysVersion_ = NextKeysVersion();
 }
 
 const StateMirror::Link* StateMirror::FindLink(int32_t ifindex) const {

@@ -36,7 +36,7 @@ export interface FileChange {
   path: string;
   /** What it held before (null: it did not exist). */
   before: string | null;
-  /** Its permission bits before (null: it did not exist; a journal from before 0.x: 0o644). */
+  /** Its permission bits before (null: it did not exist; absent from older journals: 0644). */
   beforeMode: number | null;
   /** What was written: undo leaves a file someone changed since. */
   written: string;
@@ -171,8 +171,8 @@ export function recordFile(dir: string, change: FileChange): void {
 
 /**
  * Puts back what a file change replaced: the file removed (nothing was there) or given back what
- * it held with the permission bits it had, then the folders made for it removed while empty, innermost first. Returns the folders
- * removed; throws when the file cannot be put back.
+ * it held with the permission bits it had, then the folders made for it removed while empty,
+ * innermost first. Returns the folders removed; throws when the file cannot be put back.
  */
 export function putBackFile(
   change: Pick<FileChange, 'path' | 'before' | 'beforeMode' | 'createdDirs'>,

@@ -315,7 +315,7 @@ TEST_CASE("mirror: a restore set's Held is HeldBy's after any change to either, 
   std::mt19937 random(20261208);
   const int32_t ifindexes[] = {2, 3};
   for (int round = 0; round < 50; ++round) {
-    StateMirror mirror = ReadyMirror({}, {});
+    StateMirror mirror = ReadyMirror({Link(2, 1), Link(3, 1)}, {});
     fg::RestoreSet set;
     std::vector<MirrorChange> changes;
     uint64_t versions = 0;  // how often the mirror's keys changed
@@ -326,7 +326,7 @@ TEST_CASE("mirror: a restore set's Held is HeldBy's after any change to either, 
         neigh = Fdb(neigh.ifindex, neigh.lladdr.bytes[5], neigh.destination[3]);
       const uint64_t before = mirror.keysVersion();
       const std::map<std::string, StateMirror::Neigh> keysBefore = mirror.neighs();
-      switch (random() % 5) {
+      switch (random() % 8) {
         case 0:
         case 1:
           mirror.ApplyNeigh(neigh, false, 0, &changes);
@@ -340,6 +340,24 @@ TEST_CASE("mirror: a restore set's Held is HeldBy's after any change to either, 
         case 4:
           set.Remove(fg::RestoreEntryOf(neigh));
           break;
+        case 5:  // the device gone, all its entries at once, and made again
+          mirror.ApplyLink(Deleted(neigh.ifindex), false, &changes);
+          mirror.ApplyLink(Link(neigh.ifindex, 1), false, &changes);
+          break;
+        case 6:
+          mirror.Forget(neigh.ifindex);
+          break;
+        case 7: {  // a consistent re-dump that finds some of the entries
+          const std::map<std::string, StateMirror::Neigh> held = mirror.neighs();
+          mirror.BeginResync();
+          for (const int32_t ifindex : ifindexes)
+            mirror.ApplyLink(Link(ifindex, 1), true, &changes);
+          for (const auto& [key, kept] : held) {
+            if (random() % 3 != 0) mirror.ApplyNeigh(kept.record, true, 0, &changes);
+          }
+          mirror.EndResync(true, &changes);
+          break;
+        }
       }
       // The version moves exactly when the keys do.
       const bool keysMoved =
